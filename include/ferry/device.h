@@ -1,0 +1,110 @@
+/* ferry/device.h - devices, streams, events and device memory accounting.
+ *
+ * A device is opened by name: "host" (plain memory, the CPU training loop's device
+ * and the one CI tests on), "cuda" (= "cuda:0") or "cuda:N". Both backends keep
+ * the same contract:
+ *   - work queued on a stream runs in order; copies are asynchronous and complete
+ *     no later than an event recorded after them;
+ *   - device allocations are stream-ordered (CUDA: cudaMallocAsync/cudaFreeAsync
+ *     from the device's memory pool; host: separate heap buffers);
+ *   - every allocation made through ferry is counted: live bytes, peak bytes,
+ *     number of allocations, exact to the byte.
+ * The host backend runs each stream on its own thread, so asynchrony is real there
+ * too: a copy has not necessarily happened when ferry_memcpy_async returns.
+ *
+ * Opening "cuda" without a driver or a device fails with FERRY_ENODEV and says why.
+ * Initialisation (CUDA context, default stream, memory pool) is deferred to the
+ * first call that needs it and runs exactly once, under a lock.
+ */
+#ifndef FERRY_DEVICE_H
+#define FERRY_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/error.h"
+#include "ferry/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_event ferry_event;
+
+typedef enum ferry_device_kind { FERRY_DEVICE_HOST = 0, FERRY_DEVICE_CUDA = 1 } ferry_device_kind;
+
+typedef enum ferry_copy_kind {
+  FERRY_COPY_H2D = 0, /* host (pinned or not) to device */
+  FERRY_COPY_D2H = 1,
+  FERRY_COPY_D2D = 2,
+  FERRY_COPY_H2H = 3
+} ferry_copy_kind;
+
+typedef struct ferry_memory_stats {
+  uint64_t live_bytes;        /* device bytes allocated through ferry and not yet freed */
+  uint64_t peak_bytes;        /* max of live_bytes since open or the last reset_peak */
+  uint64_t allocations;       /* allocations made since open */
+  uint64_t live_allocations;  /* allocations not yet freed */
+  uint64_t pinned_live_bytes; /* pinned host bytes (ferry_device_host_alloc) live */
+  uint64_t pinned_peak_bytes;
+  int pool_witness;           /* 1 when pool_used_high is the backend's own reading */
+  uint64_t pool_used_high;    /* CUDA: cudaMemPoolAttrUsedMemHigh of the device's pool */
+  uint64_t initializations;   /* times lazy initialisation ran: 0 before first use, then 1 */
+} ferry_memory_stats;
+
+/* Open a device by name. Never initialises a CUDA context: that waits for first use. */
+ferry_status ferry_device_open(const char *name, ferry_device **out);
+/* Synchronise and release everything the device holds. Streams must be closed first. */
+void ferry_device_close(ferry_device *device);
+
+ferry_device_kind ferry_device_get_kind(const ferry_device *device);
+/* The canonical name: "host" or "cuda:N". */
+const char *ferry_device_name(const ferry_device *device);
+/* Run the device's lazy initialisation now (normally the first allocation or stream
+ * does it). Exactly once per device, whatever the number of threads calling. */
+ferry_status ferry_device_init(ferry_device *device);
+/* Wait for all work on every stream of the device. */
+ferry_status ferry_device_synchronize(ferry_device *device);
+
+/* Streams: ordered queues of work. NULL where a stream is asked for means the
+ * device's default stream. */
+ferry_status ferry_stream_open(ferry_device *device, ferry_stream **out);
+void ferry_stream_close(ferry_stream *stream); /* waits for its work first */
+ferry_status ferry_stream_synchronize(ferry_stream *stream);
+ferry_device *ferry_stream_device(const ferry_stream *stream);
+
+/* Stream-ordered device memory. size 0 gives NULL and counts nothing. */
+ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
+                                 void **out);
+ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void *ptr);
+
+/* Pinned (page-locked under CUDA, page-aligned under host) host memory, for arenas. */
+ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **out);
+void ferry_device_host_free(ferry_device *device, void *ptr);
+
+/* Queue a copy of n bytes on the stream. The source must stay unchanged, and both
+ * buffers alive, until an event recorded after it has completed. */
+ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                ferry_copy_kind kind);
+
+/* Queue a host function: it runs after all earlier work on the stream and before
+ * any later work. It must not call ferry stream functions on the same stream. */
+typedef void (*ferry_host_fn)(void *arg);
+ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg);
+
+/* Events: a point in a stream. */
+ferry_status ferry_event_record(ferry_stream *stream, ferry_event **out);
+/* 1 when complete, 0 when pending, a negative ferry_status on error. */
+int ferry_event_query(ferry_event *event);
+ferry_status ferry_event_synchronize(ferry_event *event);
+void ferry_event_destroy(ferry_event *event);
+
+/* Accounting. */
+ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out);
+/* Set the peak to the live bytes now (and reset the CUDA pool's own watermark). */
+ferry_status ferry_device_reset_peak(ferry_device *device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/* ferry/pool.h - a fixed pool of pinned host arenas, reused batch after batch.
+ *
+ * The pool owns `count` arenas of pinned memory (cudaHostAlloc under CUDA,
+ * page-aligned memory under host). ferry_pool_acquire hands out a free arena at
+ * least as large as asked, growing it only when a batch needs more than it has
+ * (each growth is counted). When every arena is in use, acquire blocks until one
+ * comes back: that is the backpressure that keeps memory bounded.
+ *
+ * An arena released with ferry_arena_release_after stays out of use until its
+ * events have completed (the copies that read it have finished); release itself
+ * never waits, so the caller's stream never stalls.
+ */
+#ifndef FERRY_POOL_H
+#define FERRY_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_pool ferry_pool;
+typedef struct ferry_arena ferry_arena;
+
+typedef struct ferry_pool_stats {
+  size_t arenas;            /* fixed number of arenas */
+  size_t in_use;            /* acquired and not released */
+  size_t pending;           /* released, waiting for their events */
+  uint64_t acquisitions;    /* successful acquires since open */
+  uint64_t growths;         /* times an arena had to be reallocated larger */
+  uint64_t reserved_bytes;  /* sum of arena capacities now */
+  uint64_t peak_reserved_bytes;
+  uint64_t in_use_bytes;    /* capacities of arenas acquired or pending */
+  uint64_t peak_in_use_bytes;
+} ferry_pool_stats;
+
+/* A pool of `count` arenas for staging data bound for `device`. Each arena starts
+ * with `initial_bytes` (0: allocated on first acquire). */
+ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_bytes,
+                             ferry_pool **out);
+/* Wait for pending arenas' events, then free every arena, acquired or not. */
+void ferry_pool_close(ferry_pool *pool);
+
+/* Take a free arena of at least `bytes`, blocking while none is free.
+ * Returns FERRY_ECANCELED once ferry_pool_cancel has been called. */
+ferry_status ferry_pool_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
+/* As acquire, but FERRY_EAGAIN instead of blocking. */
+ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
+/* Wake every waiter with FERRY_ECANCELED; later acquires fail the same way. */
+void ferry_pool_cancel(ferry_pool *pool);
+
+ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out);
+ferry_device *ferry_pool_device(const ferry_pool *pool);
+
+void *ferry_arena_data(const ferry_arena *arena);
+size_t ferry_arena_capacity(const ferry_arena *arena);
+/* Hand the arena back now. */
+void ferry_arena_release(ferry_arena *arena);
+/* Hand the arena back once every one of `events` has completed. Takes ownership of
+ * the events (each is destroyed once complete), not of the array. Never blocks,
+ * except when memory to remember the events runs out: then it waits for them. */
+void ferry_arena_release_after(ferry_arena *arena, ferry_event *const *events, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,41 @@
+/* lib/batch_internal.h - the packed batch's insides, for lib/ code that builds
+ * batches in other places (the transfer stage's ferry_packed_to). Internal. */
+#ifndef FERRY_LIB_BATCH_INTERNAL_H
+#define FERRY_LIB_BATCH_INTERNAL_H
+
+#include "ferry/batch.h"
+
+typedef struct batch_field {
+  ferry_field_spec spec;        /* spec.name points at name below */
+  char name[FERRY_FIELD_NAME_MAX];
+  int64_t *offsets;             /* batch_size + 1 row indices */
+  size_t row_bytes;
+  size_t byte_offset;           /* packed: where the field starts in the storage */
+  size_t nbytes;                /* packed: total bytes of the field */
+  void **sample_data;           /* unpacked: one allocation per sample */
+} batch_field;
+
+/* Who owns a batch's storage decides how it is given back. */
+typedef enum { STORAGE_ARENA, STORAGE_DEVICE, STORAGE_UNPACKED } batch_storage;
+
+struct ferry_batch {
+  size_t batch_size;
+  size_t nfields;
+  batch_field fields[FERRY_MAX_FIELDS];
+  int64_t *offset_storage;      /* all offset tables in one allocation */
+  size_t total_bytes;           /* packed: bytes of the laid-out storage */
+  batch_storage storage;
+  ferry_device *device;         /* where the bytes live */
+  void *base;                   /* packed: start of storage */
+  ferry_arena *arena;           /* STORAGE_ARENA */
+  ferry_event **held;           /* events to wait for before the storage is reused */
+  size_t nheld, held_capacity;
+};
+
+/* Validate the fields and row counts and lay them out: offsets, byte offsets,
+ * total bytes. No storage is attached; *out is freed with batch_shell_free. */
+ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+                               const int64_t *rows, ferry_batch **out);
+void ferry_batch_shell_free(ferry_batch *batch);
+
+#endif

@@ -1,0 +1,331 @@
+/* lib/device.c - opening devices, lazy initialisation, streams, events, accounting.
+ *
+ * The backends (device_host.c, device_cuda.c) only move bytes and order work; what
+ * both share lives here so that they cannot drift apart: the accounting is the same
+ * code for both, which is what lets CI's host runs vouch for the CUDA numbers.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/alloc.h"
+#include "lib/device_internal.h"
+#include "lib/status.h"
+
+/* "host", "cuda" or "cuda:N" -> backend and index. */
+static ferry_status parse_name(const char *name, const ferry_backend **ops, int *index) {
+  if (strcmp(name, "host") == 0) {
+    *ops = &ferry_host_backend;
+    *index = 0;
+    return FERRY_OK;
+  }
+  if (strncmp(name, "cuda", 4) == 0) {
+    const char *rest = name + 4;
+    long n = 0;
+    if (*rest == ':') {
+      char *end = NULL;
+      n = strtol(rest + 1, &end, 10);
+      if (end == rest + 1 || *end != '\0' || n < 0 || n > 1023)
+        return ferry_fail(FERRY_EINVAL, "device '%s': expected cuda:N with N a device number", name);
+    } else if (*rest != '\0') {
+      return ferry_fail(FERRY_EINVAL, "unknown device '%s' (expected host, cuda or cuda:N)", name);
+    }
+    *ops = &ferry_cuda_backend;
+    *index = (int)n;
+    return FERRY_OK;
+  }
+  return ferry_fail(FERRY_EINVAL, "unknown device '%s' (expected host, cuda or cuda:N)", name);
+}
+
+ferry_status ferry_device_open(const char *name, ferry_device **out) {
+  const ferry_backend *ops = NULL;
+  int index = 0;
+  if (!name || !out) return ferry_fail(FERRY_EINVAL, "ferry_device_open: name and out are required");
+  *out = NULL;
+  ferry_status st = parse_name(name, &ops, &index);
+  if (st != FERRY_OK) return st;
+  st = ops->probe(index);
+  if (st != FERRY_OK) return st;
+  ferry_device *d = ferry_calloc(1, sizeof *d);
+  if (!d) return ferry_fail(FERRY_ENOMEM, "device '%s': out of memory", name);
+  d->ops = ops;
+  d->kind = ops == &ferry_host_backend ? FERRY_DEVICE_HOST : FERRY_DEVICE_CUDA;
+  d->index = index;
+  if (d->kind == FERRY_DEVICE_HOST) snprintf(d->name, sizeof d->name, "host");
+  else snprintf(d->name, sizeof d->name, "cuda:%d", index);
+  pthread_mutex_init(&d->init_lock, NULL);
+  pthread_mutex_init(&d->streams_lock, NULL);
+  pthread_mutex_init(&d->accounting_lock, NULL);
+  ferry_ptrmap_init(&d->device_sizes);
+  ferry_ptrmap_init(&d->pinned_sizes);
+  *out = d;
+  return FERRY_OK;
+}
+
+ferry_device_kind ferry_device_get_kind(const ferry_device *device) { return device->kind; }
+const char *ferry_device_name(const ferry_device *device) { return device->name; }
+
+static ferry_status stream_create(ferry_device *device, ferry_stream **out) {
+  ferry_stream *s = ferry_calloc(1, sizeof *s);
+  if (!s) return ferry_fail(FERRY_ENOMEM, "%s: out of memory for a stream", device->name);
+  s->device = device;
+  ferry_status st = device->ops->stream_open(s);
+  if (st != FERRY_OK) {
+    ferry_free(s);
+    return st;
+  }
+  pthread_mutex_lock(&device->streams_lock);
+  s->next = device->streams;
+  device->streams = s;
+  pthread_mutex_unlock(&device->streams_lock);
+  *out = s;
+  return FERRY_OK;
+}
+
+/* Double-checked: the flag is only set after init has fully completed, under the
+ * lock, so a thread that sees it set also sees everything init wrote. */
+ferry_status ferry_device_init(ferry_device *device) {
+  if (atomic_load_explicit(&device->initialized, memory_order_acquire)) return FERRY_OK;
+  pthread_mutex_lock(&device->init_lock);
+  ferry_status st = FERRY_OK;
+  if (!atomic_load_explicit(&device->initialized, memory_order_relaxed)) {
+    st = device->ops->init(device);
+    if (st == FERRY_OK) {
+      st = stream_create(device, &device->default_stream);
+      if (st != FERRY_OK) device->ops->shutdown(device);
+    }
+    if (st == FERRY_OK) {
+      device->initializations++;
+      atomic_store_explicit(&device->initialized, 1, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&device->init_lock);
+  return st;
+}
+
+static ferry_status resolve_stream(ferry_device *device, ferry_stream **stream) {
+  if (*stream) return FERRY_OK;
+  ferry_status st = ferry_device_init(device);
+  if (st == FERRY_OK) *stream = device->default_stream;
+  return st;
+}
+
+ferry_status ferry_stream_open(ferry_device *device, ferry_stream **out) {
+  if (!device || !out) return ferry_fail(FERRY_EINVAL, "ferry_stream_open: device and out are required");
+  ferry_status st = ferry_device_init(device);
+  if (st != FERRY_OK) return st;
+  return stream_create(device, out);
+}
+
+static void stream_destroy(ferry_stream *stream) {
+  ferry_device *d = stream->device;
+  pthread_mutex_lock(&d->streams_lock);
+  for (ferry_stream **p = &d->streams; *p; p = &(*p)->next)
+    if (*p == stream) {
+      *p = stream->next;
+      break;
+    }
+  pthread_mutex_unlock(&d->streams_lock);
+  d->ops->stream_close(stream);
+  ferry_free(stream);
+}
+
+void ferry_stream_close(ferry_stream *stream) {
+  if (!stream || stream == stream->device->default_stream) return;
+  stream_destroy(stream);
+}
+
+ferry_status ferry_stream_synchronize(ferry_stream *stream) {
+  if (!stream) return ferry_fail(FERRY_EINVAL, "ferry_stream_synchronize: stream is NULL");
+  return stream->device->ops->stream_sync(stream);
+}
+
+ferry_device *ferry_stream_device(const ferry_stream *stream) { return stream->device; }
+
+ferry_status ferry_device_synchronize(ferry_device *device) {
+  if (!atomic_load_explicit(&device->initialized, memory_order_acquire)) return FERRY_OK;
+  ferry_status result = FERRY_OK;
+  pthread_mutex_lock(&device->streams_lock);
+  for (ferry_stream *s = device->streams; s; s = s->next) {
+    ferry_status st = device->ops->stream_sync(s);
+    if (st != FERRY_OK && result == FERRY_OK) result = st;
+  }
+  pthread_mutex_unlock(&device->streams_lock);
+  return result;
+}
+
+void ferry_device_close(ferry_device *device) {
+  if (!device) return;
+  if (atomic_load(&device->initialized)) {
+    ferry_device_synchronize(device);
+    while (device->streams) stream_destroy(device->streams);
+    device->ops->shutdown(device);
+  }
+  ferry_ptrmap_destroy(&device->device_sizes);
+  ferry_ptrmap_destroy(&device->pinned_sizes);
+  pthread_mutex_destroy(&device->init_lock);
+  pthread_mutex_destroy(&device->streams_lock);
+  pthread_mutex_destroy(&device->accounting_lock);
+  ferry_free(device);
+}
+
+/* ---- accounting ---------------------------------------------------------- */
+
+static int account_alloc(ferry_device *d, ferry_ptrmap *map, const void *ptr, size_t size,
+                         int pinned) {
+  pthread_mutex_lock(&d->accounting_lock);
+  int rc = ferry_ptrmap_put(map, ptr, size);
+  if (rc == 0 && pinned) {
+    d->pinned_live_bytes += size;
+    if (d->pinned_live_bytes > d->pinned_peak_bytes) d->pinned_peak_bytes = d->pinned_live_bytes;
+  } else if (rc == 0) {
+    d->live_bytes += size;
+    d->allocations++;
+    d->live_allocations++;
+    if (d->live_bytes > d->peak_bytes) d->peak_bytes = d->live_bytes;
+  }
+  pthread_mutex_unlock(&d->accounting_lock);
+  return rc;
+}
+
+/* 1 if ptr was a live allocation of this device (and is now forgotten). */
+static int account_free(ferry_device *d, ferry_ptrmap *map, const void *ptr, int pinned) {
+  size_t size = 0;
+  pthread_mutex_lock(&d->accounting_lock);
+  int found = ferry_ptrmap_take(map, ptr, &size);
+  if (found && pinned) {
+    d->pinned_live_bytes -= size;
+  } else if (found) {
+    d->live_bytes -= size;
+    d->live_allocations--;
+  }
+  pthread_mutex_unlock(&d->accounting_lock);
+  return found;
+}
+
+ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
+                                 void **out) {
+  if (!device || !out) return ferry_fail(FERRY_EINVAL, "ferry_device_malloc: device and out are required");
+  *out = NULL;
+  if (size == 0) return FERRY_OK;
+  ferry_status st = resolve_stream(device, &stream);
+  if (st != FERRY_OK) return st;
+  void *ptr = NULL;
+  st = device->ops->malloc(stream, size, &ptr);
+  if (st != FERRY_OK) return st;
+  if (account_alloc(device, &device->device_sizes, ptr, size, 0) != 0) {
+    device->ops->free(stream, ptr);
+    return ferry_fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
+  }
+  *out = ptr;
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void *ptr) {
+  if (!device) return ferry_fail(FERRY_EINVAL, "ferry_device_free: device is NULL");
+  if (!ptr) return FERRY_OK;
+  ferry_status st = resolve_stream(device, &stream);
+  if (st != FERRY_OK) return st;
+  if (!account_free(device, &device->device_sizes, ptr, 0))
+    return ferry_fail(FERRY_EINVAL, "%s: free of %p, which is not a live allocation of this device",
+                      device->name, ptr);
+  return device->ops->free(stream, ptr);
+}
+
+ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **out) {
+  if (!device || !out) return ferry_fail(FERRY_EINVAL, "ferry_device_host_alloc: device and out are required");
+  *out = NULL;
+  if (size == 0) return FERRY_OK;
+  ferry_status st = ferry_device_init(device);
+  if (st != FERRY_OK) return st;
+  void *ptr = NULL;
+  st = device->ops->host_alloc(device, size, &ptr);
+  if (st != FERRY_OK) return st;
+  if (account_alloc(device, &device->pinned_sizes, ptr, size, 1) != 0) {
+    device->ops->host_free(device, ptr);
+    return ferry_fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
+  }
+  *out = ptr;
+  return FERRY_OK;
+}
+
+void ferry_device_host_free(ferry_device *device, void *ptr) {
+  if (!device || !ptr) return;
+  if (account_free(device, &device->pinned_sizes, ptr, 1)) device->ops->host_free(device, ptr);
+}
+
+ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out) {
+  if (!device || !out) return ferry_fail(FERRY_EINVAL, "ferry_device_memory_stats: device and out are required");
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&device->accounting_lock);
+  out->live_bytes = device->live_bytes;
+  out->peak_bytes = device->peak_bytes;
+  out->allocations = device->allocations;
+  out->live_allocations = device->live_allocations;
+  out->pinned_live_bytes = device->pinned_live_bytes;
+  out->pinned_peak_bytes = device->pinned_peak_bytes;
+  pthread_mutex_unlock(&device->accounting_lock);
+  pthread_mutex_lock(&device->init_lock);
+  out->initializations = device->initializations;
+  pthread_mutex_unlock(&device->init_lock);
+  if (device->ops->pool_high && atomic_load(&device->initialized) &&
+      device->ops->pool_high(device, &out->pool_used_high) == FERRY_OK)
+    out->pool_witness = 1;
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_reset_peak(ferry_device *device) {
+  if (!device) return ferry_fail(FERRY_EINVAL, "ferry_device_reset_peak: device is NULL");
+  pthread_mutex_lock(&device->accounting_lock);
+  device->peak_bytes = device->live_bytes;
+  device->pinned_peak_bytes = device->pinned_live_bytes;
+  pthread_mutex_unlock(&device->accounting_lock);
+  if (device->ops->pool_reset && atomic_load(&device->initialized))
+    return device->ops->pool_reset(device);
+  return FERRY_OK;
+}
+
+/* ---- copies, host functions, events --------------------------------------- */
+
+ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                ferry_copy_kind kind) {
+  if (!stream) return ferry_fail(FERRY_EINVAL, "ferry_memcpy_async: stream is NULL");
+  if (n == 0) return FERRY_OK;
+  if (!dst || !src) return ferry_fail(FERRY_EINVAL, "ferry_memcpy_async: NULL buffer for %zu bytes", n);
+  return stream->device->ops->memcpy(stream, dst, src, n, kind);
+}
+
+ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
+  if (!stream || !fn) return ferry_fail(FERRY_EINVAL, "ferry_stream_call: stream and fn are required");
+  return stream->device->ops->call(stream, fn, arg);
+}
+
+ferry_status ferry_event_record(ferry_stream *stream, ferry_event **out) {
+  if (!stream || !out) return ferry_fail(FERRY_EINVAL, "ferry_event_record: stream and out are required");
+  ferry_event *e = ferry_calloc(1, sizeof *e);
+  if (!e) return ferry_fail(FERRY_ENOMEM, "%s: out of memory for an event", stream->device->name);
+  e->device = stream->device;
+  ferry_status st = stream->device->ops->event_record(stream, e);
+  if (st != FERRY_OK) {
+    ferry_free(e);
+    return st;
+  }
+  *out = e;
+  return FERRY_OK;
+}
+
+int ferry_event_query(ferry_event *event) {
+  if (!event) return ferry_fail(FERRY_EINVAL, "ferry_event_query: event is NULL");
+  return event->device->ops->event_query(event);
+}
+
+ferry_status ferry_event_synchronize(ferry_event *event) {
+  if (!event) return ferry_fail(FERRY_EINVAL, "ferry_event_synchronize: event is NULL");
+  return event->device->ops->event_sync(event);
+}
+
+void ferry_event_destroy(ferry_event *event) {
+  if (!event) return;
+  event->device->ops->event_destroy(event);
+  ferry_free(event);
+}

@@ -1,0 +1,220 @@
+/* lib/device_cuda.c - the CUDA backend: streams, stream-ordered pool allocations,
+ * pinned host memory, events, and the pool's own high watermark.
+ *
+ * Always compiled when the toolkit is found, so CI (which has no GPU) proves it
+ * builds and that opening it without a device fails cleanly with FERRY_ENODEV.
+ */
+#include "ferry_config.h"
+#include "lib/device_internal.h"
+#include "lib/status.h"
+
+#if FERRY_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "lib/alloc.h"
+
+typedef struct cuda_device {
+  cudaMemPool_t pool;
+} cuda_device;
+
+static ferry_status cuda_error(ferry_device *device, const char *what, cudaError_t err) {
+  return ferry_fail(FERRY_EDEVICE, "%s: %s failed: %s", device ? device->name : "cuda", what,
+                    cudaGetErrorString(err));
+}
+
+/* The runtime's current device is per thread: set it before every call that
+ * creates or uses device state, since callers come from any thread. */
+static ferry_status use_device(ferry_device *device) {
+  cudaError_t err = cudaSetDevice(device->index);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(device, "cudaSetDevice", err);
+}
+
+static ferry_status cuda_probe(int index) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+    return ferry_fail(FERRY_ENODEV, "no CUDA device: the CUDA runtime reports \"%s\" (%s)",
+                      cudaGetErrorString(err), cudaGetErrorName(err));
+  }
+  if (count == 0) return ferry_fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 devices");
+  if (index >= count)
+    return ferry_fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d device%s", index,
+                      count, count == 1 ? "" : "s");
+  return FERRY_OK;
+}
+
+static ferry_status cuda_init(ferry_device *device) {
+  ferry_status st = use_device(device);
+  if (st != FERRY_OK) return st;
+  cudaError_t err = cudaFree(0); /* creates the primary context now, not mid-transfer */
+  if (err != cudaSuccess) return cuda_error(device, "creating the context", err);
+  cuda_device *cd = ferry_calloc(1, sizeof *cd);
+  if (!cd) return ferry_fail(FERRY_ENOMEM, "%s: out of memory", device->name);
+  err = cudaDeviceGetDefaultMemPool(&cd->pool, device->index);
+  if (err != cudaSuccess) {
+    ferry_free(cd);
+    return cuda_error(device, "cudaDeviceGetDefaultMemPool", err);
+  }
+  /* Keep freed pool memory cached: returning it to the OS between batches would
+   * make every batch pay for cudaMalloc again. */
+  uint64_t threshold = UINT64_MAX;
+  cudaMemPoolSetAttribute(cd->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  device->impl = cd;
+  return FERRY_OK;
+}
+
+static void cuda_shutdown(ferry_device *device) {
+  ferry_free(device->impl);
+  device->impl = NULL;
+}
+
+static ferry_status cuda_stream_open(ferry_stream *stream) {
+  ferry_status st = use_device(stream->device);
+  if (st != FERRY_OK) return st;
+  cudaStream_t s;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return cuda_error(stream->device, "cudaStreamCreate", err);
+  stream->impl = s;
+  return FERRY_OK;
+}
+
+static void cuda_stream_close(ferry_stream *stream) {
+  use_device(stream->device);
+  cudaStreamSynchronize(stream->impl);
+  cudaStreamDestroy(stream->impl);
+}
+
+static ferry_status cuda_stream_sync(ferry_stream *stream) {
+  cudaError_t err = cudaStreamSynchronize(stream->impl);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaStreamSynchronize", err);
+}
+
+static ferry_status cuda_malloc(ferry_stream *stream, size_t size, void **out) {
+  ferry_status st = use_device(stream->device);
+  if (st != FERRY_OK) return st;
+  cuda_device *cd = stream->device->impl;
+  cudaError_t err = cudaMallocFromPoolAsync(out, size, cd->pool, stream->impl);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return ferry_fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
+                      stream->device->name, size, cudaGetErrorString(err));
+  }
+  return FERRY_OK;
+}
+
+static ferry_status cuda_free(ferry_stream *stream, void *ptr) {
+  use_device(stream->device);
+  cudaError_t err = cudaFreeAsync(ptr, stream->impl);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaFreeAsync", err);
+}
+
+static ferry_status cuda_host_alloc(ferry_device *device, size_t size, void **out) {
+  ferry_status st = use_device(device);
+  if (st != FERRY_OK) return st;
+  cudaError_t err = cudaHostAlloc(out, size, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return ferry_fail(FERRY_ENOMEM, "%s: cudaHostAlloc of %zu pinned bytes failed: %s",
+                      device->name, size, cudaGetErrorString(err));
+  }
+  return FERRY_OK;
+}
+
+static void cuda_host_free(ferry_device *device, void *ptr) { cudaFreeHost(ptr); }
+
+static enum cudaMemcpyKind copy_kind(ferry_copy_kind kind) {
+  switch (kind) {
+    case FERRY_COPY_H2D: return cudaMemcpyHostToDevice;
+    case FERRY_COPY_D2H: return cudaMemcpyDeviceToHost;
+    case FERRY_COPY_D2D: return cudaMemcpyDeviceToDevice;
+    case FERRY_COPY_H2H: return cudaMemcpyHostToHost;
+  }
+  return cudaMemcpyDefault;
+}
+
+static ferry_status cuda_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                ferry_copy_kind kind) {
+  use_device(stream->device);
+  cudaError_t err = cudaMemcpyAsync(dst, src, n, copy_kind(kind), stream->impl);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaMemcpyAsync", err);
+}
+
+static ferry_status cuda_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
+  cudaError_t err = cudaLaunchHostFunc(stream->impl, fn, arg);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaLaunchHostFunc", err);
+}
+
+static ferry_status cuda_event_record(ferry_stream *stream, ferry_event *event) {
+  use_device(stream->device);
+  cudaEvent_t e;
+  cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (err != cudaSuccess) return cuda_error(stream->device, "cudaEventCreate", err);
+  err = cudaEventRecord(e, stream->impl);
+  if (err != cudaSuccess) {
+    cudaEventDestroy(e);
+    return cuda_error(stream->device, "cudaEventRecord", err);
+  }
+  event->impl = e;
+  return FERRY_OK;
+}
+
+static int cuda_event_query(ferry_event *event) {
+  cudaError_t err = cudaEventQuery(event->impl);
+  if (err == cudaSuccess) return 1;
+  if (err == cudaErrorNotReady) return 0;
+  return cuda_error(event->device, "cudaEventQuery", err);
+}
+
+static ferry_status cuda_event_sync(ferry_event *event) {
+  cudaError_t err = cudaEventSynchronize(event->impl);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(event->device, "cudaEventSynchronize", err);
+}
+
+static void cuda_event_destroy(ferry_event *event) { cudaEventDestroy(event->impl); }
+
+static ferry_status cuda_pool_high(ferry_device *device, uint64_t *out) {
+  cuda_device *cd = device->impl;
+  cudaError_t err = cudaMemPoolGetAttribute(cd->pool, cudaMemPoolAttrUsedMemHigh, out);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(device, "reading the pool watermark", err);
+}
+
+static ferry_status cuda_pool_reset(ferry_device *device) {
+  cuda_device *cd = device->impl;
+  uint64_t zero = 0;
+  cudaError_t err = cudaMemPoolSetAttribute(cd->pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(device, "resetting the pool watermark", err);
+}
+
+const ferry_backend ferry_cuda_backend = {
+  .name = "cuda",
+  .probe = cuda_probe,
+  .init = cuda_init,
+  .shutdown = cuda_shutdown,
+  .stream_open = cuda_stream_open,
+  .stream_close = cuda_stream_close,
+  .stream_sync = cuda_stream_sync,
+  .malloc = cuda_malloc,
+  .free = cuda_free,
+  .host_alloc = cuda_host_alloc,
+  .host_free = cuda_host_free,
+  .memcpy = cuda_memcpy,
+  .call = cuda_call,
+  .event_record = cuda_event_record,
+  .event_query = cuda_event_query,
+  .event_sync = cuda_event_sync,
+  .event_destroy = cuda_event_destroy,
+  .pool_high = cuda_pool_high,
+  .pool_reset = cuda_pool_reset,
+};
+
+#else /* built without the CUDA toolkit */
+
+static ferry_status cuda_unavailable(int index) {
+  return ferry_fail(FERRY_ENODEV,
+                    "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled)");
+}
+
+const ferry_backend ferry_cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
+
+#endif

@@ -1,0 +1,78 @@
+/* lib/device_internal.h - what a device backend provides (internal).
+ *
+ * device.c owns everything the backends share: name parsing, lazy initialisation
+ * under a lock, the stream list, and byte-exact accounting. A backend only moves
+ * bytes and orders work.
+ */
+#ifndef FERRY_LIB_DEVICE_INTERNAL_H
+#define FERRY_LIB_DEVICE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ferry/device.h"
+#include "lib/ptrmap.h"
+
+typedef struct ferry_backend {
+  const char *name;
+  /* At open: is device `index` there? Must not create a context. */
+  ferry_status (*probe)(int index);
+  /* Lazy, exactly once: context, default stream, memory pool. */
+  ferry_status (*init)(ferry_device *device);
+  void (*shutdown)(ferry_device *device);
+  ferry_status (*stream_open)(ferry_stream *stream);
+  void (*stream_close)(ferry_stream *stream);
+  ferry_status (*stream_sync)(ferry_stream *stream);
+  ferry_status (*malloc)(ferry_stream *stream, size_t size, void **out);
+  ferry_status (*free)(ferry_stream *stream, void *ptr);
+  ferry_status (*host_alloc)(ferry_device *device, size_t size, void **out);
+  void (*host_free)(ferry_device *device, void *ptr);
+  ferry_status (*memcpy)(ferry_stream *stream, void *dst, const void *src, size_t n,
+                         ferry_copy_kind kind);
+  ferry_status (*call)(ferry_stream *stream, ferry_host_fn fn, void *arg);
+  ferry_status (*event_record)(ferry_stream *stream, ferry_event *event);
+  int (*event_query)(ferry_event *event);
+  ferry_status (*event_sync)(ferry_event *event);
+  void (*event_destroy)(ferry_event *event);
+  /* The backend's own high watermark of device memory, if it has one. */
+  ferry_status (*pool_high)(ferry_device *device, uint64_t *out);
+  ferry_status (*pool_reset)(ferry_device *device);
+} ferry_backend;
+
+struct ferry_stream {
+  ferry_device *device;
+  void *impl;
+  ferry_stream *next; /* in the device's list of open streams */
+};
+
+struct ferry_event {
+  ferry_device *device;
+  void *impl;
+};
+
+struct ferry_device {
+  const ferry_backend *ops;
+  ferry_device_kind kind;
+  int index;
+  char name[16];
+  void *impl;
+
+  pthread_mutex_t init_lock;
+  atomic_int initialized;
+  uint64_t initializations;
+  ferry_stream *default_stream;
+
+  pthread_mutex_t streams_lock;
+  ferry_stream *streams;
+
+  pthread_mutex_t accounting_lock;
+  ferry_ptrmap device_sizes;
+  ferry_ptrmap pinned_sizes;
+  uint64_t live_bytes, peak_bytes, allocations, live_allocations;
+  uint64_t pinned_live_bytes, pinned_peak_bytes;
+};
+
+extern const ferry_backend ferry_host_backend;
+extern const ferry_backend ferry_cuda_backend;
+
+#endif

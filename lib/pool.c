@@ -1,0 +1,247 @@
+/* lib/pool.c - a fixed set of pinned arenas with backpressure and deferred return. */
+#include <pthread.h>
+#include <string.h>
+
+#include "ferry/pool.h"
+#include "lib/alloc.h"
+#include "lib/status.h"
+
+enum { GROW_QUANTUM = 64 * 1024 };
+
+typedef enum { ARENA_FREE, ARENA_IN_USE, ARENA_PENDING, ARENA_REAPING } arena_state;
+
+struct ferry_arena {
+  ferry_pool *pool;
+  void *data;
+  size_t capacity;
+  arena_state state;
+  uint64_t pending_since;  /* order of release, to wait on the oldest first */
+  ferry_event **events;
+  size_t nevents;
+};
+
+struct ferry_pool {
+  ferry_device *device;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  ferry_arena *arenas;
+  size_t count;
+  int canceled;
+  uint64_t release_seq;
+  ferry_pool_stats stats;
+};
+
+static void destroy_events(ferry_arena *a) {
+  for (size_t i = 0; i < a->nevents; i++) ferry_event_destroy(a->events[i]);
+  ferry_free(a->events);
+  a->events = NULL;
+  a->nevents = 0;
+}
+
+static void update_usage(ferry_pool *p, int64_t delta) {
+  p->stats.in_use_bytes += delta;
+  if (p->stats.in_use_bytes > p->stats.peak_in_use_bytes)
+    p->stats.peak_in_use_bytes = p->stats.in_use_bytes;
+}
+
+static void mark_free(ferry_pool *p, ferry_arena *a) {
+  destroy_events(a);
+  a->state = ARENA_FREE;
+  p->stats.pending--;
+  update_usage(p, -(int64_t)a->capacity);
+}
+
+/* Move every pending arena whose events have all completed back to free. */
+static void reap_completed(ferry_pool *p) {
+  for (size_t i = 0; i < p->count; i++) {
+    ferry_arena *a = &p->arenas[i];
+    if (a->state != ARENA_PENDING) continue;
+    size_t done = 0;
+    while (done < a->nevents && ferry_event_query(a->events[done]) != 0) done++;
+    if (done == a->nevents) mark_free(p, a);
+  }
+}
+
+ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_bytes,
+                             ferry_pool **out) {
+  if (!device || !out || count == 0)
+    return ferry_fail(FERRY_EINVAL, "ferry_pool_open: a device, an out pointer and at least one arena are required");
+  ferry_pool *p = ferry_calloc(1, sizeof *p);
+  ferry_arena *arenas = p ? ferry_calloc(count, sizeof *arenas) : NULL;
+  if (!arenas) {
+    ferry_free(p);
+    return ferry_fail(FERRY_ENOMEM, "pool: out of memory for %zu arenas", count);
+  }
+  p->device = device;
+  p->arenas = arenas;
+  p->count = count;
+  p->stats.arenas = count;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->changed, NULL);
+  for (size_t i = 0; i < count && initial_bytes; i++) {
+    ferry_status st = ferry_device_host_alloc(device, initial_bytes, &arenas[i].data);
+    if (st != FERRY_OK) {
+      ferry_pool_close(p);
+      return ferry_error_prefix(st, "pool: arena %zu of %zu: ", i, count);
+    }
+    arenas[i].capacity = initial_bytes;
+    p->stats.reserved_bytes += initial_bytes;
+  }
+  for (size_t i = 0; i < count; i++) arenas[i].pool = p;
+  p->stats.peak_reserved_bytes = p->stats.reserved_bytes;
+  *out = p;
+  return FERRY_OK;
+}
+
+void ferry_pool_close(ferry_pool *pool) {
+  if (!pool) return;
+  for (size_t i = 0; i < pool->count; i++) {
+    ferry_arena *a = &pool->arenas[i];
+    for (size_t e = 0; e < a->nevents; e++) ferry_event_synchronize(a->events[e]);
+    destroy_events(a);
+    ferry_device_host_free(pool->device, a->data);
+  }
+  pthread_mutex_destroy(&pool->lock);
+  pthread_cond_destroy(&pool->changed);
+  ferry_free(pool->arenas);
+  ferry_free(pool);
+}
+
+/* A free arena, preferring one that is already big enough; NULL if none is free. */
+static ferry_arena *pick_free(ferry_pool *p, size_t bytes) {
+  ferry_arena *any = NULL;
+  for (size_t i = 0; i < p->count; i++) {
+    ferry_arena *a = &p->arenas[i];
+    if (a->state != ARENA_FREE) continue;
+    if (a->capacity >= bytes) return a;
+    if (!any || a->capacity > any->capacity) any = a;
+  }
+  return any;
+}
+
+static ferry_arena *oldest_pending(ferry_pool *p) {
+  ferry_arena *oldest = NULL;
+  for (size_t i = 0; i < p->count; i++) {
+    ferry_arena *a = &p->arenas[i];
+    if (a->state == ARENA_PENDING && (!oldest || a->pending_since < oldest->pending_since))
+      oldest = a;
+  }
+  return oldest;
+}
+
+/* Make a free arena at least `bytes` large; counted as growth if it had memory. */
+static ferry_status ensure_capacity(ferry_pool *p, ferry_arena *a, size_t bytes) {
+  if (a->capacity >= bytes) return FERRY_OK;
+  size_t want = (bytes + GROW_QUANTUM - 1) / GROW_QUANTUM * GROW_QUANTUM;
+  void *data = NULL;
+  ferry_status st = ferry_device_host_alloc(p->device, want, &data);
+  if (st != FERRY_OK) return ferry_error_prefix(st, "pool: growing an arena to %zu bytes: ", want);
+  if (a->capacity) p->stats.growths++;
+  ferry_device_host_free(p->device, a->data);
+  p->stats.reserved_bytes += want - a->capacity;
+  if (p->stats.reserved_bytes > p->stats.peak_reserved_bytes)
+    p->stats.peak_reserved_bytes = p->stats.reserved_bytes;
+  a->data = data;
+  a->capacity = want;
+  return FERRY_OK;
+}
+
+/* Wait for the oldest pending arena's events with the lock dropped, then free it. */
+static void wait_oldest(ferry_pool *p, ferry_arena *a) {
+  a->state = ARENA_REAPING;
+  pthread_mutex_unlock(&p->lock);
+  for (size_t i = 0; i < a->nevents; i++) ferry_event_synchronize(a->events[i]);
+  pthread_mutex_lock(&p->lock);
+  mark_free(p, a);
+  pthread_cond_broadcast(&p->changed);
+}
+
+static ferry_status acquire(ferry_pool *p, size_t bytes, int block, ferry_arena **out) {
+  pthread_mutex_lock(&p->lock);
+  ferry_status st = FERRY_OK;
+  for (;;) {
+    if (p->canceled) {
+      st = ferry_fail(FERRY_ECANCELED, "pool: canceled while waiting for an arena");
+      break;
+    }
+    reap_completed(p);
+    ferry_arena *a = pick_free(p, bytes);
+    if (a) {
+      st = ensure_capacity(p, a, bytes);
+      if (st == FERRY_OK) {
+        a->state = ARENA_IN_USE;
+        p->stats.in_use++;
+        p->stats.acquisitions++;
+        update_usage(p, (int64_t)a->capacity);
+        *out = a;
+      }
+      break;
+    }
+    if (!block) {
+      st = ferry_fail(FERRY_EAGAIN, "pool: all %zu arenas are in use", p->count);
+      break;
+    }
+    ferry_arena *pending = oldest_pending(p);
+    if (pending) wait_oldest(p, pending);
+    else pthread_cond_wait(&p->changed, &p->lock);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return st;
+}
+
+ferry_status ferry_pool_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out) {
+  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_acquire: pool and out are required");
+  return acquire(pool, bytes, 1, out);
+}
+
+ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out) {
+  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_try_acquire: pool and out are required");
+  return acquire(pool, bytes, 0, out);
+}
+
+void ferry_pool_cancel(ferry_pool *pool) {
+  pthread_mutex_lock(&pool->lock);
+  pool->canceled = 1;
+  pthread_cond_broadcast(&pool->changed);
+  pthread_mutex_unlock(&pool->lock);
+}
+
+ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out) {
+  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_stats_get: pool and out are required");
+  pthread_mutex_lock(&pool->lock);
+  reap_completed(pool);
+  *out = pool->stats;
+  pthread_mutex_unlock(&pool->lock);
+  return FERRY_OK;
+}
+
+ferry_device *ferry_pool_device(const ferry_pool *pool) { return pool->device; }
+void *ferry_arena_data(const ferry_arena *arena) { return arena->data; }
+size_t ferry_arena_capacity(const ferry_arena *arena) { return arena->capacity; }
+
+void ferry_arena_release(ferry_arena *arena) { ferry_arena_release_after(arena, NULL, 0); }
+
+void ferry_arena_release_after(ferry_arena *arena, ferry_event *const *events, size_t count) {
+  ferry_pool *p = arena->pool;
+  ferry_event **owned = count ? ferry_malloc(count * sizeof *owned) : NULL;
+  if (count && !owned) {
+    /* No memory to remember the events: wait for them here instead, so the arena
+     * can never be reused while a copy still reads it. */
+    for (size_t i = 0; i < count; i++) {
+      ferry_event_synchronize(events[i]);
+      ferry_event_destroy(events[i]);
+    }
+    count = 0;
+  }
+  for (size_t i = 0; i < count; i++) owned[i] = events[i];
+  pthread_mutex_lock(&p->lock);
+  p->stats.in_use--;
+  p->stats.pending++;
+  arena->state = ARENA_PENDING;
+  arena->pending_since = ++p->release_seq;
+  arena->events = owned;
+  arena->nevents = count;
+  reap_completed(p);
+  pthread_cond_broadcast(&p->changed);
+  pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,24 @@
+/* lib/ptrmap.h - pointer -> size map, so frees can be accounted exactly (internal).
+ * Not thread-safe: the device's accounting lock guards it. */
+#ifndef FERRY_LIB_PTRMAP_H
+#define FERRY_LIB_PTRMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ferry_ptrmap {
+  uintptr_t *keys;   /* 0 = empty slot, 1 = removed slot */
+  size_t *values;
+  size_t capacity;   /* power of two */
+  size_t used;       /* live + removed slots */
+  size_t live;
+} ferry_ptrmap;
+
+void ferry_ptrmap_init(ferry_ptrmap *map);
+void ferry_ptrmap_destroy(ferry_ptrmap *map);
+/* 0 on success, -1 when memory for growth is unavailable. */
+int ferry_ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size);
+/* Remove ptr; 1 and its size if it was there, else 0. */
+int ferry_ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size);
+
+#endif

@@ -1,0 +1,152 @@
+/* Accounting, asynchrony and ordering of the device backends. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends.h"
+
+static ferry_memory_stats stats_of(ferry_device *d) {
+  ferry_memory_stats s;
+  cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
+  return s;
+}
+
+static void accounting_is_exact(ferry_device *d) {
+  cr_assert_eq(stats_of(d).initializations, 0, "open must not initialise");
+  void *a, *b, *c;
+  cr_assert_eq(ferry_device_malloc(d, NULL, 1000, &a), FERRY_OK);
+  cr_assert_eq(ferry_device_malloc(d, NULL, 24, &b), FERRY_OK);
+  ferry_memory_stats s = stats_of(d);
+  cr_assert_eq(s.live_bytes, 1024);
+  cr_assert_eq(s.peak_bytes, 1024);
+  cr_assert_eq(s.allocations, 2);
+  cr_assert_eq(s.initializations, 1);
+  cr_assert_eq(ferry_device_free(d, NULL, a), FERRY_OK);
+  s = stats_of(d);
+  cr_assert_eq(s.live_bytes, 24);
+  cr_assert_eq(s.peak_bytes, 1024, "peak survives a free");
+  cr_assert_eq(ferry_device_reset_peak(d), FERRY_OK);
+  cr_assert_eq(stats_of(d).peak_bytes, 24);
+  cr_assert_eq(ferry_device_malloc(d, NULL, 7, &c), FERRY_OK);
+  cr_assert_eq(stats_of(d).peak_bytes, 31);
+  cr_assert_eq(ferry_device_free(d, NULL, b), FERRY_OK);
+  cr_assert_eq(ferry_device_free(d, NULL, c), FERRY_OK);
+  s = stats_of(d);
+  cr_assert_eq(s.live_bytes, 0);
+  cr_assert_eq(s.live_allocations, 0);
+  cr_assert_eq(s.allocations, 3);
+  cr_assert_eq(ferry_device_free(d, NULL, a), FERRY_EINVAL, "double free is refused");
+  void *zero = (void *)1;
+  cr_assert_eq(ferry_device_malloc(d, NULL, 0, &zero), FERRY_OK);
+  cr_assert_null(zero);
+  cr_assert_eq(stats_of(d).allocations, 3, "size 0 counts nothing");
+  ferry_device_close(d);
+}
+BACKEND_TESTS(device, accounting_is_exact, accounting_is_exact)
+
+static void pinned_memory_is_counted(ferry_device *d) {
+  void *p;
+  cr_assert_eq(ferry_device_host_alloc(d, 8192, &p), FERRY_OK);
+  cr_assert_eq((uintptr_t)p % 4096, 0, "pinned memory is page aligned");
+  memset(p, 0xab, 8192);
+  ferry_memory_stats s = stats_of(d);
+  cr_assert_eq(s.pinned_live_bytes, 8192);
+  cr_assert_eq(s.live_bytes, 0, "pinned host bytes are not device bytes");
+  ferry_device_host_free(d, p);
+  cr_assert_eq(stats_of(d).pinned_live_bytes, 0);
+  cr_assert_eq(stats_of(d).pinned_peak_bytes, 8192);
+  ferry_device_close(d);
+}
+BACKEND_TESTS(device, pinned_memory_is_counted, pinned_memory_is_counted)
+
+/* A host function that holds its stream until the test lets it go. */
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  int open;
+} gate;
+static void wait_at_gate(void *arg) {
+  gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+static void open_gate(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void copies_complete_at_their_event(ferry_device *d) {
+  ferry_stream *s;
+  cr_assert_eq(ferry_stream_open(d, &s), FERRY_OK);
+  enum { N = 1 << 16 };
+  static uint8_t src[N], back[N];
+  for (int i = 0; i < N; i++) src[i] = (uint8_t)(i * 7 + 3);
+  memset(back, 0, N);
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  void *dev;
+  cr_assert_eq(ferry_device_malloc(d, s, N, &dev), FERRY_OK);
+  cr_assert_eq(ferry_stream_call(s, wait_at_gate, &g), FERRY_OK);
+  cr_assert_eq(ferry_memcpy_async(s, dev, src, N, FERRY_COPY_H2D), FERRY_OK);
+  cr_assert_eq(ferry_memcpy_async(s, back, dev, N, FERRY_COPY_D2H), FERRY_OK);
+  ferry_event *e;
+  cr_assert_eq(ferry_event_record(s, &e), FERRY_OK);
+  usleep(20000);
+  cr_assert_eq(ferry_event_query(e), 0, "the event cannot complete while the stream is held");
+  cr_assert_eq(back[1], 0, "the copy ran before its turn");
+  open_gate(&g);
+  cr_assert_eq(ferry_event_synchronize(e), FERRY_OK);
+  cr_assert_eq(ferry_event_query(e), 1);
+  cr_assert_eq(memcmp(src, back, N), 0);
+  ferry_event_destroy(e);
+  cr_assert_eq(ferry_device_free(d, s, dev), FERRY_OK);
+  ferry_stream_close(s);
+  cr_assert_eq(stats_of(d).live_bytes, 0);
+  ferry_device_close(d);
+}
+BACKEND_TESTS(device, copies_complete_at_their_event, copies_complete_at_their_event)
+
+static atomic_int order_cursor;
+static int order_seen[64];
+static void record_order(void *arg) {
+  order_seen[atomic_fetch_add(&order_cursor, 1)] = (int)(intptr_t)arg;
+}
+
+static void host_functions_run_in_stream_order(ferry_device *d) {
+  ferry_stream *s;
+  cr_assert_eq(ferry_stream_open(d, &s), FERRY_OK);
+  atomic_store(&order_cursor, 0);
+  for (intptr_t i = 0; i < 64; i++) cr_assert_eq(ferry_stream_call(s, record_order, (void *)i), FERRY_OK);
+  cr_assert_eq(ferry_stream_synchronize(s), FERRY_OK);
+  cr_assert_eq(atomic_load(&order_cursor), 64);
+  for (int i = 0; i < 64; i++) cr_assert_eq(order_seen[i], i);
+  ferry_stream_close(s);
+  ferry_device_close(d);
+}
+BACKEND_TESTS(device, host_functions_run_in_stream_order, host_functions_run_in_stream_order)
+
+static void *race_init(void *arg) {
+  ferry_device_init(arg);
+  return NULL;
+}
+
+Test(device, lazy_initialisation_runs_once, .description = "8 threads racing on a fresh device") {
+  ferry_device *d = open_or_skip("host");
+  pthread_t t[8];
+  for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, race_init, d);
+  for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+  cr_assert_eq(stats_of(d).initializations, 1);
+  ferry_device_close(d);
+}
+
+Test(device, names) {
+  ferry_device *d = open_or_skip("host");
+  cr_assert_str_eq(ferry_device_name(d), "host");
+  cr_assert_eq(ferry_device_get_kind(d), FERRY_DEVICE_HOST);
+  ferry_device_close(d);
+  cr_assert_eq(ferry_device_open("host:1", &d), FERRY_EINVAL);
+  cr_assert_eq(ferry_device_open("cuda:-1", &d), FERRY_EINVAL);
+}

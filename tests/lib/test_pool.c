@@ -1,0 +1,139 @@
+/* The pinned pool: fixed arenas, reuse without growth, backpressure, deferred return. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "backends.h"
+
+static ferry_pool_stats stats(ferry_pool *p) {
+  ferry_pool_stats s;
+  cr_assert_eq(ferry_pool_stats_get(p, &s), FERRY_OK);
+  return s;
+}
+
+Test(pool, reuse_without_growth_across_1000_batches) {
+  ferry_device *d = open_or_skip("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 3, 1 << 20, &p), FERRY_OK);
+  ferry_memory_stats before;
+  ferry_device_memory_stats(d, &before);
+  ferry_arena *held[2];
+  for (int i = 0; i < 1000; i++) {
+    ferry_arena *a;
+    cr_assert_eq(ferry_pool_acquire(p, (size_t)(1 << 19) + (size_t)(i % 7) * 1000, &a), FERRY_OK);
+    if (i % 3 == 2) {
+      ferry_arena_release(held[0]);
+      ferry_arena_release(held[1]);
+      ferry_arena_release(a);
+    } else {
+      held[i % 3] = a;
+    }
+  }
+  ferry_pool_stats s = stats(p);
+  cr_assert_eq(s.growths, 0);
+  cr_assert_eq(s.acquisitions, 1000);
+  cr_assert_eq(s.reserved_bytes, 3u << 20);
+  cr_assert_eq(s.peak_reserved_bytes, 3u << 20, "the pool never held more than its arenas");
+  ferry_memory_stats after;
+  ferry_device_memory_stats(d, &after);
+  cr_assert_eq(after.pinned_live_bytes, before.pinned_live_bytes, "no pinned growth");
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+Test(pool, an_oversized_batch_grows_one_arena_and_is_counted) {
+  ferry_device *d = open_or_skip("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
+  ferry_arena *a;
+  cr_assert_eq(ferry_pool_acquire(p, 1 << 20, &a), FERRY_OK);
+  cr_assert_geq(ferry_arena_capacity(a), 1 << 20);
+  ferry_arena_release(a);
+  ferry_pool_stats s = stats(p);
+  cr_assert_eq(s.growths, 1);
+  cr_assert_eq(s.reserved_bytes, 4096 + ferry_arena_capacity(a));
+  cr_assert_eq(ferry_pool_acquire(p, 1 << 20, &a), FERRY_OK);
+  ferry_arena_release(a);
+  cr_assert_eq(stats(p).growths, 1, "the grown arena is reused, not grown again");
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+Test(pool, a_full_pool_pushes_back) {
+  ferry_device *d = open_or_skip("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
+  ferry_arena *a, *b, *c;
+  cr_assert_eq(ferry_pool_acquire(p, 100, &a), FERRY_OK);
+  cr_assert_eq(ferry_pool_acquire(p, 100, &b), FERRY_OK);
+  cr_assert_eq(ferry_pool_try_acquire(p, 100, &c), FERRY_EAGAIN);
+  cr_assert_eq(stats(p).in_use, 2);
+  ferry_arena_release(b);
+  cr_assert_eq(ferry_pool_try_acquire(p, 100, &c), FERRY_OK);
+  cr_assert_eq(c, b, "the released arena comes back");
+  ferry_arena_release(a);
+  ferry_arena_release(c);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+typedef struct {
+  ferry_pool *pool;
+  ferry_status status;
+} waiter;
+static void *acquire_and_report(void *arg) {
+  waiter *w = arg;
+  ferry_arena *a;
+  w->status = ferry_pool_acquire(w->pool, 10, &a);
+  if (w->status == FERRY_OK) ferry_arena_release(a);
+  return NULL;
+}
+
+Test(pool, cancel_wakes_a_blocked_acquire, .timeout = 10) {
+  ferry_device *d = open_or_skip("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 1, 4096, &p), FERRY_OK);
+  ferry_arena *a;
+  cr_assert_eq(ferry_pool_acquire(p, 10, &a), FERRY_OK);
+  waiter w = {p, FERRY_OK};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_and_report, &w);
+  usleep(20000);
+  ferry_pool_cancel(p);
+  pthread_join(t, NULL);
+  cr_assert_eq(w.status, FERRY_ECANCELED);
+  ferry_arena_release(a);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+static void hold_stream(void *arg) {
+  atomic_int *flag = arg;
+  while (!atomic_load(flag)) usleep(1000);
+}
+
+Test(pool, an_arena_returns_only_after_its_event, .timeout = 10) {
+  ferry_device *d = open_or_skip("host");
+  ferry_stream *s;
+  cr_assert_eq(ferry_stream_open(d, &s), FERRY_OK);
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 1, 4096, &p), FERRY_OK);
+  ferry_arena *a, *again;
+  cr_assert_eq(ferry_pool_acquire(p, 10, &a), FERRY_OK);
+  static atomic_int released;
+  atomic_store(&released, 0);
+  cr_assert_eq(ferry_stream_call(s, hold_stream, (void *)&released), FERRY_OK);
+  ferry_event *e;
+  cr_assert_eq(ferry_event_record(s, &e), FERRY_OK);
+  ferry_arena_release_after(a, &e, 1); /* returns at once even though the stream is held */
+  cr_assert_eq(stats(p).pending, 1);
+  cr_assert_eq(ferry_pool_try_acquire(p, 10, &again), FERRY_EAGAIN, "reused before its event");
+  atomic_store(&released, 1);
+  cr_assert_eq(ferry_pool_acquire(p, 10, &again), FERRY_OK, "a blocking acquire waits for the event");
+  cr_assert_eq(again, a);
+  cr_assert_eq(stats(p).pending, 0);
+  ferry_arena_release(again);
+  ferry_pool_close(p);
+  ferry_stream_close(s);
+  ferry_device_close(d);
+}
