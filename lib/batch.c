@@ -257,8 +257,14 @@ static void wait_held(ferry_batch *b) {
   b->nheld = 0;
 }
 
+void ferry_batch_set_release_hook(ferry_batch *b, ferry_batch_release_fn fn, void *user) {
+  b->release_hook = fn;
+  b->release_user = user;
+}
+
 void ferry_batch_release(ferry_batch *b) {
   if (!b) return;
+  if (b->release_hook) b->release_hook(b, b->release_user);
   switch (b->storage) {
     case STORAGE_ARENA:
       ferry_arena_release_after(b->arena, b->held, b->nheld);

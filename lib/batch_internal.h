@@ -30,6 +30,8 @@ struct ferry_batch {
   ferry_arena *arena;           /* STORAGE_ARENA */
   ferry_event **held;           /* events to wait for before the storage is reused */
   size_t nheld, held_capacity;
+  ferry_batch_release_fn release_hook;
+  void *release_user;
 };
 
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,

@@ -89,6 +89,12 @@ ferry_status ferry_batch_field(const ferry_batch *batch, size_t field, ferry_ten
  * stage calls this after queueing the copies that read the batch). Takes ownership. */
 ferry_status ferry_batch_hold_until(ferry_batch *batch, ferry_event *event);
 
+/* Call fn(batch, user) from ferry_batch_release, before the memory is handed back:
+ * how the owner of a batch (the loader) learns that the consumer is done with it.
+ * One hook per batch; a later call replaces it. */
+typedef void (*ferry_batch_release_fn)(ferry_batch *batch, void *user);
+void ferry_batch_set_release_hook(ferry_batch *batch, ferry_batch_release_fn fn, void *user);
+
 /* Hand the batch back: its arena returns to the pool once every held event has
  * completed. Never blocks. The batch must not be used afterwards. */
 void ferry_batch_release(ferry_batch *batch);

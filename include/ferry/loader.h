@@ -1,0 +1,154 @@
+/* ferry/loader.h - the loader: worker threads fill pinned packed batches.
+ *
+ *   ferry_loader_config cfg;
+ *   ferry_loader_config_default(&cfg);
+ *   cfg.annotations = "annotations/instances_val2017.json";
+ *   cfg.images = "val2017";
+ *   ferry_loader *loader;
+ *   if (ferry_loader_open(&cfg, &loader) != FERRY_OK) die(ferry_last_error());
+ *   for (;;) {
+ *     ferry_batch *batch;
+ *     ferry_status st = ferry_loader_next(loader, &batch);
+ *     if (st == FERRY_EEND) break;           // the epoch is over; the next call starts the next
+ *     if (st != FERRY_OK) die(ferry_last_error());
+ *     ... ferry_transfer(...) or read ferry_batch_sample(...) ...
+ *     ferry_batch_release(batch);            // the arena goes back to the pool
+ *   }
+ *   ferry_loader_close(loader);
+ *
+ * What a batch holds: the fields named by FERRY_LOADER_FIELD_* (see below), laid
+ * out before any pixel is decoded from the instance counts the index knows, then
+ * filled in place by the workers. Batch k of (seed, epoch, rank, world_size) is
+ * always the same samples in the same order, whatever the number of workers and
+ * their timing. Memory is bounded: `prefetch + max_outstanding` arenas, and a
+ * consumer that holds on to batches makes the workers wait.
+ */
+#ifndef FERRY_LOADER_H
+#define FERRY_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/batch.h"
+#include "ferry/image.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_loader ferry_loader;
+
+/* Target fields a batch can carry (FERRY_LOADER_FIELD_* bits of config.fields).
+ * The "images" and "sample_index" fields are always present. */
+enum {
+  FERRY_LOADER_FIELD_BOXES = 1 << 0,     /* "boxes"     f32 [N,4] in box_format */
+  FERRY_LOADER_FIELD_LABELS = 1 << 1,    /* "labels"    i64 [N] */
+  FERRY_LOADER_FIELD_MASKS = 1 << 2,     /* "masks"     bool [N,R,R] */
+  FERRY_LOADER_FIELD_AREA = 1 << 3,      /* "area"      f32 [N] as annotated */
+  FERRY_LOADER_FIELD_ISCROWD = 1 << 4,   /* "iscrowd"   i64 [N] */
+  FERRY_LOADER_FIELD_IMAGE_ID = 1 << 5,  /* "image_id"  i64 [1] */
+  FERRY_LOADER_FIELD_ORIG_SIZE = 1 << 6, /* "orig_size" i64 [2] = h, w of the file */
+  FERRY_LOADER_FIELD_SIZE = 1 << 7,      /* "size"      i64 [2] = R, R */
+  FERRY_LOADER_FIELD_KEYPOINTS = 1 << 8, /* "keypoints" f32 [N,K,3] */
+  FERRY_LOADER_FIELDS_DEFAULT = 0xff     /* all but keypoints */
+};
+
+typedef enum ferry_box_format {
+  FERRY_BOXES_XYXY = 0,        /* x0, y0, x1, y1 in pixels of the resized R x R image */
+  FERRY_BOXES_CXCYWH_NORM = 1  /* RF-DETR's training format: centre and size over image size */
+} ferry_box_format;
+
+typedef enum ferry_error_policy {
+  FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and sample */
+  FERRY_ON_ERROR_SKIP = 1  /* the sample is dropped, counted, and the next one takes its place */
+} ferry_error_policy;
+
+typedef struct ferry_loader_progress {
+  int64_t epoch;
+  uint64_t batches_delivered;  /* in this epoch */
+  uint64_t batches_per_epoch;  /* nominal, before any skip */
+  uint64_t samples_delivered;  /* in this epoch */
+  uint64_t samples_skipped;    /* in this epoch */
+} ferry_loader_progress;
+
+typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
+
+typedef struct ferry_loader_config {
+  const char *annotations;     /* COCO instances/keypoints JSON (required) */
+  const char *images;          /* folder that file_name is relative to (required) */
+  size_t batch_size;           /* 8 */
+  size_t workers;              /* 0: one per core */
+  size_t prefetch;             /* batches being filled ahead of the consumer: 2 */
+  size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
+  int shuffle;                 /* 1: a permutation per epoch from seed + epoch */
+  uint64_t seed;               /* 0 */
+  int drop_last;               /* 0: pad shards by wrapping, keep a short last batch;
+                                  1: drop the shard tail and a short last batch */
+  int rank, world_size;        /* -1: from RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*; else 0/1 */
+  int resolution;              /* R: images and masks are R x R (square resize): 312 */
+  unsigned fields;             /* FERRY_LOADER_FIELDS_DEFAULT */
+  ferry_box_format box_format; /* FERRY_BOXES_XYXY */
+  int keep_crowd;              /* 0: drop iscrowd annotations (RF-DETR's ConvertCoco) */
+  int remap_categories;        /* 0: labels are raw category ids; 1: 0..C-1 */
+  ferry_error_policy on_error; /* FERRY_ON_ERROR_FAIL */
+  ferry_image_layout layout;   /* FERRY_LAYOUT_F32_CHW (normalised) or U8_HWC */
+  int packed;                  /* 1: one arena per batch; 0: per-sample allocations (baseline) */
+  int allow_escaping_paths;    /* 0: file names with ".." or absolute paths are errors */
+  ferry_image_options image;   /* decoder options (DCT scaling, EXIF, pixel limit) */
+  ferry_device *device;        /* pins arenas for this device; NULL: plain host memory */
+  ferry_progress_fn progress;  /* called on the consumer's thread after each batch */
+  void *progress_user;
+} ferry_loader_config;
+
+/* Where an epoch stands, to save and restore: the batches after a restore are
+ * identical to those of an uninterrupted run. */
+typedef struct ferry_loader_state {
+  int64_t epoch;
+  uint64_t batches_delivered; /* in this epoch */
+  uint64_t cursor;            /* position in this rank's sample order where the next batch starts */
+  uint64_t seed;
+} ferry_loader_state;
+
+typedef struct ferry_loader_stats {
+  uint64_t samples_decoded;   /* since open, including re-planned ones */
+  uint64_t samples_skipped;   /* since open */
+  uint64_t batches_delivered; /* since open */
+  uint64_t replans;           /* batches laid out again after a skipped sample */
+  size_t workers;
+  size_t arenas;
+  int rank, world_size;
+  ferry_pool_stats pool;      /* the pinned pool (zeros when unpacked) */
+} ferry_loader_stats;
+
+/* Fill *config with the documented defaults. */
+void ferry_loader_config_default(ferry_loader_config *config);
+
+/* Parse the annotations, start the workers and begin epoch 0. */
+ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);
+
+/* The next batch of the current epoch, in order; blocks until it is filled.
+ * FERRY_EEND ends the epoch (the next call begins the next one). An error under
+ * FERRY_ON_ERROR_FAIL ends the epoch too. Call from one thread at a time. */
+ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
+
+/* Drop what is in flight and start `epoch` from its first batch (as
+ * DistributedSampler.set_epoch). */
+ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
+
+ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
+/* Continue from a saved state (the seed must match the loader's). */
+ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
+
+ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
+/* Nominal batches and samples per epoch on this rank (before any skip). */
+uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
+uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
+
+/* Stop and join every thread and free every arena, also mid-epoch. Batches the
+ * consumer still holds are released here: do not use them afterwards. */
+void ferry_loader_close(ferry_loader *loader);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

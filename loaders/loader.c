@@ -1,0 +1,334 @@
+/* loaders/loader.c - the public loader: configuration, open/close, next, state. */
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/alloc.h"
+#include "loaders/loader_internal.h"
+
+void ferry_loader_config_default(ferry_loader_config *c) {
+  memset(c, 0, sizeof *c);
+  c->batch_size = 8;
+  c->prefetch = 2;
+  c->max_outstanding = 2;
+  c->shuffle = 1;
+  c->rank = c->world_size = -1;
+  c->resolution = 312;
+  c->fields = FERRY_LOADER_FIELDS_DEFAULT;
+  c->box_format = FERRY_BOXES_XYXY;
+  c->on_error = FERRY_ON_ERROR_FAIL;
+  c->layout = FERRY_LAYOUT_F32_CHW;
+  c->packed = 1;
+  ferry_image_options_default(&c->image);
+}
+
+static ferry_status check_config(const ferry_loader_config *c) {
+  if (!c->annotations || !c->images)
+    return ferry_fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
+  if (c->batch_size == 0 || c->prefetch == 0 || c->max_outstanding == 0)
+    return ferry_fail(FERRY_EINVAL, "loader: batch_size, prefetch and max_outstanding must be at least 1");
+  if (c->resolution < 1 || c->resolution > 8192)
+    return ferry_fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
+  if (c->workers > 1024) return ferry_fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
+  if ((c->rank < 0) != (c->world_size < 0))
+    return ferry_fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
+  return FERRY_OK;
+}
+
+/* One field spec; returns its index. */
+static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry_field_kind kind,
+                     int ndim, int64_t d0, int64_t d1, int64_t d2) {
+  ferry_field_spec *f = &l->fields[l->nfields];
+  *f = (ferry_field_spec){name, dtype, kind, ndim, {d0, d1, d2}};
+  return (int)l->nfields++;
+}
+
+static void define_fields(ferry_loader *l) {
+  const ferry_loader_config *c = &l->config;
+  int64_t R = c->resolution;
+  unsigned want = c->fields;
+  field_slots *s = &l->fill.slots;
+  memset(s, -1, sizeof *s);
+  s->images = c->layout == FERRY_LAYOUT_U8_HWC
+                  ? add_field(l, "images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
+                  : add_field(l, "images", FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  s->sample_index = add_field(l, "sample_index", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, "boxes", FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
+  if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, "labels", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, "masks", FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
+  if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, "area", FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, "iscrowd", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, "image_id", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, "orig_size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
+  if (want & FERRY_LOADER_FIELD_SIZE) s->size = add_field(l, "size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
+  if ((want & FERRY_LOADER_FIELD_KEYPOINTS) && l->keypoints)
+    s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);
+}
+
+/* Instance counts of every image, up front: they lay every batch out. */
+static ferry_status count_instances(ferry_loader *l) {
+  size_t n = ferry_coco_num_images(l->coco);
+  l->instances = ferry_calloc(n, sizeof *l->instances);
+  if (!l->instances) return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu images", n);
+  for (size_t i = 0; i < n; i++) {
+    ferry_status st = ferry_coco_target_count(l->coco, i, &l->fill.target, &l->instances[i]);
+    if (st != FERRY_OK) return st;
+  }
+  return FERRY_OK;
+}
+
+static ferry_status open_data(ferry_loader *l) {
+  ferry_coco_options co;
+  ferry_coco_options_default(&co);
+  co.remap_categories = l->config.remap_categories;
+  ferry_status st = ferry_coco_open(l->annotations_path, &co, &l->coco);
+  if (st != FERRY_OK) return st;
+  l->keypoints = ferry_coco_num_keypoints(l->coco);
+  ferry_target_options_default(&l->fill.target);
+  l->fill.target.keep_crowd = l->config.keep_crowd;
+  l->fill.target.mask_height = l->fill.target.mask_width = l->config.resolution;
+  l->fill.coco = l->coco;
+  l->fill.images_dir = l->images_dir;
+  l->fill.resolution = l->config.resolution;
+  l->fill.box_format = l->config.box_format;
+  l->fill.layout = l->config.layout;
+  l->fill.image = l->config.image;
+  l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
+  define_fields(l);
+  return count_instances(l);
+}
+
+static ferry_status open_sampler(ferry_loader *l) {
+  int rank = l->config.rank, world = l->config.world_size;
+  if (rank < 0) {
+    ferry_status st = ferry_sampler_rank_from_env(&rank, &world);
+    if (st != FERRY_OK) return st;
+  }
+  l->stats.rank = rank;
+  l->stats.world_size = world;
+  return ferry_sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
+                            l->config.shuffle, l->config.drop_last, l->config.seed);
+}
+
+static ferry_status open_memory(ferry_loader *l) {
+  l->arenas = l->config.prefetch + l->config.max_outstanding;
+  l->stats.arenas = l->arenas;
+  l->device = l->config.device;
+  if (!l->device) {
+    ferry_status st = ferry_device_open("host", &l->device);
+    if (st != FERRY_OK) return st;
+    l->owns_device = 1;
+  }
+  if (!l->config.packed) return FERRY_OK;
+  return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
+}
+
+static ferry_status start_threads(ferry_loader *l) {
+  size_t workers = l->config.workers;
+  if (workers == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    workers = cores > 0 ? (size_t)cores : 1;
+  }
+  l->stats.workers = workers;
+  ferry_status st = ferry_loader_start_workers(l, workers);
+  if (st != FERRY_OK) return st;
+  if (pthread_create(&l->coordinator, NULL, ferry_loader_coordinate, l) != 0)
+    return ferry_fail(FERRY_EINVAL, "loader: could not start the coordinator thread");
+  l->coordinator_started = 1;
+  return FERRY_OK;
+}
+
+ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+  if (!config || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
+  *out = NULL;
+  ferry_status st = check_config(config);
+  if (st != FERRY_OK) return st;
+  ferry_loader *l = ferry_calloc(1, sizeof *l);
+  if (!l) return ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  l->config = *config;
+  pthread_mutex_init(&l->lock, NULL);
+  pthread_cond_init(&l->changed, NULL);
+  l->annotations_path = ferry_strdup(config->annotations);
+  l->images_dir = ferry_strdup(config->images);
+  l->state.seed = config->seed;
+  if (!l->annotations_path || !l->images_dir) st = ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = open_data(l);
+  if (st == FERRY_OK) st = open_sampler(l);
+  if (st == FERRY_OK) st = open_memory(l);
+  if (st == FERRY_OK) l->held = ferry_calloc(l->arenas, sizeof *l->held);
+  if (st == FERRY_OK && !l->held) st = ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = start_threads(l);
+  if (st != FERRY_OK) {
+    char message[FERRY_ERROR_MAX];
+    memcpy(message, ferry_last_error(), sizeof message);
+    ferry_loader_close(l);
+    return ferry_error_restore(st, message);
+  }
+  *out = l;
+  return FERRY_OK;
+}
+
+void ferry_loader_release_hook(ferry_batch *batch, void *arg) {
+  ferry_loader *l = arg;
+  pthread_mutex_lock(&l->lock);
+  for (size_t i = 0; i < l->nheld; i++)
+    if (l->held[i] == batch) {
+      l->held[i] = l->held[--l->nheld];
+      break;
+    }
+  l->outstanding--;
+  pthread_cond_broadcast(&l->changed);
+  pthread_mutex_unlock(&l->lock);
+}
+
+/* Wait for the next current-generation item; NULL with the status set if none can come. */
+static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
+  for (;;) {
+    if (l->stopping) {
+      *st = ferry_fail(FERRY_ECANCELED, "loader: closed");
+      return NULL;
+    }
+    if (l->coordinator_failed) {
+      *st = ferry_error_restore(l->fatal_status, l->fatal_message);
+      return NULL;
+    }
+    ready_item *item = l->ready_head;
+    if (item && item->generation == l->generation) {
+      l->ready_head = item->next;
+      if (!l->ready_head) l->ready_tail = NULL;
+      l->ready--;
+      pthread_cond_broadcast(&l->changed);
+      return item;
+    }
+    if (!item && l->nheld >= l->arenas) {
+      *st = ferry_fail(FERRY_ELIMIT, "loader: the consumer holds all %zu batches; release one "
+                       "(ferry_batch_release) before asking for the next", l->arenas);
+      return NULL;
+    }
+    pthread_cond_wait(&l->changed, &l->lock);
+  }
+}
+
+/* After an end or an error, the consumer's view moves to the next epoch. */
+static void next_epoch_view(ferry_loader *l, int64_t ended) {
+  l->state.epoch = ended + 1;
+  l->state.batches_delivered = 0;
+  l->state.cursor = 0;
+  l->samples_in_epoch = l->skipped_in_epoch = 0;
+}
+
+ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
+  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
+  *out = NULL;
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&l->lock);
+  ready_item *item = wait_item(l, &st);
+  ferry_loader_progress progress = {0};
+  if (item && item->kind == ITEM_BATCH) {
+    l->held[l->nheld++] = item->batch;
+    l->state.epoch = item->epoch;
+    l->state.batches_delivered++;
+    l->state.cursor = item->cursor_after;
+    l->samples_in_epoch += item->count;
+    l->skipped_in_epoch = item->skipped;
+    l->stats.batches_delivered++;
+    progress = (ferry_loader_progress){l->state.epoch, l->state.batches_delivered,
+                                       ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
+                                       l->skipped_in_epoch};
+    *out = item->batch;
+  } else if (item) {
+    next_epoch_view(l, item->epoch);
+    st = item->kind == ITEM_END ? FERRY_EEND : ferry_error_restore(item->status, item->message);
+  }
+  pthread_mutex_unlock(&l->lock);
+  if (item) {
+    ferry_free(item->message);
+    ferry_free(item);
+  }
+  if (st == FERRY_EEND) ferry_fail(FERRY_EEND, "end of epoch");
+  if (*out && l->config.progress) l->config.progress(&progress, l->config.progress_user);
+  return st;
+}
+
+/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. */
+static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
+  pthread_mutex_lock(&l->lock);
+  l->generation++;
+  l->restart_epoch = epoch;
+  l->restart_cursor = cursor;
+  l->state.epoch = epoch;
+  l->state.batches_delivered = delivered;
+  l->state.cursor = cursor;
+  l->samples_in_epoch = l->skipped_in_epoch = 0;
+  pthread_cond_broadcast(&l->changed);
+  pthread_mutex_unlock(&l->lock);
+}
+
+ferry_status ferry_loader_set_epoch(ferry_loader *l, int64_t epoch) {
+  if (!l || epoch < 0) return ferry_fail(FERRY_EINVAL, "ferry_loader_set_epoch: a loader and an epoch >= 0 are required");
+  restart(l, epoch, 0, 0);
+  return FERRY_OK;
+}
+
+ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
+  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_state_get: loader and out are required");
+  pthread_mutex_lock(&l->lock);
+  *out = l->state;
+  pthread_mutex_unlock(&l->lock);
+  return FERRY_OK;
+}
+
+ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s) {
+  if (!l || !s) return ferry_fail(FERRY_EINVAL, "ferry_loader_state_set: loader and state are required");
+  if (s->seed != l->config.seed)
+    return ferry_fail(FERRY_EINVAL, "loader state: seed %llu was saved, but this loader uses seed %llu",
+                      (unsigned long long)s->seed, (unsigned long long)l->config.seed);
+  if (s->epoch < 0 || s->cursor > l->sampler.per_rank)
+    return ferry_fail(FERRY_EINVAL, "loader state: epoch %lld / cursor %llu are out of range (%zu samples per epoch)",
+                      (long long)s->epoch, (unsigned long long)s->cursor, l->sampler.per_rank);
+  restart(l, s->epoch, s->cursor, s->batches_delivered);
+  return FERRY_OK;
+}
+
+ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
+  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
+  pthread_mutex_lock(&l->lock);
+  *out = l->stats;
+  pthread_mutex_unlock(&l->lock);
+  if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
+  return FERRY_OK;
+}
+
+uint64_t ferry_loader_samples_per_epoch(const ferry_loader *l) { return l->sampler.per_rank; }
+
+uint64_t ferry_loader_batches_per_epoch(const ferry_loader *l) {
+  uint64_t n = l->sampler.per_rank, b = l->config.batch_size;
+  return l->config.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void ferry_loader_close(ferry_loader *l) {
+  if (!l) return;
+  pthread_mutex_lock(&l->lock);
+  l->stopping = 1;
+  l->generation++;
+  pthread_cond_broadcast(&l->changed);
+  pthread_mutex_unlock(&l->lock);
+  if (l->pool) ferry_pool_cancel(l->pool);
+  if (l->coordinator_started) pthread_join(l->coordinator, NULL);
+  ferry_loader_stop_workers(l);
+  for (size_t i = 0; i < l->nheld; i++) {
+    ferry_batch_set_release_hook(l->held[i], NULL, NULL);
+    ferry_batch_release(l->held[i]);
+  }
+  ferry_free(l->held);
+  ferry_free(l->spare_item);
+  ferry_pool_close(l->pool);
+  if (l->owns_device) ferry_device_close(l->device);
+  ferry_sampler_destroy(&l->sampler);
+  ferry_free(l->instances);
+  ferry_coco_close(l->coco);
+  ferry_free(l->annotations_path);
+  ferry_free(l->images_dir);
+  pthread_cond_destroy(&l->changed);
+  pthread_mutex_destroy(&l->lock);
+  ferry_free(l);
+}

@@ -1,0 +1,141 @@
+/* loaders/loader_internal.h - the loader's moving parts (internal).
+ *
+ * Threads: one coordinator lays batches out ahead of the consumer (a PLAN per
+ * batch: its samples, its offset tables, its arena) and commits them in order;
+ * `workers` threads fill the samples of the plans in flight. Plans are optimistic:
+ * each starts where the previous one ends. When a sample fails under the skip
+ * policy, the failing plan and every plan after it are cancelled and laid out
+ * again without that sample, so batch k stays a pure function of the data and the
+ * config, whatever the timing.
+ */
+#ifndef FERRY_LOADERS_LOADER_INTERNAL_H
+#define FERRY_LOADERS_LOADER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "ferry/coco.h"
+#include "ferry/loader.h"
+#include "lib/status.h"
+#include "loaders/sampler.h"
+
+/* Where each requested field sits in a batch (-1 when absent). */
+typedef struct field_slots {
+  int images, sample_index, boxes, labels, masks, area, iscrowd, image_id, orig_size, size,
+      keypoints;
+} field_slots;
+
+/* What filling one sample needs, fixed at open. Read-only while workers run. */
+typedef struct fill_context {
+  const ferry_coco *coco;
+  const char *images_dir;
+  int resolution;
+  ferry_box_format box_format;
+  ferry_image_layout layout;
+  ferry_image_options image;
+  ferry_target_options target;
+  int allow_escaping_paths;
+  field_slots slots;
+} fill_context;
+
+typedef struct plan plan;
+
+typedef struct task {
+  plan *owner;
+  size_t slot;
+  struct task *next;
+} task;
+
+struct plan {
+  uint64_t start, end;     /* the cursor range of this rank's order it consumed */
+  size_t count;            /* samples in the batch */
+  size_t *dataset_index;   /* [count] */
+  uint64_t *position;      /* [count] cursor positions */
+  ferry_status *status;    /* [count], written by workers */
+  char (*message)[FERRY_ERROR_MAX];
+  task *tasks;             /* [count] */
+  struct ready_item *item; /* allocated up front, so committing cannot fail */
+  size_t pending;          /* tasks not yet finished */
+  int canceled;
+  int64_t epoch;
+  uint64_t generation;
+  ferry_batch *batch;
+  plan *next;
+};
+
+/* An entry of the queue between coordinator and consumer. */
+typedef enum { ITEM_BATCH, ITEM_END, ITEM_ERROR } item_kind;
+typedef struct ready_item {
+  item_kind kind;
+  uint64_t generation;
+  int64_t epoch;
+  uint64_t cursor_after;   /* where the next batch starts once this one is delivered */
+  size_t count;
+  ferry_batch *batch;
+  uint64_t skipped;        /* samples skipped in the epoch so far */
+  ferry_status status;
+  char *message;
+  struct ready_item *next;
+} ready_item;
+
+struct ferry_loader {
+  ferry_loader_config config;
+  char *annotations_path, *images_dir;
+  ferry_coco *coco;
+  ferry_device *device;        /* for pinned memory */
+  int owns_device;
+  ferry_pool *pool;            /* packed mode */
+  size_t arenas;
+  ferry_field_spec fields[FERRY_MAX_FIELDS];
+  size_t nfields;
+  fill_context fill;
+  ferry_sampler sampler;
+  size_t keypoints;
+  int64_t *instances;          /* per image: instances its target keeps (layout first) */
+
+  pthread_mutex_t lock;
+  pthread_cond_t changed;      /* any state below changed */
+  int stopping;
+  uint64_t generation;         /* bumped by set_epoch/state_set/close */
+  /* the coordinator's view */
+  pthread_t coordinator;
+  int coordinator_started;
+  int coordinator_failed;      /* out of memory for its own bookkeeping: see fatal_* */
+  ferry_status fatal_status;
+  char fatal_message[FERRY_ERROR_MAX];
+  struct ready_item *spare_item; /* so an end or error marker can always be queued */
+  plan *inflight_head, *inflight_tail;
+  size_t inflight;
+  int64_t restart_epoch;
+  uint64_t restart_cursor;
+  /* workers */
+  pthread_t *worker_threads;
+  size_t nworkers, workers_started;
+  task *queue_head, *queue_tail;
+  int workers_stop;
+  /* between coordinator and consumer */
+  ready_item *ready_head, *ready_tail;
+  size_t ready;
+  size_t outstanding;          /* batches created and not yet released */
+  ferry_batch **held;          /* [arenas]: batches the consumer holds, for close */
+  size_t nheld;
+  /* the consumer's view: what has been delivered */
+  ferry_loader_state state;
+  uint64_t samples_in_epoch, skipped_in_epoch;
+  ferry_loader_stats stats;
+};
+
+/* Fill sample `slot` of `batch` with dataset image `index` (fill.c). */
+ferry_status ferry_loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
+                                      ferry_batch *batch, size_t slot, size_t index);
+
+/* Worker threads (workers.c). */
+ferry_status ferry_loader_start_workers(ferry_loader *loader, size_t count);
+void ferry_loader_stop_workers(ferry_loader *loader);
+/* Queue every task of a plan; the caller holds loader->lock. */
+void ferry_loader_dispatch(ferry_loader *loader, plan *p);
+
+/* The coordinator (coordinator.c). */
+void *ferry_loader_coordinate(void *loader);
+void ferry_loader_release_hook(ferry_batch *batch, void *loader);
+
+#endif

@@ -1,0 +1,89 @@
+/* repro/bench_util.c - see bench_util.h. */
+#include "repro/bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+bench_range bench_summarise(double *v, size_t n) {
+  qsort(v, n, sizeof *v, by_value);
+  bench_range r = {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[0], v[n - 1]};
+  return r;
+}
+
+int bench_in_processes(int processes, bench_child_fn fn, void *arg, size_t nvalues, double *results) {
+  int failed = 0;
+  /* One at a time: the children measure speed, so they must not compete. */
+  for (int p = 0; p < processes; p++) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      close(fds[0]);
+      double *out = calloc(nvalues, sizeof *out);
+      int rc = out ? fn(arg, out) : 1;
+      if (rc == 0 && write(fds[1], out, nvalues * sizeof *out) != (ssize_t)(nvalues * sizeof *out)) rc = 1;
+      _exit(rc);
+    }
+    close(fds[1]);
+    size_t want = nvalues * sizeof(double), got = 0;
+    char *dst = (char *)(results + (size_t)p * nvalues);
+    for (ssize_t n; got < want && (n = read(fds[0], dst + got, want - got)) > 0;) got += (size_t)n;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != want || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  return failed ? -1 : 0;
+}
+
+int bench_dataset(const char *argv0, const char *dir, int images, const char **annotations,
+                  const char **images_dir) {
+  if (*annotations && *images_dir) return 0;
+  if (*annotations || *images_dir) {
+    fprintf(stderr, "give both --annotations and --images, or neither\n");
+    return -1;
+  }
+  static char ann[4096], img[4096];
+  snprintf(ann, sizeof ann, "%s/annotations/instances_val2017.json", dir);
+  snprintf(img, sizeof img, "%s/val2017", dir);
+  *annotations = ann;
+  *images_dir = img;
+  struct stat st;
+  if (stat(ann, &st) == 0) return 0;
+  char exe[4096];
+  snprintf(exe, sizeof exe, "%s", argv0);
+  char *slash = strrchr(exe, '/');
+  if (slash) slash[1] = '\0';
+  else exe[0] = '\0';
+  char cmd[12288];
+  snprintf(cmd, sizeof cmd, "'%ssynth_coco' --out '%s' --images %d --seed 0 >&2", exe, dir, images);
+  fprintf(stderr, "generating a %d-image synthetic set in %s\n", images, dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "synth_coco failed (%s)\n", cmd);
+    return -1;
+  }
+  return 0;
+}
+
+int bench_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,30 @@
+/* repro/bench_util.h - what the repro programs share: timing, medians, running a
+ * measurement in independent processes, and finding (or generating) a dataset. */
+#ifndef FERRY_REPRO_BENCH_UTIL_H
+#define FERRY_REPRO_BENCH_UTIL_H
+
+#include <stddef.h>
+
+double bench_now(void);
+
+typedef struct bench_range {
+  double median, min, max;
+} bench_range;
+/* Median, min and max of n values (n >= 1); sorts `values`. */
+bench_range bench_summarise(double *values, size_t n);
+
+/* Run fn(arg, out) in `processes` forked children, each filling `nvalues` doubles,
+ * and gather them as results[p * nvalues + v]. Returns 0 when every child exited 0. */
+typedef int (*bench_child_fn)(void *arg, double *out);
+int bench_in_processes(int processes, bench_child_fn fn, void *arg, size_t nvalues, double *results);
+
+/* The dataset a program should use: --annotations/--images when given, else a
+ * synthetic set of `images` images made by synth_coco (found beside argv0) in
+ * DIR (created once and reused). Returns 0, or -1 with a message on stderr. */
+int bench_dataset(const char *argv0, const char *dir, int images, const char **annotations,
+                  const char **images_dir);
+
+/* Number of online cores. */
+int bench_cores(void);
+
+#endif

@@ -1,0 +1,176 @@
+/* throughput: loader images/s per transfer path against the decode-only limit.
+ *
+ *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
+ *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
+ *              [--device host|cuda] [--json]
+ *
+ * Paths: `previous` (packed batch, whole-batch device copy then per-sample clones),
+ * `direct` (packed batch, per-sample allocations straight from the arena) and
+ * `unpacked` (per-sample host allocations, then the direct copies). Each is timed in
+ * `processes` independent processes (median and range). In the same run, the
+ * decode-only limit: the same JPEGs read and decoded to RGB by TurboJPEG on the same
+ * number of threads; the ratio loader / limit is what docs/benchmarks.md records.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/ferry.h"
+#include "ferry/loader.h"
+#include "ferry/transfer.h"
+#include "repro/bench_util.h"
+#include "repro/decode_limit.h"
+
+typedef struct options {
+  const char *annotations, *images, *device;
+  int workers, batch, warmup, batches, processes, resolution, json;
+} options;
+
+typedef struct path_run {
+  const options *opt;
+  const char *name;
+  int packed;
+  ferry_transfer_mode mode;
+} path_run;
+
+static int fail(const char *what) {
+  fprintf(stderr, "throughput: %s: %s\n", what, ferry_last_error());
+  return 1;
+}
+
+/* The next batch, starting a new epoch when one ends. */
+static ferry_status next_batch(ferry_loader *l, ferry_batch **b) {
+  ferry_status st = ferry_loader_next(l, b);
+  return st == FERRY_EEND ? ferry_loader_next(l, b) : st;
+}
+
+static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, ferry_transfer_mode mode,
+                         size_t *images) {
+  ferry_batch *b;
+  ferry_status st = next_batch(l, &b);
+  if (st != FERRY_OK) return st;
+  ferry_transfer_options t = {.mode = mode};
+  ferry_device_batch *db;
+  *images += ferry_batch_size(b);
+  st = ferry_transfer(dev, s, b, &t, &db);
+  ferry_batch_release(b);
+  if (st != FERRY_OK) return st;
+  st = ferry_device_batch_wait(db);
+  ferry_device_batch_free(db);
+  return st;
+}
+
+static int measure_path(void *arg, double *out) {
+  const path_run *run = arg;
+  const options *o = run->opt;
+  ferry_device *dev;
+  if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
+  ferry_loader_config c;
+  ferry_loader_config_default(&c);
+  c.annotations = o->annotations;
+  c.images = o->images;
+  c.batch_size = (size_t)o->batch;
+  c.workers = (size_t)o->workers;
+  c.resolution = o->resolution;
+  c.packed = run->packed;
+  c.device = dev;
+  ferry_loader *l;
+  ferry_stream *s;
+  if (ferry_loader_open(&c, &l) != FERRY_OK) return fail("loader");
+  if (ferry_stream_open(dev, &s) != FERRY_OK) return fail("stream");
+  size_t images = 0;
+  for (int k = 0; k < o->warmup; k++)
+    if (step(l, dev, s, run->mode, &images) != FERRY_OK) return fail(run->name);
+  images = 0;
+  double t0 = bench_now();
+  for (int k = 0; k < o->batches; k++)
+    if (step(l, dev, s, run->mode, &images) != FERRY_OK) return fail(run->name);
+  out[0] = (double)images / (bench_now() - t0);
+  ferry_stream_close(s);
+  ferry_loader_close(l);
+  ferry_device_close(dev);
+  return 0;
+}
+
+static int measure_decode_limit(void *arg, double *out) {
+  const options *o = arg;
+  char **paths;
+  int count;
+  int want = (o->warmup + o->batches) * o->batch;
+  if (decode_limit_list_jpegs(o->images, want, &paths, &count) != FERRY_OK) return fail("listing JPEGs");
+  decode_limit_config c = {(const char *const *)paths, count, o->workers, DECODE_ONLY, 0, {0}};
+  ferry_image_options_default(&c.options);
+  double seconds;
+  ferry_status st = decode_limit_run(&c, &seconds);
+  decode_limit_free_paths(paths, count);
+  if (st != FERRY_OK) return fail("decode-only limit");
+  out[0] = count / seconds;
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
+                  "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
+                  "                  [--device host|cuda] [--json]\n");
+  return 2;
+}
+
+static int parse(int argc, char **argv, options *o) {
+  *o = (options){NULL, NULL, "host", bench_cores(), 8, 20, 200, 3, 312, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--json")) { o->json = 1; continue; }
+    if (!strcmp(a, "--help")) return usage(), -1;
+    if (i + 1 >= argc) return usage(), -1;
+    const char *v = argv[++i];
+    if (!strcmp(a, "--annotations")) o->annotations = v;
+    else if (!strcmp(a, "--images")) o->images = v;
+    else if (!strcmp(a, "--device")) o->device = v;
+    else if (!strcmp(a, "--workers")) o->workers = atoi(v);
+    else if (!strcmp(a, "--batch")) o->batch = atoi(v);
+    else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
+    else if (!strcmp(a, "--batches")) o->batches = atoi(v);
+    else if (!strcmp(a, "--processes")) o->processes = atoi(v);
+    else if (!strcmp(a, "--resolution")) o->resolution = atoi(v);
+    else return usage(), -1;
+  }
+  if (o->workers < 1 || o->batch < 1 || o->batches < 1 || o->warmup < 0 || o->processes < 1 ||
+      o->processes > 15)
+    return usage(), -1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  if (parse(argc, argv, &o) != 0) return 2;
+  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.annotations, &o.images) != 0) return 1;
+  double limits[15];
+  if (bench_in_processes(o.processes, measure_decode_limit, &o, 1, limits) != 0) return 1;
+  bench_range limit = bench_summarise(limits, (size_t)o.processes);
+  const path_run runs[] = {{&o, "previous", 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
+                           {&o, "direct", 1, FERRY_TRANSFER_DIRECT},
+                           {&o, "unpacked", 0, FERRY_TRANSFER_DIRECT}};
+  if (!o.json)
+    printf("%-9s %7s %14s %21s %12s %8s\n", "path", "workers", "images/s med", "[min, max]",
+           "decode limit", "ratio");
+  int status = 0;
+  for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    double rates[15];
+    if (bench_in_processes(o.processes, measure_path, (void *)&runs[r], 1, rates) != 0) {
+      status = 1;
+      continue;
+    }
+    bench_range x = bench_summarise(rates, (size_t)o.processes);
+    if (o.json)
+      printf("{\"path\": \"%s\", \"workers\": %d, \"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
+             "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f}\n",
+             runs[r].name, o.workers, x.median, x.min, x.max, limit.median, x.median / limit.median);
+    else
+      printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f\n", runs[r].name, o.workers, x.median, x.min,
+             x.max, limit.median, x.median / limit.median);
+  }
+  if (!o.json)
+    printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d processes, %d threads\n",
+           limit.median, limit.min, limit.max, o.processes, o.workers);
+  return status;
+}

@@ -1,0 +1,81 @@
+/* tests/loaders/loader_fixture.h - shared helpers of the loader tests: real data
+ * from ../shared, digests of whole batches, and a tiny loader factory. */
+#ifndef FERRY_TESTS_LOADER_FIXTURE_H
+#define FERRY_TESTS_LOADER_FIXTURE_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/ferry.h"
+#include "ferry/loader.h"
+
+/* ../shared/realdata/<rel>, or skip the test when the data is not beside the repo. */
+static inline const char *shared_path(const char *rel) {
+  static char buf[8][4096];
+  static int next;
+  const char *root = getenv("FERRY_SHARED");
+  if (!root) cr_skip_test("FERRY_SHARED is not set");
+  char *out = buf[next++ % 8];
+  snprintf(out, 4096, "%s/realdata/%s", root, rel);
+  return out;
+}
+
+static inline void dali_config(ferry_loader_config *c) {
+  ferry_loader_config_default(c);
+  c->annotations = shared_path("dali_coco/coco/instances.json");
+  c->images = shared_path("dali_coco/coco/images");
+  c->batch_size = 4;
+  c->resolution = 32;
+  c->workers = 2;
+  c->seed = 11;
+}
+
+static inline ferry_loader *open_loader(const ferry_loader_config *c) {
+  ferry_loader *l = NULL;
+  cr_assert_eq(ferry_loader_open(c, &l), FERRY_OK, "%s", ferry_last_error());
+  return l;
+}
+
+static inline uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+  const uint8_t *p = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* A digest of every byte and every offset table of a batch. */
+static inline uint64_t batch_digest(const ferry_batch *b) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t f = 0; f < ferry_batch_num_fields(b); f++) {
+    h = fnv1a(h, ferry_batch_offsets(b, f), (ferry_batch_size(b) + 1) * sizeof(int64_t));
+    for (size_t i = 0; i < ferry_batch_size(b); i++) {
+      ferry_tensor v;
+      cr_assert_eq(ferry_batch_sample(b, f, i, &v), FERRY_OK);
+      h = fnv1a(h, v.data, v.nbytes);
+    }
+  }
+  return h;
+}
+
+static inline int64_t sample_index(const ferry_batch *b, size_t i) {
+  ferry_tensor v;
+  cr_assert_eq(ferry_batch_sample(b, (size_t)ferry_batch_find_field(b, "sample_index"), i, &v), FERRY_OK);
+  return *(int64_t *)v.data;
+}
+
+/* Digests of one epoch's batches (up to max); returns how many. */
+static inline size_t epoch_digests(ferry_loader *l, uint64_t *out, size_t max) {
+  size_t n = 0;
+  for (;;) {
+    ferry_batch *b;
+    ferry_status st = ferry_loader_next(l, &b);
+    if (st == FERRY_EEND) return n;
+    cr_assert_eq(st, FERRY_OK, "%s", ferry_last_error());
+    cr_assert_lt(n, max);
+    out[n++] = batch_digest(b);
+    ferry_batch_release(b);
+  }
+}
+
+#endif

@@ -1,0 +1,332 @@
+/* The loader: determinism, sharding, resume, packed vs unpacked, errors, bounds. */
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ferry/coco.h"
+#include "loader_fixture.h"
+#include "loaders/sampler.h"
+
+enum { MAXB = 64 };
+
+Test(loader, batches_do_not_depend_on_the_number_of_workers, .timeout = 120) {
+  uint64_t ref[MAXB], got[MAXB];
+  size_t nref = 0;
+  const size_t workers[] = {1, 2, 4};
+  for (size_t w = 0; w < 3; w++) {
+    ferry_loader_config c;
+    dali_config(&c);
+    c.workers = workers[w];
+    c.prefetch = 3;
+    ferry_loader *l = open_loader(&c);
+    size_t n = epoch_digests(l, got, MAXB);
+    ferry_loader_close(l);
+    if (w == 0) {
+      memcpy(ref, got, sizeof ref);
+      nref = n;
+      cr_assert_eq(n, 16, "61 images in batches of 4");
+      continue;
+    }
+    cr_assert_eq(n, nref);
+    for (size_t k = 0; k < n; k++) cr_assert_eq(got[k], ref[k], "batch %zu differs with %zu workers", k, workers[w]);
+  }
+}
+
+Test(loader, epochs_reshuffle_and_repeat_for_the_same_seed) {
+  ferry_loader_config c;
+  dali_config(&c);
+  uint64_t e0[MAXB], e1[MAXB], again[MAXB];
+  ferry_loader *l = open_loader(&c);
+  size_t n0 = epoch_digests(l, e0, MAXB);
+  size_t n1 = epoch_digests(l, e1, MAXB);
+  cr_assert_eq(n0, n1);
+  cr_assert_neq(e0[0], e1[0], "epoch 1 is a new permutation");
+  cr_assert_eq(ferry_loader_set_epoch(l, 0), FERRY_OK);
+  epoch_digests(l, again, MAXB);
+  for (size_t k = 0; k < n0; k++) cr_assert_eq(again[k], e0[k]);
+  ferry_loader_close(l);
+}
+
+/* Every image once per epoch across `world` ranks, with DistributedSampler padding. */
+static void check_shards(int world, int drop_last) {
+  int seen[61] = {0};
+  size_t total = 0, per_rank = 0;
+  for (int r = 0; r < world; r++) {
+    ferry_loader_config c;
+    dali_config(&c);
+    c.rank = r;
+    c.world_size = world;
+    c.drop_last = drop_last;
+    c.fields = 0; /* images and sample_index only */
+    ferry_loader *l = open_loader(&c);
+    per_rank = ferry_loader_samples_per_epoch(l);
+    ferry_batch *b;
+    ferry_status st;
+    while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
+      for (size_t i = 0; i < ferry_batch_size(b); i++) seen[sample_index(b, i)]++;
+      total += ferry_batch_size(b);
+      ferry_batch_release(b);
+    }
+    cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
+    ferry_loader_close(l);
+  }
+  size_t covered = 0;
+  for (int i = 0; i < 61; i++) covered += seen[i] > 0;
+  if (drop_last) {
+    cr_assert_eq(per_rank, 61 / world);
+    cr_assert_leq(total, 61);
+    for (int i = 0; i < 61; i++) cr_assert_leq(seen[i], 1, "image %d twice", i);
+  } else {
+    cr_assert_eq(per_rank, (61 + world - 1) / world);
+    cr_assert_eq(covered, 61, "every image is seen");
+    cr_assert_eq(total, per_rank * (size_t)world, "ranks are padded to equal length");
+    int twice = 0;
+    for (int i = 0; i < 61; i++) twice += seen[i] - 1;
+    cr_assert_eq(twice, (int)(per_rank * (size_t)world) - 61, "padding repeats only what is needed");
+  }
+}
+
+Test(loader, shards_cover_the_dataset_once, .timeout = 120) {
+  check_shards(1, 0);
+  check_shards(3, 0);
+  check_shards(3, 1);
+}
+
+Test(sampler, rank_from_the_launchers_environment) {
+  int r, w;
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(r, 1);
+  cr_assert_eq(w, 4);
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "3", 1);
+  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(r, 2, "torchrun's variables come first");
+  setenv("RANK", "5", 1);
+  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "RANK=5"), "%s", ferry_last_error());
+}
+
+Test(sampler, permutation_is_a_permutation_and_depends_on_seed_and_epoch) {
+  size_t a[100], b[100];
+  int seen[100] = {0};
+  ferry_sampler_permutation(a, 100, 3, 0);
+  for (int i = 0; i < 100; i++) seen[a[i]]++;
+  for (int i = 0; i < 100; i++) cr_assert_eq(seen[i], 1);
+  ferry_sampler_permutation(b, 100, 3, 1);
+  cr_assert_neq(memcmp(a, b, sizeof a), 0);
+  ferry_sampler_permutation(b, 100, 3, 0);
+  cr_assert_eq(memcmp(a, b, sizeof a), 0);
+}
+
+Test(loader, resume_continues_exactly, .timeout = 120) {
+  ferry_loader_config c;
+  dali_config(&c);
+  uint64_t full0[MAXB], full1[MAXB];
+  ferry_loader *l = open_loader(&c);
+  size_t n0 = epoch_digests(l, full0, MAXB);
+  size_t n1 = epoch_digests(l, full1, MAXB);
+  ferry_loader_close(l);
+
+  /* Interrupted: epoch 0, then 5 batches of epoch 1, save, close. */
+  l = open_loader(&c);
+  uint64_t scratch[MAXB];
+  epoch_digests(l, scratch, MAXB);
+  for (int k = 0; k < 5; k++) {
+    ferry_batch *b;
+    cr_assert_eq(ferry_loader_next(l, &b), FERRY_OK);
+    ferry_batch_release(b);
+  }
+  ferry_loader_state saved;
+  cr_assert_eq(ferry_loader_state_get(l, &saved), FERRY_OK);
+  cr_assert_eq(saved.epoch, 1);
+  cr_assert_eq(saved.batches_delivered, 5);
+  ferry_loader_close(l);
+
+  l = open_loader(&c);
+  cr_assert_eq(ferry_loader_state_set(l, &saved), FERRY_OK);
+  uint64_t rest[MAXB];
+  size_t n = epoch_digests(l, rest, MAXB);
+  cr_assert_eq(n + 5, n1);
+  for (size_t k = 0; k < n; k++) cr_assert_eq(rest[k], full1[5 + k], "batch %zu after resume", 5 + k);
+  size_t m = epoch_digests(l, rest, MAXB);
+  cr_assert_eq(m, n0);
+  ferry_loader_state bad = saved;
+  bad.seed++;
+  cr_assert_eq(ferry_loader_state_set(l, &bad), FERRY_EINVAL);
+  ferry_loader_close(l);
+}
+
+Test(loader, packed_and_unpacked_give_identical_targets, .timeout = 120) {
+  ferry_loader_config c;
+  dali_config(&c);
+  uint64_t packed[MAXB], unpacked[MAXB];
+  ferry_loader *l = open_loader(&c);
+  size_t n = epoch_digests(l, packed, MAXB);
+  ferry_loader_close(l);
+  c.packed = 0;
+  l = open_loader(&c);
+  cr_assert_eq(epoch_digests(l, unpacked, MAXB), n);
+  ferry_loader_close(l);
+  for (size_t k = 0; k < n; k++) cr_assert_eq(packed[k], unpacked[k], "batch %zu", k);
+}
+
+/* A copy of the dali set's image folder as links, with one image replaced by a
+ * truncated JPEG. Returns the folder; *victim gets the replaced file's name. */
+static const char *folder_with_corrupt_image(const char *victim) {
+  static char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/ferry-corrupt-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && cp '%s' '%s/%s'",
+           shared_path("dali_coco/coco/images"), dir, dir, victim,
+           shared_path("photos/skimage/truncated.jpg"), dir, victim);
+  cr_assert_eq(system(cmd), 0);
+  return dir;
+}
+
+static const char *first_image_name(void) {
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open(shared_path("dali_coco/coco/instances.json"), NULL, &coco), FERRY_OK);
+  ferry_coco_image img;
+  ferry_coco_image_at(coco, 7, &img);
+  static char name[256];
+  snprintf(name, sizeof name, "%s", img.file_name);
+  ferry_coco_close(coco);
+  return name;
+}
+
+Test(loader, fail_policy_names_the_file_and_sample, .timeout = 120) {
+  const char *victim = first_image_name();
+  ferry_loader_config c;
+  dali_config(&c);
+  c.images = folder_with_corrupt_image(victim);
+  ferry_loader *l = open_loader(&c);
+  ferry_batch *b;
+  ferry_status st;
+  while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
+  cr_assert_neq(st, FERRY_EEND, "the corrupt image went unnoticed");
+  cr_assert(strstr(ferry_last_error(), victim), "the message names the file: %s", ferry_last_error());
+  cr_assert(strstr(ferry_last_error(), "sample 7"), "the message names the sample: %s", ferry_last_error());
+  /* The epoch is over; the next one starts and fails the same way, without hanging. */
+  while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
+  cr_assert_neq(st, FERRY_EEND);
+  ferry_loader_close(l);
+}
+
+Test(loader, skip_policy_drops_and_refills, .timeout = 120) {
+  const char *victim = first_image_name();
+  ferry_loader_config c;
+  dali_config(&c);
+  c.images = folder_with_corrupt_image(victim);
+  c.on_error = FERRY_ON_ERROR_SKIP;
+  c.fields = 0;
+  for (size_t workers = 1; workers <= 2; workers++) {
+    c.workers = workers;
+    ferry_loader *l = open_loader(&c);
+    int seen[61] = {0};
+    size_t total = 0, batches = 0, full = 0;
+    ferry_batch *b;
+    ferry_status st;
+    while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
+      for (size_t i = 0; i < ferry_batch_size(b); i++) seen[sample_index(b, i)]++;
+      total += ferry_batch_size(b);
+      full += ferry_batch_size(b) == 4;
+      batches++;
+      ferry_batch_release(b);
+    }
+    cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
+    cr_assert_eq(total, 60);
+    cr_assert_eq(full, 15, "batches are refilled from the next index");
+    cr_assert_eq(seen[7], 0);
+    for (int i = 0; i < 61; i++) if (i != 7) cr_assert_eq(seen[i], 1, "image %d", i);
+    ferry_loader_stats s;
+    ferry_loader_stats_get(l, &s);
+    cr_assert_eq(s.samples_skipped, 1);
+    ferry_loader_close(l);
+  }
+}
+
+Test(loader, a_slow_consumer_keeps_memory_bounded, .timeout = 120) {
+  ferry_loader_config c;
+  dali_config(&c);
+  c.prefetch = 2;
+  c.max_outstanding = 1;
+  c.workers = 4;
+  ferry_loader *l = open_loader(&c);
+  ferry_batch *b;
+  for (int k = 0; k < 10; k++) {
+    cr_assert_eq(ferry_loader_next(l, &b), FERRY_OK, "%s", ferry_last_error());
+    usleep(30000); /* a slow training step */
+    ferry_batch_release(b);
+    ferry_loader_stats s;
+    ferry_loader_stats_get(l, &s);
+    cr_assert_leq(s.pool.in_use + s.pool.pending, s.arenas);
+    cr_assert_leq(s.pool.peak_in_use_bytes, s.pool.peak_reserved_bytes);
+  }
+  ferry_loader_stats s;
+  ferry_loader_stats_get(l, &s);
+  cr_assert_eq(s.arenas, 3);
+  cr_assert_eq(s.pool.arenas, 3, "the pool is fixed: prefetch + max_outstanding");
+  /* Holding every arena and asking for more is refused rather than deadlocking. */
+  ferry_batch *held[3];
+  size_t nheld = 0;
+  ferry_status st = FERRY_OK;
+  while (nheld < 3 && (st = ferry_loader_next(l, &held[nheld])) == FERRY_OK) nheld++;
+  cr_assert_eq(nheld, 3);
+  cr_assert_eq(ferry_loader_next(l, &b), FERRY_ELIMIT, "%s", ferry_last_error());
+  for (size_t i = 0; i < nheld; i++) ferry_batch_release(held[i]);
+  ferry_loader_close(l);
+}
+
+Test(loader, close_mid_epoch_with_batches_outstanding, .timeout = 60) {
+  ferry_loader_config c;
+  dali_config(&c);
+  c.workers = 3;
+  for (int round = 0; round < 3; round++) {
+    ferry_loader *l = open_loader(&c);
+    ferry_batch *b;
+    for (int k = 0; k < round; k++) cr_assert_eq(ferry_loader_next(l, &b), FERRY_OK);
+    ferry_loader_close(l); /* holds `round` batches; close releases them */
+  }
+}
+
+Test(loader, bad_configs_and_files_are_explained) {
+  ferry_loader_config c;
+  dali_config(&c);
+  ferry_loader *l;
+  c.batch_size = 0;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  dali_config(&c);
+  c.annotations = "/nonexistent/instances.json";
+  cr_assert_neq(ferry_loader_open(&c, &l), FERRY_OK);
+  cr_assert(strstr(ferry_last_error(), "/nonexistent/instances.json"), "%s", ferry_last_error());
+  dali_config(&c);
+  c.images = "/nonexistent-images";
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_OK, "images are read lazily");
+  ferry_batch *b;
+  cr_assert_neq(ferry_loader_next(l, &b), FERRY_OK);
+  cr_assert(strstr(ferry_last_error(), "/nonexistent-images/"), "%s", ferry_last_error());
+  ferry_loader_close(l);
+}
+
+static void count_progress(const ferry_loader_progress *p, void *user) {
+  int *calls = user;
+  (*calls)++;
+  cr_assert_eq(p->batches_delivered, (uint64_t)*calls);
+  cr_assert_eq(p->batches_per_epoch, 16);
+}
+
+Test(loader, progress_is_reported_per_batch) {
+  ferry_loader_config c;
+  dali_config(&c);
+  int calls = 0;
+  c.progress = count_progress;
+  c.progress_user = &calls;
+  ferry_loader *l = open_loader(&c);
+  uint64_t d[MAXB];
+  epoch_digests(l, d, MAXB);
+  cr_assert_eq(calls, 16);
+  ferry_loader_close(l);
+}
