@@ -86,6 +86,7 @@ static ferry_loader *open_path(const options *o, ferry_device *dev, int packed) 
   c.resolution = o->resolution;
   c.packed = packed;
   c.device = dev;
+  if (packed) c.progress = ferry_loader_progress_bar;
   ferry_loader *l = NULL;
   if (ferry_loader_open(&c, &l) != FERRY_OK) return NULL;
   return l;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
@@ -18,16 +17,6 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* A one-line progress bar, only when a person is watching stderr. */
-static void progress_bar(const ferry_loader_progress *p, void *user) {
-  (void)user;
-  int width = 30, done = (int)(width * p->batches_delivered / (p->batches_per_epoch ? p->batches_per_epoch : 1));
-  fprintf(stderr, "\r  epoch %lld [%.*s%*s] %llu/%llu", (long long)p->epoch, done,
-          "##############################", width - done, "",
-          (unsigned long long)p->batches_delivered, (unsigned long long)p->batches_per_epoch);
-  if (p->batches_delivered == p->batches_per_epoch) fputc('\n', stderr);
 }
 
 static void describe(const ferry_batch *b) {
@@ -74,7 +63,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   c.device = device;
-  if (isatty(STDERR_FILENO)) c.progress = progress_bar;
+  c.progress = ferry_loader_progress_bar;
   ferry_loader *loader;
   if (ferry_loader_open(&c, &loader) != FERRY_OK) {
     fprintf(stderr, "demo: %s\n", ferry_last_error());

@@ -73,6 +73,10 @@ typedef struct ferry_loader_progress {
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
 
+/* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
+ * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
+void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
+
 typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
   const char *images;          /* folder that file_name is relative to (required) */
@@ -135,10 +139,15 @@ ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
  * DistributedSampler.set_epoch). */
 ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
 
+/* Where the loader stands: as of the last batch ferry_loader_next returned. Save it
+ * with the model's weights after training on that batch; ferry_loader_state_set on a
+ * new loader then continues with the batch after it (docs/examples/train_loop.c). */
 ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
 /* Continue from a saved state (the seed must match the loader's). */
 ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
 
+/* Counters since open (samples decoded and skipped, batches, re-plans), the worker and
+ * arena counts, and the pinned pool's statistics. */
 ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
 /* Nominal batches and samples per epoch on this rank (before any skip). */
 uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);

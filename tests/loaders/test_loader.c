@@ -330,3 +330,110 @@ Test(loader, progress_is_reported_per_batch) {
   cr_assert_eq(calls, 16);
   ferry_loader_close(l);
 }
+
+/* The first batch of a loader with this config, transferred nowhere: just read. */
+static ferry_batch *first_batch(ferry_loader_config *c, ferry_loader **l) {
+  *l = open_loader(c);
+  ferry_batch *b;
+  cr_assert_eq(ferry_loader_next(*l, &b), FERRY_OK, "%s", ferry_last_error());
+  return b;
+}
+
+static const void *field_of(const ferry_batch *b, const char *name, size_t i, ferry_tensor *v) {
+  int f = ferry_batch_find_field(b, name);
+  cr_assert_geq(f, 0, "no field %s", name);
+  cr_assert_eq(ferry_batch_sample(b, (size_t)f, i, v), FERRY_OK);
+  return v->data;
+}
+
+Test(loader, box_formats_describe_the_same_boxes) {
+  ferry_loader_config c;
+  dali_config(&c);
+  ferry_loader *la, *lb;
+  ferry_batch *xyxy = first_batch(&c, &la);
+  c.box_format = FERRY_BOXES_CXCYWH_NORM;
+  ferry_batch *cxcy = first_batch(&c, &lb);
+  size_t checked = 0;
+  for (size_t i = 0; i < ferry_batch_size(xyxy); i++) {
+    ferry_tensor va, vb;
+    const float *a = field_of(xyxy, "boxes", i, &va), *b = field_of(cxcy, "boxes", i, &vb);
+    cr_assert_eq(va.shape[0], vb.shape[0]);
+    for (int64_t k = 0; k < va.shape[0]; k++, checked++) {
+      const float *p = a + 4 * k, *q = b + 4 * k;
+      float R = (float)c.resolution;
+      cr_assert_float_eq(q[0], (p[0] + p[2]) / 2 / R, 1e-5);
+      cr_assert_float_eq(q[1], (p[1] + p[3]) / 2 / R, 1e-5);
+      cr_assert_float_eq(q[2], (p[2] - p[0]) / R, 1e-5);
+      cr_assert_float_eq(q[3], (p[3] - p[1]) / R, 1e-5);
+      cr_assert(p[0] >= 0 && p[2] <= R && p[0] <= p[2], "xyxy box inside the resized image");
+    }
+  }
+  cr_assert_gt(checked, 0);
+  ferry_batch_release(xyxy);
+  ferry_batch_release(cxcy);
+  ferry_loader_close(la);
+  ferry_loader_close(lb);
+}
+
+Test(loader, u8_layout_is_the_f32_layout_before_normalising) {
+  ferry_loader_config c;
+  dali_config(&c);
+  ferry_loader *la, *lb;
+  ferry_batch *f32 = first_batch(&c, &la);
+  c.layout = FERRY_LAYOUT_U8_HWC;
+  ferry_batch *u8 = first_batch(&c, &lb);
+  const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
+  int R = c.resolution;
+  for (size_t i = 0; i < ferry_batch_size(f32); i++) {
+    ferry_tensor va, vb;
+    const float *a = field_of(f32, "images", i, &va);
+    const uint8_t *b = field_of(u8, "images", i, &vb);
+    cr_assert_eq(vb.dtype, FERRY_U8);
+    cr_assert_eq(vb.shape[2], 3, "u8 images are HWC");
+    for (int ch = 0; ch < 3; ch++)
+      for (int p = 0; p < R * R; p++) {
+        float want = (b[3 * p + ch] / 255.0f - mean[ch]) / std[ch];
+        cr_assert_float_eq(a[ch * R * R + p], want, 1e-4, "sample %zu channel %d pixel %d", i, ch, p);
+      }
+  }
+  ferry_batch_release(f32);
+  ferry_batch_release(u8);
+  ferry_loader_close(la);
+  ferry_loader_close(lb);
+}
+
+Test(loader, masks_and_labels_follow_the_annotations) {
+  ferry_loader_config c;
+  dali_config(&c);
+  c.shuffle = 0;
+  ferry_loader *l;
+  ferry_batch *b = first_batch(&c, &l);
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open(c.annotations, NULL, &coco), FERRY_OK);
+  for (size_t i = 0; i < ferry_batch_size(b); i++) {
+    ferry_tensor masks, labels, id;
+    const uint8_t *m = field_of(b, "masks", i, &masks);
+    field_of(b, "labels", i, &labels);
+    const int64_t *image_id = field_of(b, "image_id", i, &id);
+    ferry_coco_image img;
+    cr_assert_eq(ferry_coco_image_at(coco, (size_t)sample_index(b, i), &img), FERRY_OK);
+    cr_assert_eq(*image_id, img.id);
+    ferry_target_options t;
+    ferry_target_options_default(&t);
+    t.mask_height = t.mask_width = c.resolution;
+    int64_t n;
+    cr_assert_eq(ferry_coco_target_count(coco, (size_t)sample_index(b, i), &t, &n), FERRY_OK);
+    cr_assert_eq(masks.shape[0], n);
+    uint8_t *want = calloc((size_t)(n * c.resolution * c.resolution) + 1, 1);
+    int64_t *want_labels = calloc((size_t)n + 1, sizeof *want_labels);
+    ferry_coco_target out = {.masks = want, .labels = want_labels};
+    cr_assert_eq(ferry_coco_target_write(coco, (size_t)sample_index(b, i), &t, &out), FERRY_OK);
+    cr_assert_eq(memcmp(m, want, masks.nbytes), 0, "sample %zu masks", i);
+    cr_assert_eq(memcmp(labels.data, want_labels, labels.nbytes), 0, "sample %zu labels", i);
+    free(want);
+    free(want_labels);
+  }
+  ferry_coco_close(coco);
+  ferry_batch_release(b);
+  ferry_loader_close(l);
+}
