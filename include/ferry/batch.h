@@ -65,8 +65,12 @@ ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, 
                                          const ferry_field_spec *fields, const int64_t *rows,
                                          ferry_batch **out);
 
+/* Number of samples B; every offset table has B + 1 entries. */
 size_t ferry_batch_size(const ferry_batch *batch);
+/* Number of fields; field indices run from 0 to this minus one. */
 size_t ferry_batch_num_fields(const ferry_batch *batch);
+/* 1 for a packed batch (one arena), 0 for an unpacked one (an allocation per sample
+ * and field). */
 int ferry_batch_is_packed(const ferry_batch *batch);
 /* The device the batch's bytes live on (host batches: the pool's device). */
 ferry_device *ferry_batch_device(const ferry_batch *batch);
@@ -96,7 +100,9 @@ typedef void (*ferry_batch_release_fn)(ferry_batch *batch, void *user);
 void ferry_batch_set_release_hook(ferry_batch *batch, ferry_batch_release_fn fn, void *user);
 
 /* Hand the batch back: its arena returns to the pool once every held event has
- * completed. Never blocks. The batch must not be used afterwards. */
+ * completed, without blocking. Only a batch held in device memory (made by
+ * ferry_packed_to) or an unpacked one waits here for its held events before its
+ * memory is freed. The batch must not be used afterwards. */
 void ferry_batch_release(ferry_batch *batch);
 
 #ifdef __cplusplus

@@ -7,5 +7,9 @@
 #include "ferry/device.h"
 #include "ferry/pool.h"
 #include "ferry/batch.h"
+#include "ferry/transfer.h"
+#include "ferry/module.h"
+/* ferry/dlpack.h is left out on purpose: it needs <dlpack/dlpack.h> (libdlpack-dev),
+ * which only programs that hand tensors to DLPack consumers should have to find. */
 
 #endif

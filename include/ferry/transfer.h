@@ -1,0 +1,175 @@
+/* ferry/transfer.h - a packed batch onto the device, one allocation per sample.
+ *
+ * ferry_transfer turns a packed (or unpacked) host batch into a DEVICE BATCH:
+ *   - the image field becomes ONE device tensor [B, inner...] (or, normalised,
+ *     [B,3,H,W] f32/bf16), because a training step consumes it whole;
+ *   - every other field becomes, for every sample, its own device allocation made on
+ *     the given stream and filled by one asynchronous copy from that sample's slice.
+ * No device buffer ever holds a whole packed field, so the device's extra peak
+ * (peak minus what the returned tensors keep) is exactly 0 bytes. One event is
+ * recorded after the copies and handed to ferry_batch_hold_until, so releasing the
+ * packed batch right after ferry_transfer is safe and never blocks: its arena goes
+ * back to the pool only when the copies have read it.
+ *
+ * Every output tensor is independently owned: free it, replace it, write into it, or
+ * take it out of the device batch, and nothing else notices (not the other tensors,
+ * not the arena, not a later transfer of a batch that reuses the arena).
+ *
+ * The previous path (FERRY_TRANSFER_PACKED_THEN_CLONE) is kept as a measured
+ * baseline: the whole packed batch is copied to the device once (ferry_packed_to),
+ * each sample's slice is cloned device-to-device into its own allocation, and the
+ * packed copy is freed; its extra peak is the packed batch's size. See docs/transfer.md.
+ *
+ * Contents are ready when ferry_device_batch_event completes (ferry_device_batch_wait
+ * waits for it). Work queued later on the same stream may use them at once.
+ */
+#ifndef FERRY_TRANSFER_H
+#define FERRY_TRANSFER_H
+
+#include <stddef.h>
+
+#include "ferry/batch.h"
+#include "ferry/device.h"
+#include "ferry/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_device_batch ferry_device_batch;
+
+typedef enum ferry_transfer_mode {
+  FERRY_TRANSFER_DIRECT = 0,           /* per-sample allocations straight from the arena */
+  FERRY_TRANSFER_PACKED_THEN_CLONE = 1 /* the previous path: whole batch, then clones */
+} ferry_transfer_mode;
+
+/* Device-side normalisation of a u8 [H,W,3] image field: out = (x/255 - mean) / std,
+ * written channel-first. Copying u8 and widening on the device moves 4x fewer bytes
+ * over the bus than copying f32. The CUDA backend runs a kernel; the host backend
+ * computes the same values (bit for bit) on the CPU, in stream order. */
+typedef enum ferry_normalize {
+  FERRY_NORMALIZE_NONE = 0, /* images copied as they are */
+  FERRY_NORMALIZE_F32 = 1,  /* [B,3,H,W] f32 */
+  FERRY_NORMALIZE_BF16 = 2  /* [B,3,H,W] bf16, rounded to nearest even */
+} ferry_normalize;
+
+/* A transfer hook: a training loop's post-processing of a landed batch (convert boxes,
+ * drop a field, replace a tensor). It may mutate the device batch's tensors, replace
+ * them (ferry_device_batch_replace) or take them out. A negative return is remembered
+ * and reported by ferry_device_batch_wait (the first failure wins; later hooks of the
+ * same transfer still run). */
+typedef ferry_status (*ferry_transfer_hook_fn)(ferry_device_batch *batch, void *user);
+
+typedef enum ferry_hook_stage {
+  /* Runs as a host function on the transfer's stream (ferry_stream_call), after every
+   * copy of the batch has landed and before any later work on that stream. On the host
+   * backend it can read and write the tensors' bytes directly. Under CUDA it runs in
+   * the driver's callback thread and must make no CUDA or ferry stream calls, so it
+   * can only rearrange tensors already allocated. Until the batch's event completes
+   * the caller must not touch the device batch's records. */
+  FERRY_HOOK_ON_STREAM = 0,
+  /* Runs inside ferry_transfer on the caller's thread, right after the copies are
+   * queued: it queues its own device work (kernels, copies, ferry_stream_call) on
+   * ferry_device_batch_stream(batch), which the stream orders after the copies. The
+   * usual choice under CUDA. */
+  FERRY_HOOK_ENQUEUE = 1
+} ferry_hook_stage;
+
+typedef struct ferry_transfer_hook {
+  ferry_transfer_hook_fn fn;
+  void *user;
+  ferry_hook_stage stage;
+} ferry_transfer_hook;
+
+#define FERRY_TRANSFER_MAX_HOOKS 8
+
+/* A zeroed struct (or a NULL pointer) means: direct path, image field "images", no
+ * normalisation, no hooks. */
+typedef struct ferry_transfer_options {
+  ferry_transfer_mode mode;
+  /* The field that becomes the batch tensor. NULL: "images". "": none; every field is
+   * then a per-sample record. A batch without the named field is fine. The field must
+   * be FERRY_FIELD_PER_SAMPLE. */
+  const char *image_field;
+  ferry_normalize normalize;
+  /* Per-channel mean and std for normalisation, in [0, 1] units. All-zero std means
+   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225). */
+  float mean[3];
+  float std[3];
+  /* Run in array order, ON_STREAM ones after ENQUEUE ones' queued work. Copied. */
+  const ferry_transfer_hook *hooks;
+  size_t nhooks; /* at most FERRY_TRANSFER_MAX_HOOKS */
+} ferry_transfer_options;
+
+/* Copy `batch` to `device` on `stream` (NULL: the device's default stream; otherwise a
+ * stream of `device`). The batch stays the caller's and may be released at once.
+ * Both packed and unpacked batches work on the direct path; the previous path needs a
+ * packed one (FERRY_EUNSUPPORTED otherwise). Normalisation needs a u8 PER_SAMPLE image
+ * field of inner shape [H,W,3] whose bytes the target can read (host memory, or the
+ * target device itself). A batch held in GPU memory goes to the host device through
+ * ferry_packed_to (FERRY_EUNSUPPORTED here). On failure nothing is left allocated and
+ * *out is NULL. */
+ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
+                            const ferry_transfer_options *options, ferry_device_batch **out);
+
+/* Move a PACKED batch to `device`, keeping it packed (one device allocation holding
+ * the whole layout, same fields and offsets). Consumes `batch`: on success the caller
+ * owns only *out. A batch already in `device`'s memory comes back as itself
+ * (*out == batch); a batch in an arena (host memory, even one bound for `device`) or
+ * on another device gives a new batch, and `batch` is released once the copy has read
+ * it. The copy is queued on `stream`, a stream of `device` -- or, when moving from a
+ * GPU to the host, of the GPU, since only it can read its memory (NULL: that device's
+ * default stream). On failure the caller still owns `batch`. FERRY_EUNSUPPORTED for
+ * an unpacked batch. */
+ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
+                             ferry_batch **out);
+
+/* ---- the device batch --------------------------------------------------------- */
+
+/* Number of samples B (the image tensor's first dimension). */
+size_t ferry_device_batch_size(const ferry_device_batch *batch);
+/* The device every tensor of the batch lives on. */
+ferry_device *ferry_device_batch_device(const ferry_device_batch *batch);
+/* The stream the transfer ran on; tensors' frees are ordered on it. */
+ferry_stream *ferry_device_batch_stream(const ferry_device_batch *batch);
+
+/* Per-sample fields: every field of the source batch except the image field, in the
+ * source's order. */
+size_t ferry_device_batch_num_fields(const ferry_device_batch *batch);
+/* Name of per-sample field k (NULL when k is out of range). */
+const char *ferry_device_batch_field_name(const ferry_device_batch *batch, size_t k);
+
+/* The batch tensor, or NULL when there was no image field or it was taken out. */
+ferry_tensor *ferry_device_batch_images(ferry_device_batch *batch);
+/* Sample i's tensor for field `name`: [rows, inner...] for a ROWS field (rows may be 0:
+ * a valid empty tensor, data NULL), the inner shape for a PER_SAMPLE field. NULL when
+ * there is no such sample or field, or the tensor was taken out. The pointer stays
+ * valid until the device batch is freed; write into the tensor's memory freely. */
+ferry_tensor *ferry_device_batch_sample_field(ferry_device_batch *batch, size_t sample,
+                                              const char *name);
+
+/* Move a tensor's ownership out to *out; the record becomes empty (a later lookup gives
+ * NULL). FERRY_ENOTFOUND if there is no such tensor (or it was already taken). */
+ferry_status ferry_device_batch_take(ferry_device_batch *batch, size_t sample, const char *name,
+                                     ferry_tensor *out);
+ferry_status ferry_device_batch_take_images(ferry_device_batch *batch, ferry_tensor *out);
+/* Free the record's tensor (if still there) and put *tensor in its place, taking
+ * ownership (*tensor is cleared). FERRY_ENOTFOUND if there is no such sample/field. */
+ferry_status ferry_device_batch_replace(ferry_device_batch *batch, size_t sample,
+                                        const char *name, ferry_tensor *tensor);
+
+/* An event that completes once every copy (and every hook) of the transfer has run.
+ * Owned by the device batch. */
+ferry_event *ferry_device_batch_event(ferry_device_batch *batch);
+/* Wait for that event; returns the first hook failure (with its message), else FERRY_OK. */
+ferry_status ferry_device_batch_wait(ferry_device_batch *batch);
+
+/* Free every tensor still in the batch (stream-ordered, so queued work that reads them
+ * still sees them) and the batch itself. Waits for the event first only when
+ * ON_STREAM hooks may still be about to run. Safe on NULL. */
+void ferry_device_batch_free(ferry_device_batch *batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

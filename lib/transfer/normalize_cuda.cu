@@ -1,0 +1,59 @@
+/* lib/transfer/normalize_cuda.cu - the normalisation kernel: one thread per pixel
+ * reads its 3 bytes and writes one value to each channel plane. The arithmetic is
+ * normalize.c's (fmaf, then round-to-nearest-even for bf16), so both backends agree
+ * bit for bit. */
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "lib/transfer/normalize.h"
+
+namespace {
+
+__device__ uint16_t to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+struct norm_args {
+  float scale[3];
+  float bias[3];
+};
+
+template <typename Out>
+__device__ Out convert(float v);
+template <>
+__device__ float convert<float>(float v) { return v; }
+template <>
+__device__ uint16_t convert<uint16_t>(float v) { return to_bf16(v); }
+
+template <typename Out>
+__global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__restrict__ dst,
+                                     size_t hw, norm_args a) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hw; i += stride) {
+    for (int c = 0; c < 3; c++)
+      dst[(size_t)c * hw + i] = convert<Out>(fmaf((float)src[3 * i + c], a.scale[c], a.bias[c]));
+  }
+}
+
+}  // namespace
+
+extern "C" int ferry_cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
+                                           size_t hw, const ferry_norm_params *p) {
+  norm_args a;
+  for (int c = 0; c < 3; c++) {
+    a.scale[c] = p->scale[c];
+    a.bias[c] = p->bias[c];
+  }
+  const int threads = 256;
+  size_t blocks = (hw + threads - 1) / threads;
+  if (blocks > 65535) blocks = 65535; /* the grid-stride loop covers the rest */
+  cudaStream_t stream = (cudaStream_t)cuda_stream;
+  if (p->bf16)
+    normalize_hwc_to_chw<uint16_t><<<(unsigned)blocks, threads, 0, stream>>>(src, (uint16_t *)dst, hw, a);
+  else
+    normalize_hwc_to_chw<float><<<(unsigned)blocks, threads, 0, stream>>>(src, (float *)dst, hw, a);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,48 @@
+/* lib/transfer/transfer_internal.h - the device batch's insides and the helpers the
+ * transfer paths share (internal). */
+#ifndef FERRY_LIB_TRANSFER_INTERNAL_H
+#define FERRY_LIB_TRANSFER_INTERNAL_H
+
+#include "ferry/transfer.h"
+#include "lib/batch_internal.h"
+#include "lib/status.h"
+
+/* One sample's tensor for one field; `present` is 0 once taken out (an empty tensor,
+ * [0,4] with data NULL, is present). */
+typedef struct record_slot {
+  ferry_tensor tensor;
+  int present;
+} record_slot;
+
+struct ferry_device_batch {
+  ferry_device *device;
+  ferry_stream *stream;
+  size_t batch_size;
+  size_t nfields;                                   /* per-sample fields */
+  char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];
+  int source_field[FERRY_MAX_FIELDS];               /* index in the source batch */
+  record_slot images;
+  record_slot *slots;                               /* [sample * nfields + k] */
+  ferry_event *ready;                               /* after copies and hooks */
+  ferry_transfer_hook stream_hooks[FERRY_TRANSFER_MAX_HOOKS];
+  size_t nstream_hooks;
+  ferry_status hook_status;                         /* first hook failure */
+  char hook_message[FERRY_ERROR_MAX];
+};
+
+/* An empty device batch with a record slot for every field of `batch` but the one at
+ * index `image_field` (-1: none). */
+ferry_status ferry_device_batch_new(ferry_device *device, ferry_stream *stream,
+                                    const ferry_batch *batch, int image_field,
+                                    ferry_device_batch **out);
+/* Run a hook and remember its failure (the first one wins). */
+void ferry_device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);
+
+/* Where a batch's bytes are: host memory unless the storage is a device allocation. */
+int ferry_batch_bytes_on_host(const ferry_batch *batch);
+/* The copy kind between memory of these kinds. */
+ferry_copy_kind ferry_copy_kind_between(int from_host, int to_host);
+/* The stream to use: `stream` (checked to belong to `device`) or the default one. */
+ferry_status ferry_resolve_stream(ferry_device *device, ferry_stream **stream);
+
+#endif
