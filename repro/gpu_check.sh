@@ -4,7 +4,8 @@
 #   2. run the test suites that hold the CUDA variants (lib, transfer) with
 #      FERRY_REQUIRE_CUDA=1, so a CUDA test that skips counts as a failure;
 #   3. run cuda_peak_memory (table and --json; it must report CUDA rows);
-#   4. run repro/throughput on the GPU, if that program exists, on a generated set.
+#   4. run repro/throughput on the GPU, if that program exists, on a generated set,
+#      and the training loop on CUDA with its exact-resume check.
 # Everything printed goes to one file: $1, else $OUT/gpu_check.log, else
 # ./gpu_check.log. Meant to finish in under 5 minutes on an H200 node.
 # Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
@@ -102,6 +103,11 @@ main() {
 
   if [ "$gpu" -eq 1 ]; then
     run_throughput "$build" "$work/synth"
+    if [ -f "$work/synth/annotations/instances_val2017.json" ]; then
+      step train_loop timeout "$(time_left)" "$build/docs/examples/train_loop" --device cuda \
+        --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
+        --images "$work/synth/val2017"
+    fi
   else
     echo "throughput: needs a GPU for --device cuda, skipped"
   fi

@@ -57,6 +57,7 @@ ferry_status ferry_device_open(const char *name, ferry_device **out);
 /* Synchronise and release everything the device holds. Streams must be closed first. */
 void ferry_device_close(ferry_device *device);
 
+/* Which backend the device runs on: FERRY_DEVICE_HOST or FERRY_DEVICE_CUDA. */
 ferry_device_kind ferry_device_get_kind(const ferry_device *device);
 /* The canonical name: "host" or "cuda:N". */
 const char *ferry_device_name(const ferry_device *device);
@@ -99,7 +100,8 @@ int ferry_event_query(ferry_event *event);
 ferry_status ferry_event_synchronize(ferry_event *event);
 void ferry_event_destroy(ferry_event *event);
 
-/* Accounting. */
+/* The device's accounting now: live and peak device bytes, allocation counts, pinned
+ * host bytes, and under CUDA the memory pool's own high watermark (ferry_memory_stats). */
 ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out);
 /* Set the peak to the live bytes now (and reset the CUDA pool's own watermark). */
 ferry_status ferry_device_reset_peak(ferry_device *device);

@@ -52,10 +52,14 @@ ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena 
 /* Wake every waiter with FERRY_ECANCELED; later acquires fail the same way. */
 void ferry_pool_cancel(ferry_pool *pool);
 
+/* The pool's counts and byte totals now (see ferry_pool_stats). */
 ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out);
+/* The device the arenas are pinned for. */
 ferry_device *ferry_pool_device(const ferry_pool *pool);
 
+/* The arena's memory: ferry_arena_capacity bytes, valid while the arena is acquired. */
 void *ferry_arena_data(const ferry_arena *arena);
+/* Bytes the arena holds now: at least what acquire asked for. */
 size_t ferry_arena_capacity(const ferry_arena *arena);
 /* Hand the arena back now. */
 void ferry_arena_release(ferry_arena *arena);

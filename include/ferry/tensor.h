@@ -46,7 +46,8 @@ typedef struct ferry_tensor {
 
 /* Bytes per element (bool is 1). */
 size_t ferry_dtype_size(ferry_dtype dtype);
-/* "u8", "bool", "i32", "i64", "f16", "bf16", "f32". */
+/* The dtype's short name, as messages print it: "u8", "bool", "i32", "i64", "f16",
+ * "bf16", "f32". */
 const char *ferry_dtype_name(ferry_dtype dtype);
 
 /* Number of elements: the product of the shape (1 for rank 0). */

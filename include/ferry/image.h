@@ -1,0 +1,128 @@
+/* ferry/image.h - JPEG/PNG decoding and the square resize/normalise of one sample.
+ *
+ * A ferry_decoder belongs to one worker thread: it holds the TurboJPEG handle and
+ * scratch buffers that grow to the largest image seen and are then reused, so the
+ * steady state allocates nothing. Decoding gives 8-bit RGB whatever the source
+ * (grayscale, palette, 16-bit, alpha, CMYK), converted as Pillow's convert("RGB")
+ * would, because the reference training pipelines open images with Pillow.
+ *
+ * The resize is Pillow's BILINEAR (the filter torchvision applies to PIL images):
+ * a separable convolution whose support widens with the downscale factor, so
+ * downscaling is antialiased. Its u8 output equals Pillow's (tests check
+ * |difference| <= 1; it is 0 on every image tried). See docs/images.md.
+ *
+ * Errors name the file (or the name given for an in-memory image). When a call
+ * fails, whatever it wrote into the caller's buffer is unspecified: the loader
+ * treats the whole sample as failed and never hands that buffer out.
+ */
+#ifndef FERRY_IMAGE_H
+#define FERRY_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a resized image is written into the caller's buffer. */
+typedef enum ferry_image_layout {
+  /* float32 [3,R,R], (v/255 - mean[c]) / std[c] with ImageNet's mean and std */
+  FERRY_LAYOUT_F32_CHW = 0,
+  /* uint8 [R,R,3], the resized pixels, for normalising on the device (4x fewer bytes) */
+  FERRY_LAYOUT_U8_HWC = 1
+} ferry_image_layout;
+
+/* ImageNet statistics used by FERRY_LAYOUT_F32_CHW, in RGB order. */
+#define FERRY_IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
+#define FERRY_IMAGENET_STD {0.229f, 0.224f, 0.225f}
+
+/* Pillow's Image.MAX_IMAGE_PIXELS: the default decompression-bomb limit. */
+#define FERRY_IMAGE_DEFAULT_MAX_PIXELS UINT64_C(89478485)
+
+typedef struct ferry_image_options {
+  /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at
+   * the smallest scale (k/8) still at least the target in both dimensions, then
+   * resize. Faster, but the result is no longer Pillow's, so it is off by default
+   * (measurements in docs/images.md). PNG is unaffected. */
+  int dct_scaling;
+  /* Nonzero: rotate/flip by the EXIF Orientation tag (JPEG APP1, PNG eXIf) as
+   * Pillow's ImageOps.exif_transpose does. Default 0, as Pillow and torchvision. */
+  int apply_exif;
+  /* Images with more than this many pixels fail with FERRY_ELIMIT before any pixel
+   * is decoded. 0 disables the check. Default FERRY_IMAGE_DEFAULT_MAX_PIXELS. */
+  uint64_t max_pixels;
+} ferry_image_options;
+
+/* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485. */
+void ferry_image_options_default(ferry_image_options *o);
+
+/* Per-thread decoder: TurboJPEG handle plus reusable scratch. Not thread-safe;
+ * open one per worker. */
+typedef struct ferry_decoder ferry_decoder;
+
+/* Open a decoder. FERRY_ENOMEM if the handle or its state cannot be allocated. */
+ferry_status ferry_decoder_open(ferry_decoder **out);
+
+/* Close a decoder and free its scratch. NULL is allowed. */
+void ferry_decoder_close(ferry_decoder *d);
+
+/* Width and height from the header only (JPEG SOF or PNG IHDR), without decoding
+ * pixels; as stored, i.e. before any EXIF rotation. `name` is used in messages.
+ * FERRY_EFORMAT if the bytes are neither, or the header is malformed. */
+ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
+                               int *height);
+
+/* ferry_image_probe on a file: reads only as much of it as the header needs
+ * (growing the read on demand), so probing a dataset's sizes is cheap. */
+ferry_status ferry_image_probe_file(const char *path, int *width, int *height);
+
+/* Full decode to RGB8 HWC (row stride 3*width) into the decoder's scratch. *out
+ * points into that scratch and stays valid until the next call on d. Honours
+ * opts->apply_exif and opts->max_pixels (opts NULL: defaults); never DCT-scales.
+ * A truncated or corrupt image, even one libjpeg would finish with a warning, is
+ * FERRY_EFORMAT; an image kind this decoder does not handle is FERRY_EUNSUPPORTED. */
+ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
+                              const ferry_image_options *opts, const uint8_t **out, int *width,
+                              int *height);
+
+/* ferry_decode_rgb on a file, read whole into the decoder's reusable file buffer.
+ * This is the decode-only limit the loader's throughput is measured against
+ * (repro/decode_bench). A missing, unreadable or empty file is an error naming it. */
+ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
+                                  const ferry_image_options *opts, const uint8_t **out,
+                                  int *width, int *height);
+
+/* Read `path` into the decoder's file buffer, decode, resize to size x size and
+ * write the result straight into dst in `layout` (room for 3*size*size elements of
+ * the layout's type). *orig_w and *orig_h (may be NULL) receive the full-resolution
+ * size of the image before the resize (after EXIF rotation when applied; the
+ * header size even when DCT scaling decoded it smaller), which is what boxes are
+ * scaled from. A missing, unreadable or empty file is an error naming the path. */
+ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
+                                      const ferry_image_options *opts, int size,
+                                      ferry_image_layout layout, void *dst, int *orig_w,
+                                      int *orig_h);
+
+/* ferry_image_load_resized on bytes in memory; `name` is used in messages. */
+ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
+                                        const char *name, const ferry_image_options *opts,
+                                        int size, ferry_image_layout layout, void *dst,
+                                        int *orig_w, int *orig_h);
+
+/* Resize an RGB8 HWC image (row stride 3*width) to size x size into dst, with the
+ * same filter and output layouts as ferry_image_load_resized. Uses d's scratch
+ * for the filter tables and the intermediate rows; src must not alias dst. */
+ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
+                                int size, ferry_image_layout layout, void *dst);
+
+/* Scale a COCO box [x, y, w, h] given in the orig_w x orig_h image into the
+ * size x size image it was resized to (each axis by its own factor). */
+void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
