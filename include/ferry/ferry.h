@@ -9,6 +9,10 @@
 #include "ferry/batch.h"
 #include "ferry/transfer.h"
 #include "ferry/module.h"
+#include "ferry/coco.h"
+#include "ferry/mask.h"
+#include "ferry/image.h"
+#include "ferry/loader.h"
 /* ferry/dlpack.h is left out on purpose: it needs <dlpack/dlpack.h> (libdlpack-dev),
  * which only programs that hand tensors to DLPack consumers should have to find. */
 

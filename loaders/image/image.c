@@ -1,0 +1,298 @@
+/* loaders/image/image.c - the decoder object, format dispatch, files, and the
+ * decode -> orient -> resize path the loader calls once per sample. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/alloc.h"
+#include "lib/status.h"
+#include "loaders/image/image_internal.h"
+
+ferry_status ferry_scratch_reserve(ferry_scratch *b, size_t n, const char *what) {
+  if (n <= b->cap) return FERRY_OK;
+  /* grow by half again so a run of slightly larger images does not realloc each time */
+  size_t cap = n + n / 2;
+  void *p = ferry_malloc(cap);
+  if (!p) return ferry_fail(FERRY_ENOMEM, "%s: cannot allocate %zu bytes of decoder scratch",
+                            what, cap);
+  ferry_free(b->data);
+  b->data = p;
+  b->cap = cap;
+  return FERRY_OK;
+}
+
+void ferry_scratch_free(ferry_scratch *b) {
+  ferry_free(b->data);
+  b->data = NULL;
+  b->cap = 0;
+}
+
+void ferry_image_options_default(ferry_image_options *o) {
+  o->dct_scaling = 0;
+  o->apply_exif = 0;
+  o->max_pixels = FERRY_IMAGE_DEFAULT_MAX_PIXELS;
+}
+
+ferry_status ferry_decoder_open(ferry_decoder **out) {
+  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
+  *out = NULL;
+  ferry_decoder *d = ferry_calloc(1, sizeof *d);
+  if (!d) return ferry_fail(FERRY_ENOMEM, "ferry_decoder_open: out of memory");
+  d->tj = ferry_jpeg_handle_open();
+  if (!d->tj) {
+    ferry_free(d);
+    return ferry_fail(FERRY_ENOMEM, "ferry_decoder_open: cannot create a TurboJPEG handle");
+  }
+  *out = d;
+  return FERRY_OK;
+}
+
+void ferry_decoder_close(ferry_decoder *d) {
+  if (!d) return;
+  ferry_jpeg_handle_close(d->tj);
+  ferry_scratch_free(&d->file);
+  ferry_scratch_free(&d->pixels);
+  ferry_scratch_free(&d->aux);
+  ferry_scratch_free(&d->rows);
+  ferry_scratch_free(&d->taps);
+  ferry_free(d);
+}
+
+ferry_status ferry_image_check_limit(const char *name, int width, int height,
+                                     const ferry_image_options *opts) {
+  uint64_t pixels = (uint64_t)width * (uint64_t)height;
+  if (opts->max_pixels && pixels > opts->max_pixels)
+    return ferry_fail(FERRY_ELIMIT,
+                      "%s: %dx%d = %llu pixels exceeds the limit of %llu (decompression bomb?)",
+                      name, width, height, (unsigned long long)pixels,
+                      (unsigned long long)opts->max_pixels);
+  return FERRY_OK;
+}
+
+/* ---- header-only size ---- */
+
+/* FERRY_EAGAIN while the header is incomplete in data[0..len). */
+static ferry_status probe_prefix(const uint8_t *data, size_t len, const char *name, int *width,
+                                 int *height) {
+  if (ferry_jpeg_signature(data, len)) {
+    ferry_jpeg_info info;
+    ferry_status st = ferry_jpeg_header(data, len, name, &info);
+    *width = info.width;
+    *height = info.height;
+    return st;
+  }
+  if (ferry_png_signature(data, len)) return ferry_png_header(data, len, name, width, height);
+  if (len < 8) return FERRY_EAGAIN;
+  return ferry_fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
+}
+
+static ferry_status truncated_header(const char *name, size_t len) {
+  if (len == 0) return ferry_fail(FERRY_EFORMAT, "%s: empty file", name);
+  return ferry_fail(FERRY_EFORMAT, "%s: truncated: the file ends inside the image header", name);
+}
+
+ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
+                               int *height) {
+  if (!name) name = "(memory)";
+  if ((!data && len) || !width || !height)
+    return ferry_fail(FERRY_EINVAL, "%s: ferry_image_probe: NULL argument", name);
+  ferry_status st = probe_prefix(data, len, name, width, height);
+  return st == FERRY_EAGAIN ? truncated_header(name, len) : st;
+}
+
+/* O_NONBLOCK: a FIFO (or a device) named like an image must fail the S_ISREG check,
+ * not block the worker in open() forever; it changes nothing for regular files. */
+static ferry_status open_file(const char *path, int *fd) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (*fd >= 0) return FERRY_OK;
+  return ferry_fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path,
+                    strerror(errno));
+}
+
+/* Append up to `want` bytes from fd to buf[*len..]; 0 bytes read means end of file. */
+static ferry_status read_more(int fd, const char *path, uint8_t *buf, size_t *len, size_t want,
+                              size_t *got) {
+  ssize_t n;
+  do n = read(fd, buf + *len, want);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return ferry_fail(FERRY_EIO, "%s: read failed: %s", path, strerror(errno));
+  *len += (size_t)n;
+  *got = (size_t)n;
+  return FERRY_OK;
+}
+
+/* Grow the read until the header parses; headers are small, EXIF blocks < 64 KiB. */
+static ferry_status probe_fd(int fd, const char *path, int *width, int *height) {
+  size_t cap = 4096, len = 0, got = 0;
+  uint8_t *buf = NULL;
+  ferry_status st;
+  for (;;) {
+    uint8_t *grown = ferry_realloc(buf, cap);
+    if (!grown) {
+      st = ferry_fail(FERRY_ENOMEM, "%s: out of memory while probing", path);
+      break;
+    }
+    buf = grown;
+    st = read_more(fd, path, buf, &len, cap - len, &got);
+    if (st < 0) break;
+    st = probe_prefix(buf, len, path, width, height);
+    if (st != FERRY_EAGAIN) break;
+    if (got == 0) {
+      st = truncated_header(path, len);
+      break;
+    }
+    if (len == cap) cap *= 2;
+  }
+  ferry_free(buf);
+  return st;
+}
+
+ferry_status ferry_image_probe_file(const char *path, int *width, int *height) {
+  if (!path || !width || !height)
+    return ferry_fail(FERRY_EINVAL, "ferry_image_probe_file: NULL argument");
+  int fd;
+  ferry_status st = open_file(path, &fd);
+  if (st < 0) return st;
+  st = probe_fd(fd, path, width, height);
+  close(fd);
+  return st;
+}
+
+/* ---- decode ---- */
+
+static ferry_status apply_orientation(ferry_decoder *d, const char *name, ferry_decoded *img) {
+  if (img->orientation == 1) return FERRY_OK;
+  ferry_status st = ferry_scratch_reserve(&d->aux, (size_t)img->width * img->height * 3, name);
+  if (st < 0) return st;
+  ferry_exif_transpose(img->orientation, img->rgb, img->width, img->height, d->aux.data);
+  ferry_scratch swap = d->pixels; /* the oriented image becomes "the pixels" */
+  d->pixels = d->aux;
+  d->aux = swap;
+  img->rgb = d->pixels.data;
+  ferry_exif_oriented_size(img->orientation, img->width, img->height, &img->width, &img->height);
+  ferry_exif_oriented_size(img->orientation, img->full_width, img->full_height, &img->full_width,
+                           &img->full_height);
+  return FERRY_OK;
+}
+
+/* A file cut inside its signature is truncated, not of an unknown kind. */
+static int signature_prefix(const uint8_t *data, size_t len) {
+  static const uint8_t jpeg[3] = {0xFF, 0xD8, 0xFF};
+  static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return (len < sizeof jpeg && memcmp(data, jpeg, len) == 0) ||
+         (len < sizeof png && memcmp(data, png, len) == 0);
+}
+
+static ferry_status decode_any(ferry_decoder *d, const void *data, size_t len, const char *name,
+                               const ferry_decode_request *req, ferry_decoded *img) {
+  if (len == 0) return truncated_header(name, 0); /* "empty file" */
+  ferry_status st;
+  if (ferry_jpeg_signature(data, len))
+    st = ferry_jpeg_decode(d, data, len, name, req, img);
+  else if (ferry_png_signature(data, len))
+    st = ferry_png_decode(d, data, len, name, req, img);
+  else if (signature_prefix(data, len))
+    return truncated_header(name, len);
+  else
+    return ferry_fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
+  if (st < 0) return st;
+  return apply_orientation(d, name, img);
+}
+
+static ferry_status check_decode_args(ferry_decoder *d, const void *data, size_t len,
+                                      const char *name) {
+  if (!d || (!data && len))
+    return ferry_fail(FERRY_EINVAL, "%s: image decode: NULL decoder or data", name);
+  return FERRY_OK;
+}
+
+ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
+                              const ferry_image_options *opts, const uint8_t **out, int *width,
+                              int *height) {
+  ferry_image_options defaults;
+  if (!name) name = "(memory)";
+  ferry_status st = check_decode_args(d, data, len, name);
+  if (st < 0) return st;
+  if (!out || !width || !height)
+    return ferry_fail(FERRY_EINVAL, "%s: ferry_decode_rgb: NULL output", name);
+  if (!opts) ferry_image_options_default(&defaults);
+  ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = 0};
+  ferry_decoded img;
+  st = decode_any(d, data, len, name, &req, &img);
+  if (st < 0) return st;
+  *out = img.rgb;
+  *width = img.width;
+  *height = img.height;
+  return FERRY_OK;
+}
+
+ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
+                                        const char *name, const ferry_image_options *opts,
+                                        int size, ferry_image_layout layout, void *dst,
+                                        int *orig_w, int *orig_h) {
+  ferry_image_options defaults;
+  if (!name) name = "(memory)";
+  ferry_status st = check_decode_args(d, data, len, name);
+  if (st < 0) return st;
+  if (!opts) ferry_image_options_default(&defaults);
+  ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = size};
+  ferry_decoded img;
+  st = decode_any(d, data, len, name, &req, &img);
+  if (st < 0) return st;
+  st = ferry_image_resize(d, img.rgb, img.width, img.height, size, layout, dst);
+  if (st < 0) return ferry_error_prefix(st, "%s: ", name);
+  if (orig_w) *orig_w = img.full_width;
+  if (orig_h) *orig_h = img.full_height;
+  return FERRY_OK;
+}
+
+/* The whole file into d->file. */
+static ferry_status read_file(ferry_decoder *d, const char *path, size_t *len) {
+  int fd;
+  *len = 0;
+  ferry_status st = open_file(path, &fd);
+  if (st < 0) return st;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return ferry_fail(FERRY_EIO, "%s: not a regular file", path);
+  }
+  size_t size = (size_t)sb.st_size, got = 1;
+  st = ferry_scratch_reserve(&d->file, size ? size : 1, path);
+  while (st == FERRY_OK && *len < size && got > 0)
+    st = read_more(fd, path, d->file.data, len, size - *len, &got);
+  close(fd);
+  return st;
+}
+
+ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
+                                  const ferry_image_options *opts, const uint8_t **out,
+                                  int *width, int *height) {
+  if (!d || !path) return ferry_fail(FERRY_EINVAL, "ferry_image_load_rgb: NULL argument");
+  size_t len;
+  ferry_status st = read_file(d, path, &len);
+  if (st < 0) return st;
+  return ferry_decode_rgb(d, d->file.data, len, path, opts, out, width, height);
+}
+
+ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
+                                      const ferry_image_options *opts, int size,
+                                      ferry_image_layout layout, void *dst, int *orig_w,
+                                      int *orig_h) {
+  if (!d || !path) return ferry_fail(FERRY_EINVAL, "ferry_image_load_resized: NULL argument");
+  size_t len;
+  ferry_status st = read_file(d, path, &len);
+  if (st < 0) return st;
+  return ferry_image_decode_resized(d, d->file.data, len, path, opts, size, layout, dst, orig_w,
+                                    orig_h);
+}
+
+void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]) {
+  float sx = (float)size / (float)orig_w, sy = (float)size / (float)orig_h;
+  out[0] = in[0] * sx;
+  out[1] = in[1] * sy;
+  out[2] = in[2] * sx;
+  out[3] = in[3] * sy;
+}

@@ -1,0 +1,158 @@
+/* loaders/image/png.c - PNG through libpng, every colour type and depth to RGB8.
+ *
+ * The conversions follow what Pillow's Image.open(...).convert("RGB") gives, the
+ * reference the training pipelines use: alpha (and tRNS) is dropped, never
+ * composited; palette and 1/2/4-bit gray expand to 0..255; 16-bit colour keeps the
+ * high byte; 16-bit gray clamps to 255 (Pillow opens it as I;16, whose conversion
+ * to 8 bits clips instead of scaling).
+ */
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/alloc.h"
+#include "lib/status.h"
+#include "loaders/image/image_internal.h"
+
+int ferry_png_signature(const uint8_t *data, size_t len) {
+  return len >= 8 && png_sig_cmp((png_const_bytep)data, 0, 8) == 0;
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+ferry_status ferry_png_header(const uint8_t *data, size_t len, const char *name, int *width,
+                              int *height) {
+  if (len < 24) return FERRY_EAGAIN;
+  if (be32(data + 8) != 13 || memcmp(data + 12, "IHDR", 4) != 0)
+    return ferry_fail(FERRY_EFORMAT, "%s: PNG: the first chunk is not IHDR", name);
+  uint32_t w = be32(data + 16), h = be32(data + 20);
+  if (w == 0 || h == 0 || w > PNG_UINT_31_MAX || h > PNG_UINT_31_MAX)
+    return ferry_fail(FERRY_EFORMAT, "%s: PNG: invalid size %ux%u in IHDR", name, w, h);
+  *width = (int)w;
+  *height = (int)h;
+  return FERRY_OK;
+}
+
+/* State libpng's callbacks reach through their user pointers. */
+typedef struct png_source {
+  const uint8_t *data;
+  size_t len, pos;
+  int out_of_memory;
+  char message[200];
+} png_source;
+
+static void read_bytes(png_structp png, png_bytep out, size_t n) {
+  png_source *src = png_get_io_ptr(png);
+  if (n > src->len - src->pos) png_error(png, "file is truncated");
+  memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+static void on_error(png_structp png, png_const_charp msg) {
+  png_source *src = png_get_error_ptr(png);
+  snprintf(src->message, sizeof src->message, "%s", msg);
+  png_longjmp(png, 1);
+}
+
+/* Warnings (a bad ancillary chunk, an unknown sRGB profile) do not stop Pillow either. */
+static void on_warning(png_structp png, png_const_charp msg) {
+  (void)png;
+  (void)msg;
+}
+
+static png_voidp on_malloc(png_structp png, png_alloc_size_t size) {
+  void *p = ferry_malloc(size);
+  if (!p) ((png_source *)png_get_mem_ptr(png))->out_of_memory = 1;
+  return p;
+}
+
+static void on_free(png_structp png, png_voidp p) {
+  (void)png;
+  ferry_free(p);
+}
+
+/* Ask libpng for 8-bit RGB (or 16-bit RGB for 16-bit gray, clamped afterwards). */
+static int request_rgb(png_structp png, png_infop info) {
+  int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  int gray16 = color == PNG_COLOR_TYPE_GRAY && depth == 16;
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16 && !gray16) png_set_strip_16(png);
+  png_set_strip_alpha(png);
+  if (!(color & PNG_COLOR_MASK_COLOR)) png_set_gray_to_rgb(png);
+  return gray16;
+}
+
+/* In place: 16-bit big-endian samples to 8 bits, clamping as Pillow's I;16 -> L. */
+static void clamp16_to_8(uint8_t *buf, size_t samples) {
+  for (size_t i = 0; i < samples; i++) buf[i] = buf[2 * i] ? 255 : buf[2 * i + 1];
+}
+
+static int exif_orientation_of(png_structp png, png_infop info) {
+  png_uint_32 n = 0;
+  png_bytep exif = NULL;
+  if (!png_get_eXIf_1(png, info, &n, &exif) || !exif) return 1;
+  return ferry_exif_orientation(exif, n);
+}
+
+/* Everything between png_read_info and the last row; runs under setjmp. */
+static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop info,
+                                const char *name, const ferry_decode_request *req,
+                                ferry_decoded *out) {
+  png_read_info(png, info);
+  int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
+  ferry_status st = ferry_image_check_limit(name, w, h, req->opts);
+  if (st < 0) return st;
+  int gray16 = request_rgb(png, info);
+  int passes = png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  size_t row_bytes = png_get_rowbytes(png, info);
+  size_t want = (size_t)w * 3 * (gray16 ? 2 : 1);
+  if (png_get_channels(png, info) != 3 || row_bytes != want)
+    return ferry_fail(FERRY_EUNSUPPORTED, "%s: PNG: cannot convert this colour type to RGB",
+                      name);
+  st = ferry_scratch_reserve(&d->pixels, row_bytes * (size_t)h, name);
+  if (st < 0) return st;
+  uint8_t *pixels = d->pixels.data;
+  for (int pass = 0; pass < passes; pass++)
+    for (int y = 0; y < h; y++) png_read_row(png, pixels + (size_t)y * row_bytes, NULL);
+  if (gray16) clamp16_to_8(pixels, (size_t)w * (size_t)h * 3);
+  out->rgb = pixels;
+  out->width = out->full_width = w;
+  out->height = out->full_height = h;
+  out->orientation = req->opts->apply_exif ? exif_orientation_of(png, info) : 1;
+  return FERRY_OK;
+}
+
+static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info,
+                               png_source *src, const char *name,
+                               const ferry_decode_request *req, ferry_decoded *out) {
+  /* Locals changed after setjmp are volatile so a longjmp cannot lose them. */
+  volatile ferry_status st = FERRY_OK;
+  if (setjmp(png_jmpbuf(png))) {
+    if (src->out_of_memory) return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+    return ferry_fail(FERRY_EFORMAT, "%s: PNG: %s", name, src->message);
+  }
+  st = decode_rows(d, png, info, name, req, out);
+  return st;
+}
+
+ferry_status ferry_png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
+                              const ferry_decode_request *req, ferry_decoded *out) {
+  png_source src = {.data = data, .len = len};
+  png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, on_error, on_warning,
+                                             &src, on_malloc, on_free);
+  if (!png) return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_read_struct(&png, NULL, NULL);
+    return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+  }
+  png_set_read_fn(png, &src, read_bytes);
+  ferry_status st = run_decode(d, png, info, &src, name, req, out);
+  png_destroy_read_struct(&png, &info, NULL);
+  return st;
+}
