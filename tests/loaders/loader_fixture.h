@@ -30,6 +30,21 @@ static inline void dali_config(ferry_loader_config *c) {
   c->resolution = 32;
   c->workers = 2;
   c->seed = 11;
+  /* Decode at 1/8 scale where possible: these tests are about the loader, not pixels. */
+  c->image.dct_scaling = 1;
+}
+
+/* The synthetic set made at build time for these tests (tests/loaders/meson.build):
+ * LOADER_TEST_IMAGES small baseline JPEGs, quick to decode even under TSan. */
+static inline void test_config(ferry_loader_config *c) {
+  static char ann[4096], img[4096];
+  const char *dir = getenv("FERRY_LOADER_DATA");
+  if (!dir) cr_skip_test("FERRY_LOADER_DATA is not set");
+  snprintf(ann, sizeof ann, "%s/annotations/instances_val2017.json", dir);
+  snprintf(img, sizeof img, "%s/val2017", dir);
+  dali_config(c);
+  c->annotations = ann;
+  c->images = img;
 }
 
 static inline ferry_loader *open_loader(const ferry_loader_config *c) {
