@@ -87,3 +87,29 @@ int bench_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+
+void bench_common_default(bench_common *c) {
+  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312};
+}
+
+int bench_common_flag(bench_common *c, const char *flag, const char *value) {
+  if (!strcmp(flag, "--annotations")) c->annotations = value;
+  else if (!strcmp(flag, "--images")) c->images = value;
+  else if (!strcmp(flag, "--workers")) c->workers = atoi(value);
+  else if (!strcmp(flag, "--batch")) c->batch = atoi(value);
+  else if (!strcmp(flag, "--resolution")) c->resolution = atoi(value);
+  else return 0;
+  return 1;
+}
+
+void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
+                         int packed) {
+  ferry_loader_config_default(config);
+  config->annotations = c->annotations;
+  config->images = c->images;
+  config->batch_size = (size_t)c->batch;
+  config->workers = (size_t)c->workers;
+  config->resolution = c->resolution;
+  config->packed = packed;
+  config->device = device;
+}

@@ -5,6 +5,23 @@
 
 #include <stddef.h>
 
+#include "ferry/loader.h"
+
+/* The flags every loader benchmark takes. */
+typedef struct bench_common {
+  const char *annotations, *images;
+  int workers, batch, resolution;
+} bench_common;
+
+/* Defaults: no dataset yet, one worker per core, batch 8, resolution 312. */
+void bench_common_default(bench_common *c);
+/* Consume `flag value` if it is one of --annotations, --images, --workers, --batch,
+ * --resolution: 1 if it was, else 0. */
+int bench_common_flag(bench_common *c, const char *flag, const char *value);
+/* A loader config for these flags on `device`, packed or unpacked. */
+void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
+                         int packed);
+
 double bench_now(void);
 
 typedef struct bench_range {

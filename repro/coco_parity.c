@@ -21,8 +21,8 @@
 #include "repro/sha256.h"
 
 typedef struct options {
-  const char *annotations, *images;
-  int workers, batch, resolution, processes, json;
+  bench_common data;
+  int processes, json;
 } options;
 
 typedef struct summary {
@@ -78,14 +78,7 @@ static int fail(const char *what) {
 
 static ferry_loader *open_path(const options *o, ferry_device *dev, int packed) {
   ferry_loader_config c;
-  ferry_loader_config_default(&c);
-  c.annotations = o->annotations;
-  c.images = o->images;
-  c.batch_size = (size_t)o->batch;
-  c.workers = (size_t)o->workers;
-  c.resolution = o->resolution;
-  c.packed = packed;
-  c.device = dev;
+  bench_loader_config(&c, &o->data, dev, packed);
   if (packed) c.progress = ferry_loader_progress_bar;
   ferry_loader *l = NULL;
   if (ferry_loader_open(&c, &l) != FERRY_OK) return NULL;
@@ -172,22 +165,19 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-  options o = {NULL, NULL, bench_cores(), 8, 312, 1, 0};
+  options o = {.processes = 1};
+  bench_common_default(&o.data);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (i + 1 >= argc) return usage();
     const char *v = argv[++i];
-    if (!strcmp(a, "--annotations")) o.annotations = v;
-    else if (!strcmp(a, "--images")) o.images = v;
-    else if (!strcmp(a, "--workers")) o.workers = atoi(v);
-    else if (!strcmp(a, "--batch")) o.batch = atoi(v);
-    else if (!strcmp(a, "--resolution")) o.resolution = atoi(v);
-    else if (!strcmp(a, "--processes")) o.processes = atoi(v);
+    if (bench_common_flag(&o.data, a, v)) continue;
+    if (!strcmp(a, "--processes")) o.processes = atoi(v);
     else return usage();
   }
-  if (o.workers < 1 || o.batch < 1 || o.processes < 1 || o.processes > 15) return usage();
-  if (bench_dataset(argv[0], "build-parity-data", 5000, &o.annotations, &o.images) != 0) return 1;
+  if (o.data.workers < 1 || o.data.batch < 1 || o.processes < 1 || o.processes > 15) return usage();
+  if (bench_dataset(argv[0], "build-parity-data", 5000, &o.data.annotations, &o.data.images) != 0) return 1;
   summary s;
   if (o.processes == 1) {
     if (traverse(&o, &s) != 0) return 1;

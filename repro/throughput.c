@@ -10,6 +10,8 @@
  * `processes` independent processes (median and range). In the same run, the
  * decode-only limit: the same JPEGs read and decoded to RGB by TurboJPEG on the same
  * number of threads; the ratio loader / limit is what docs/benchmarks.md records.
+ * --dct lets the loader decode JPEGs at a reduced DCT scale (not Pillow-exact; the
+ * limit stays a full decode), to show what that option buys.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +24,9 @@
 #include "repro/decode_limit.h"
 
 typedef struct options {
-  const char *annotations, *images, *device;
-  int workers, batch, warmup, batches, processes, resolution, json;
+  bench_common data;
+  const char *device;
+  int warmup, batches, processes, json, dct;
 } options;
 
 typedef struct path_run {
@@ -66,14 +69,8 @@ static int measure_path(void *arg, double *out) {
   ferry_device *dev;
   if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
   ferry_loader_config c;
-  ferry_loader_config_default(&c);
-  c.annotations = o->annotations;
-  c.images = o->images;
-  c.batch_size = (size_t)o->batch;
-  c.workers = (size_t)o->workers;
-  c.resolution = o->resolution;
-  c.packed = run->packed;
-  c.device = dev;
+  bench_loader_config(&c, &o->data, dev, run->packed);
+  c.image.dct_scaling = o->dct;
   ferry_loader *l;
   ferry_stream *s;
   if (ferry_loader_open(&c, &l) != FERRY_OK) return fail("loader");
@@ -96,9 +93,10 @@ static int measure_decode_limit(void *arg, double *out) {
   const options *o = arg;
   char **paths;
   int count;
-  int want = (o->warmup + o->batches) * o->batch;
-  if (decode_limit_list_jpegs(o->images, want, &paths, &count) != FERRY_OK) return fail("listing JPEGs");
-  decode_limit_config c = {(const char *const *)paths, count, o->workers, DECODE_ONLY, 0, {0}};
+  int want = (o->warmup + o->batches) * o->data.batch;
+  if (decode_limit_list_jpegs(o->data.images, want, &paths, &count) != FERRY_OK)
+    return fail("listing JPEGs");
+  decode_limit_config c = {(const char *const *)paths, count, o->data.workers, DECODE_ONLY, 0, {0}};
   ferry_image_options_default(&c.options);
   double seconds;
   ferry_status st = decode_limit_run(&c, &seconds);
@@ -111,30 +109,28 @@ static int measure_decode_limit(void *arg, double *out) {
 static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
-                  "                  [--device host|cuda] [--json]\n");
+                  "                  [--device host|cuda] [--dct] [--json]\n");
   return 2;
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){NULL, NULL, "host", bench_cores(), 8, 20, 200, 3, 312, 0};
+  *o = (options){.device = "host", .warmup = 20, .batches = 200, .processes = 3};
+  bench_common_default(&o->data);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) { o->json = 1; continue; }
+    if (!strcmp(a, "--dct")) { o->dct = 1; continue; }
     if (!strcmp(a, "--help")) return usage(), -1;
     if (i + 1 >= argc) return usage(), -1;
     const char *v = argv[++i];
-    if (!strcmp(a, "--annotations")) o->annotations = v;
-    else if (!strcmp(a, "--images")) o->images = v;
-    else if (!strcmp(a, "--device")) o->device = v;
-    else if (!strcmp(a, "--workers")) o->workers = atoi(v);
-    else if (!strcmp(a, "--batch")) o->batch = atoi(v);
+    if (bench_common_flag(&o->data, a, v)) continue;
+    if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
     else if (!strcmp(a, "--processes")) o->processes = atoi(v);
-    else if (!strcmp(a, "--resolution")) o->resolution = atoi(v);
     else return usage(), -1;
   }
-  if (o->workers < 1 || o->batch < 1 || o->batches < 1 || o->warmup < 0 || o->processes < 1 ||
+  if (o->data.workers < 1 || o->data.batch < 1 || o->batches < 1 || o->warmup < 0 || o->processes < 1 ||
       o->processes > 15)
     return usage(), -1;
   return 0;
@@ -143,7 +139,7 @@ static int parse(int argc, char **argv, options *o) {
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o) != 0) return 2;
-  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.annotations, &o.images) != 0) return 1;
+  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   double limits[15];
   if (bench_in_processes(o.processes, measure_decode_limit, &o, 1, limits) != 0) return 1;
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
@@ -163,14 +159,15 @@ int main(int argc, char **argv) {
     bench_range x = bench_summarise(rates, (size_t)o.processes);
     if (o.json)
       printf("{\"path\": \"%s\", \"workers\": %d, \"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
-             "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f}\n",
-             runs[r].name, o.workers, x.median, x.min, x.max, limit.median, x.median / limit.median);
+             "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f, "
+             "\"dct_scaling\": %d}\n",
+             runs[r].name, o.data.workers, x.median, x.min, x.max, limit.median, x.median / limit.median, o.dct);
     else
-      printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f\n", runs[r].name, o.workers, x.median, x.min,
+      printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f\n", runs[r].name, o.data.workers, x.median, x.min,
              x.max, limit.median, x.median / limit.median);
   }
   if (!o.json)
     printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d processes, %d threads\n",
-           limit.median, limit.min, limit.max, o.processes, o.workers);
+           limit.median, limit.min, limit.max, o.processes, o.data.workers);
   return status;
 }
