@@ -1,0 +1,83 @@
+/* coco/coco_internal.h - the parsed form of a COCO file (internal to coco/). */
+#ifndef FERRY_COCO_INTERNAL_H
+#define FERRY_COCO_INTERNAL_H
+
+#include <jansson.h>
+
+#include "ferry/coco.h"
+
+typedef struct coco_image {
+  int64_t id;
+  const char *file_name;  /* points into the JSON tree (or "") */
+  int64_t width, height;
+  size_t first_ann, num_anns;  /* slice of ferry_coco.image_anns */
+} coco_image;
+
+typedef struct coco_category {
+  int64_t id;
+  const char *name;
+  size_t num_keypoints;
+} coco_category;
+
+typedef struct coco_ann {
+  ferry_coco_annotation pub;
+  uint32_t seg_h, seg_w;      /* the RLE dict's own "size" */
+  size_t seg_first;           /* polygons: first part in ferry_coco.parts; counts: offset in .counts */
+  size_t seg_len;             /* counts: number of runs; string: bytes */
+  const char *rle_string;     /* points into the JSON tree */
+  size_t kp_first;            /* offset of its keypoints in ferry_coco.keypoints (3 floats each) */
+} coco_ann;
+
+typedef struct coco_part {
+  size_t first;   /* offset in ferry_coco.coords */
+  size_t k;       /* vertices (an odd trailing number already dropped) */
+} coco_part;
+
+/* An id -> position table, sorted by id for binary search. */
+typedef struct id_entry {
+  int64_t id;
+  size_t index;
+} id_entry;
+
+/* A growable array of fixed-size elements. */
+typedef struct coco_vec {
+  void *data;
+  size_t n, cap, elem;
+} coco_vec;
+
+struct ferry_coco {
+  char *name;
+  json_t *root;                /* kept: file names and RLE strings point into it */
+  ferry_coco_options opts;
+  int result_list;
+  coco_vec images;             /* coco_image */
+  coco_vec categories;         /* coco_category */
+  coco_vec anns;               /* coco_ann, file order */
+  coco_vec parts;              /* coco_part */
+  coco_vec coords;             /* double */
+  coco_vec counts;             /* uint32_t */
+  coco_vec keypoints;          /* float */
+  id_entry *image_ids, *category_ids;  /* sorted */
+  size_t *image_anns;          /* annotation indices grouped by image, file order within */
+  size_t num_keypoints;        /* K */
+};
+
+/* coco_vec helpers: reserve room for `more` elements / append one. */
+ferry_status ferry_coco_vec_reserve(coco_vec *v, size_t more);
+ferry_status ferry_coco_vec_push(coco_vec *v, const void *elem);
+void ferry_coco_vec_free(coco_vec *v);
+#define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
+
+/* Parse the JSON root into coco (coco/parse.c). */
+ferry_status ferry_coco_parse(ferry_coco *coco);
+
+/* Binary search in a sorted id table; SIZE_MAX when absent. */
+size_t ferry_coco_id_lookup(const id_entry *table, size_t n, int64_t id);
+
+/* The annotation's mask at its natural size, or FERRY_ENOTFOUND (coco/segm.c). */
+ferry_status ferry_coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out);
+
+/* "annotations" or the top-level list, for JSON paths. */
+const char *ferry_coco_ann_array_name(const ferry_coco *coco);
+
+#endif

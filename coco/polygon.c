@@ -1,0 +1,266 @@
+/* coco/polygon.c - polygon and box rasterisation, bit-exact with maskApi.c's rleFrPoly.
+ *
+ * rleFrPoly snaps the vertices to a grid 5 times finer than the pixels, walks every
+ * edge one grid step at a time (the long axis advances, the short one is rounded),
+ * and keeps, wherever the walk changes grid column on a pixel centre, the pixel row the
+ * boundary crosses there. Sorted, those crossings toggle the mask in column-major
+ * order. Here the walk is streamed: the points are never stored, only the crossings,
+ * so memory stays proportional to the outline inside the image; the arithmetic (the
+ * rounding casts, the order of every floating-point operation) is kept exactly.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "coco/rle_internal.h"
+#include "lib/alloc.h"
+#include "lib/status.h"
+
+#define GRID_SCALE 5.0
+#define MAX_ABS_COORDINATE 1e8            /* x 5 stays far inside int */
+#define MAX_OUTLINE_STEPS ((uint64_t)1 << 30)
+
+typedef struct crossing_walk {
+  uint32_t h, w;
+  int has_prev, prev_u, prev_v;
+  uint32_t *crossings;  /* column-major pixel positions where the mask toggles */
+  size_t n, cap;
+} crossing_walk;
+
+static ferry_status push_crossing(crossing_walk *wk, uint32_t position) {
+  if (wk->n == wk->cap) {
+    size_t cap = wk->cap ? wk->cap * 2 : 64;
+    if (cap > SIZE_MAX / sizeof(uint32_t)) return ferry_fail(FERRY_ENOMEM, "polygon outline too long");
+    uint32_t *grown = ferry_realloc(wk->crossings, cap * sizeof(uint32_t));
+    if (!grown) return ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+    wk->crossings = grown;
+    wk->cap = cap;
+  }
+  wk->crossings[wk->n++] = position;
+  return FERRY_OK;
+}
+
+/* The next boundary point (u, v) on the fine grid: a change of grid column onto a
+ * pixel centre inside the image records a crossing at the upper of the two rows. */
+static ferry_status walk_point(crossing_walk *wk, int u, int v) {
+  int prev_u = wk->prev_u, prev_v = wk->prev_v, had_prev = wk->has_prev;
+  wk->prev_u = u;
+  wk->prev_v = v;
+  wk->has_prev = 1;
+  if (!had_prev || u == prev_u) return FERRY_OK;
+  double xd = (double)(u < prev_u ? u : u - 1);
+  xd = (xd + .5) / GRID_SCALE - .5;
+  if (floor(xd) != xd || xd < 0 || xd > (double)(wk->w - 1)) return FERRY_OK;
+  double yd = (double)(v < prev_v ? v : prev_v);
+  yd = (yd + .5) / GRID_SCALE - .5;
+  if (yd < 0) yd = 0;
+  else if (yd > wk->h) yd = wk->h;
+  yd = ceil(yd);
+  return push_crossing(wk, (uint32_t)((uint64_t)xd * wk->h + (uint64_t)yd));
+}
+
+/* One edge of the walk: point d (0..n, in the edge's own direction) is
+ * edge_point(e, d). Along the long axis every step moves one grid unit; the short
+ * one is rounded as maskApi.c rounds it. u never moves more than one unit a step and
+ * is monotone in d. */
+typedef struct edge {
+  int xs, ys, n, flip, x_major;
+  double s;
+} edge;
+
+static void edge_point(const edge *e, int d, int *u, int *v) {
+  int t = e->flip ? e->n - d : d;
+  if (e->x_major) {
+    *u = t + e->xs;
+    *v = e->n == 0 ? e->ys : (int)(e->ys + e->s * t + .5);
+  } else {
+    *u = (int)(e->xs + e->s * t + .5);
+    *v = t + e->ys;
+  }
+}
+
+static int edge_u(const edge *e, int d) {
+  int u, v;
+  edge_point(e, d, &u, &v);
+  return u;
+}
+
+static ferry_status emit(crossing_walk *wk, const edge *e, int d) {
+  int u, v;
+  edge_point(e, d, &u, &v);
+  return walk_point(wk, u, v);
+}
+
+/* Smallest d in [lo, hi] with u(d) on the far side of `bound` (u >= bound when u
+ * rises along the edge, u <= bound when it falls); hi + 1 when there is none. */
+static int first_reaching(const edge *e, int lo, int hi, int64_t bound, int rising) {
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int64_t u = edge_u(e, mid);
+    if (rising ? u >= bound : u <= bound) hi = mid - 1;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* first_reaching, probing lo, lo+1, lo+3, lo+7, ... first: the cost grows with the
+ * log of the distance to the answer, so dense changes cost one probe each. */
+static int next_reaching(const edge *e, int lo, int hi, int64_t bound, int rising) {
+  int step = 1;
+  while (lo <= hi) {
+    int probe = hi - lo < step ? hi : lo + step - 1;
+    int64_t u = edge_u(e, probe);
+    if (rising ? u >= bound : u <= bound) return first_reaching(e, lo, probe, bound, rising);
+    lo = probe + 1;
+    if (step < (1 << 29)) step *= 2;
+  }
+  return hi + 1;
+}
+
+/* Only a step between two grid columns in [1, 5w-1] can record a crossing (the
+ * column it reads, the lower of the two, must be a pixel centre 5k+2 with k < w), and
+ * u moves one unit a step, so the points before and after that band, and the points
+ * of the y-major stretches where u stays put, are walked over without being visited:
+ * the crossings, and the previous point each visited point is compared with, are
+ * those of the full walk, at a cost bounded by the image width rather than by how
+ * far the vertices lie outside it. */
+static ferry_status walk_band(crossing_walk *wk, const edge *e) {
+  int u0 = edge_u(e, 0), un = edge_u(e, e->n), rising = un >= u0;
+  int64_t lo_u = 1, hi_u = (int64_t)GRID_SCALE * wk->w - 1;
+  int a = first_reaching(e, 0, e->n, rising ? lo_u : hi_u, rising);
+  int b = first_reaching(e, a, e->n, rising ? hi_u + 1 : lo_u - 1, rising) - 1;
+  if (a > b) {  /* the edge never enters the band: no crossing */
+    ferry_status st = emit(wk, e, 0);
+    return st == FERRY_OK && e->n > 0 ? emit(wk, e, e->n) : st;
+  }
+  a = a > 0 ? a - 1 : 0;
+  b = b < e->n ? b + 1 : e->n;
+  ferry_status st = a > 0 ? emit(wk, e, 0) : FERRY_OK;
+  for (int d = a; d <= b && st == FERRY_OK;) {
+    st = emit(wk, e, d);
+    if (st != FERRY_OK || d == b) break;
+    int next = d + 1;
+    if (!e->x_major) {  /* jump to the step where u changes, visiting the point before it */
+      int u = edge_u(e, d);
+      next = next_reaching(e, d + 1, b, rising ? (int64_t)u + 1 : (int64_t)u - 1, rising);
+      if (next > b) next = b;
+      else if (next - 1 > d && (st = emit(wk, e, next - 1)) != FERRY_OK) break;
+    }
+    d = next;
+  }
+  if (st == FERRY_OK && b < e->n) st = emit(wk, e, e->n);
+  return st;
+}
+
+/* Walk the edge (xs,ys)->(xe,ye) as rleFrPoly does: always in increasing order of the
+ * long axis (so an edge and its reverse give the same points), then emitted in the
+ * edge's own direction. */
+static ferry_status walk_edge(crossing_walk *wk, int xs, int ys, int xe, int ye) {
+  int dx = abs(xe - xs), dy = abs(ys - ye);
+  int flip = (dx >= dy && xs > xe) || (dx < dy && ys > ye);
+  if (flip) {
+    int t = xs; xs = xe; xe = t;
+    t = ys; ys = ye; ye = t;
+  }
+  edge e = {.xs = xs, .ys = ys, .flip = flip, .x_major = dx >= dy};
+  if (e.x_major) {
+    /* dx == dy == 0 (a repeated vertex): maskApi.c computes 0/0 here; the single point
+     * it emits shares its column with its neighbours, so its row is never read. */
+    e.n = dx;
+    e.s = dx == 0 ? 0 : (double)(ye - ys) / dx;
+  } else {
+    e.n = dy;
+    e.s = (double)(xe - xs) / dy;
+  }
+  return walk_band(wk, &e);
+}
+
+static int compare_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x > y ? 1 : x < y ? -1 : 0;
+}
+
+/* Sorted crossings (with h*w appended) -> runs. Crossings at one position cancel in
+ * pairs: a zero gap drops that toggle and folds the following gap into the last run. */
+static ferry_status crossings_to_rle(crossing_walk *wk, ferry_rle *out) {
+  ferry_status st = push_crossing(wk, (uint32_t)((uint64_t)wk->h * wk->w));
+  if (st < 0) return st;
+  uint32_t *a = wk->crossings;
+  size_t k = wk->n;
+  qsort(a, k, sizeof *a, compare_u32);
+  uint32_t prev = 0;
+  for (size_t j = 0; j < k; j++) {
+    uint32_t t = a[j];
+    a[j] -= prev;
+    prev = t;
+  }
+  size_t m = 0, j = 0;
+  a[m++] = a[j++];  /* in place: m never passes j */
+  while (j < k) {
+    if (a[j] > 0) {
+      a[m++] = a[j++];
+    } else {
+      j++;
+      if (j < k) a[m - 1] += a[j++];
+    }
+  }
+  wk->crossings = NULL;
+  return ferry_rle_adopt(a, m, wk->h, wk->w, out);
+}
+
+static ferry_status empty_mask(uint32_t h, uint32_t w, ferry_rle *out) {
+  uint32_t *counts;
+  ferry_status st = ferry_rle_alloc_counts(1, &counts);
+  if (st < 0) return st;
+  counts[0] = (uint32_t)((uint64_t)h * w);
+  return ferry_rle_adopt(counts, 1, h, w, out);
+}
+
+/* Snap vertex coordinates to the fine grid (truncating, as maskApi.c's int cast). */
+static ferry_status snap_vertices(const double *xy, size_t k, int *gx, int *gy, uint64_t *steps) {
+  for (size_t j = 0; j < k; j++) {
+    double x = xy[2 * j], y = xy[2 * j + 1];
+    if (!(fabs(x) <= MAX_ABS_COORDINATE) || !(fabs(y) <= MAX_ABS_COORDINATE))
+      return ferry_fail(FERRY_ELIMIT, "polygon vertex %zu (%g, %g) is not finite or beyond +-%g",
+                        j, x, y, MAX_ABS_COORDINATE);
+    gx[j] = (int)(GRID_SCALE * x + .5);
+    gy[j] = (int)(GRID_SCALE * y + .5);
+  }
+  gx[k] = gx[0];
+  gy[k] = gy[0];
+  *steps = 0;
+  for (size_t j = 0; j < k; j++) {
+    uint64_t dx = (uint64_t)llabs((long long)gx[j + 1] - gx[j]);
+    uint64_t dy = (uint64_t)llabs((long long)gy[j + 1] - gy[j]);
+    *steps += (dx > dy ? dx : dy) + 1;
+  }
+  if (*steps > MAX_OUTLINE_STEPS)
+    return ferry_fail(FERRY_ELIMIT, "polygon outline of %llu grid steps exceeds the limit of %llu",
+                      (unsigned long long)*steps, (unsigned long long)MAX_OUTLINE_STEPS);
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint32_t w, ferry_rle *out) {
+  if (!out || (k && !xy)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_polygon: NULL argument");
+  ferry_status st = ferry_rle_check_size(h, w);
+  if (st < 0) return st;
+  if (k < 3 || h == 0 || w == 0) return empty_mask(h, w, out);
+  if (k > SIZE_MAX / sizeof(int) - 1) return ferry_fail(FERRY_ENOMEM, "polygon of %zu vertices is too large", k);
+  int *gx = ferry_malloc((k + 1) * sizeof(int)), *gy = ferry_malloc((k + 1) * sizeof(int));
+  crossing_walk wk = {.h = h, .w = w};
+  uint64_t steps;
+  if (!gx || !gy) st = ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+  else st = snap_vertices(xy, k, gx, gy, &steps);
+  for (size_t j = 0; j < k && st == FERRY_OK; j++) st = walk_edge(&wk, gx[j], gy[j], gx[j + 1], gy[j + 1]);
+  ferry_free(gx);
+  ferry_free(gy);
+  if (st == FERRY_OK) st = crossings_to_rle(&wk, out);
+  ferry_free(wk.crossings);
+  return st;
+}
+
+ferry_status ferry_rle_from_bbox(const double bbox[4], uint32_t h, uint32_t w, ferry_rle *out) {
+  if (!bbox) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_bbox: NULL box");
+  double xs = bbox[0], xe = xs + bbox[2], ys = bbox[1], ye = ys + bbox[3];
+  double xy[8] = {xs, ys, xs, ye, xe, ye, xe, ys};
+  return ferry_rle_from_polygon(xy, 4, h, w, out);
+}

@@ -1,0 +1,433 @@
+/* coco/rle.c - RLE masks: validation, encode/decode, the string codec, area, bbox,
+ * merge and IoU, with pycocotools' maskApi.c semantics (see ferry/mask.h). */
+#include <math.h>
+#include <string.h>
+
+#include "coco/rle_internal.h"
+#include "lib/alloc.h"
+#include "lib/status.h"
+
+/* Longest run of characters one count may take: 7 x 5 bits hold any delta of two
+ * uint32 counts with its sign, which is all rleToString ever writes. */
+#define RLE_MAX_VALUE_CHARS 7
+
+void ferry_rle_free(ferry_rle *rle) {
+  if (!rle) return;
+  ferry_free(rle->counts);
+  rle->counts = NULL;
+  rle->m = 0;
+  rle->h = rle->w = 0;
+}
+
+ferry_status ferry_rle_check_size(uint32_t h, uint32_t w) {
+  if ((uint64_t)h * w > UINT32_MAX)
+    return ferry_fail(FERRY_ELIMIT, "mask size %ux%u exceeds 2^32-1 pixels", h, w);
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_adopt(uint32_t *counts, size_t m, uint32_t h, uint32_t w, ferry_rle *out) {
+  out->h = h;
+  out->w = w;
+  out->m = m;
+  out->counts = counts;
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_alloc_counts(size_t m, uint32_t **counts) {
+  if (m > SIZE_MAX / sizeof(uint32_t))
+    return ferry_fail(FERRY_ENOMEM, "RLE of %zu runs is too large", m);
+  *counts = ferry_malloc(m * sizeof(uint32_t));
+  if (!*counts) return ferry_fail(FERRY_ENOMEM, "out of memory for %zu RLE runs", m);
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_check_sum(const uint32_t *counts, size_t m, uint32_t h, uint32_t w) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < m; i++) sum += counts[i];
+  uint64_t expected = (uint64_t)h * w;
+  if (sum != expected)
+    return ferry_fail(FERRY_EFORMAT, "RLE counts sum to %llu, expected h*w = %u*%u = %llu",
+                      (unsigned long long)sum, h, w, (unsigned long long)expected);
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h, uint32_t w,
+                                   ferry_rle *out) {
+  if (!out || (m > 0 && !counts)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_counts: NULL argument");
+  ferry_status st = ferry_rle_check_size(h, w);
+  if (st < 0) return st;
+  if ((st = ferry_rle_check_sum(counts, m, h, w)) < 0) return st;
+  uint32_t *copy;
+  if ((st = ferry_rle_alloc_counts(m, &copy)) < 0) return st;
+  if (m) memcpy(copy, counts, m * sizeof(uint32_t));
+  return ferry_rle_adopt(copy, m, h, w, out);
+}
+
+/* ---- encode / decode ---------------------------------------------------------- */
+
+/* Visit the mask column-major; count runs when `counts` is NULL, else store them. */
+static size_t encode_runs(const uint8_t *mask, uint32_t h, uint32_t w, uint32_t *counts) {
+  size_t m = 0;
+  uint32_t run = 0;
+  int value = 0;
+  for (uint32_t x = 0; x < w; x++) {
+    for (uint32_t y = 0; y < h; y++) {
+      int pixel = mask[(size_t)y * w + x] != 0;
+      if (pixel != value) {
+        if (counts) counts[m] = run;
+        m++;
+        run = 0;
+        value = pixel;
+      }
+      run++;
+    }
+  }
+  if (counts) counts[m] = run;
+  return m + 1;
+}
+
+ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry_rle *out) {
+  if (!out || (!mask && (uint64_t)h * w > 0)) return ferry_fail(FERRY_EINVAL, "ferry_rle_encode: NULL argument");
+  ferry_status st = ferry_rle_check_size(h, w);
+  if (st < 0) return st;
+  size_t m = encode_runs(mask, h, w, NULL);
+  uint32_t *counts;
+  if ((st = ferry_rle_alloc_counts(m, &counts)) < 0) return st;
+  encode_runs(mask, h, w, counts);
+  return ferry_rle_adopt(counts, m, h, w, out);
+}
+
+/* First output index i whose source index (i*src)/dst is >= s: ceil(s*dst/src). */
+static uint64_t first_output_at(uint64_t s, uint32_t src, uint32_t dst) {
+  return (s * dst + src - 1) / src;
+}
+
+/* Set output rows [first_output_at(a), first_output_at(b)) of column j. */
+static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t a, uint64_t b,
+                             uint32_t src_h, uint32_t dst_h) {
+  uint64_t i0 = first_output_at(a, src_h, dst_h), i1 = first_output_at(b, src_h, dst_h);
+  for (uint64_t i = i0; i < i1; i++) out[i * dst_w + j] = 1;
+}
+
+static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
+  if (!rle) return ferry_fail(FERRY_EINVAL, "%s: NULL RLE", fn);
+  if (rle->m > 0 && !rle->counts) return ferry_fail(FERRY_EINVAL, "%s: RLE without counts", fn);
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
+                                      uint32_t dst_h, uint32_t dst_w) {
+  ferry_status st = check_rle_arg(rle, "ferry_rle_decode_resized");
+  if (st < 0) return st;
+  uint64_t need = (uint64_t)dst_h * dst_w;
+  if (need > out_size || (need > 0 && !out))
+    return ferry_fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
+                      out_size, (unsigned long long)need);
+  if (need) memset(out, 0, (size_t)need);
+  uint32_t h = rle->h, w = rle->w;
+  if (need == 0 || h == 0 || w == 0) return FERRY_OK;
+  if ((st = ferry_rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
+
+  size_t run = 0;            /* first run that ends after the current column's start */
+  uint64_t run_start = 0;
+  uint32_t prev_sx = UINT32_MAX;
+  for (uint32_t j = 0; j < dst_w; j++) {
+    uint32_t sx = (uint32_t)((uint64_t)j * w / dst_w);
+    if (sx == prev_sx) {     /* upsampling repeats a source column: copy the last one */
+      for (uint32_t i = 0; i < dst_h; i++) out[(size_t)i * dst_w + j] = out[(size_t)i * dst_w + j - 1];
+      continue;
+    }
+    prev_sx = sx;
+    uint64_t col_start = (uint64_t)sx * h, col_end = col_start + h;
+    while (run < rle->m && run_start + rle->counts[run] <= col_start) run_start += rle->counts[run++];
+    uint64_t p = run_start;
+    for (size_t q = run; q < rle->m && p < col_end; q++) {
+      uint64_t e = p + rle->counts[q];
+      if (q & 1) {
+        uint64_t a = (p > col_start ? p : col_start) - col_start;
+        uint64_t b = (e < col_end ? e : col_end) - col_start;
+        if (b > a) fill_column_rows(out, dst_w, j, a, b, h, dst_h);
+      }
+      p = e;
+    }
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_size) {
+  ferry_status st = check_rle_arg(rle, "ferry_rle_decode");
+  if (st < 0) return st;
+  return ferry_rle_decode_resized(rle, out, out_size, rle->h, rle->w);
+}
+
+/* ---- the compressed string codec ---------------------------------------------- */
+
+ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
+  ferry_status st = check_rle_arg(rle, "ferry_rle_to_string");
+  if (st < 0) return st;
+  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_rle_to_string: NULL output");
+  if (rle->m > (SIZE_MAX - 1) / RLE_MAX_VALUE_CHARS)
+    return ferry_fail(FERRY_ENOMEM, "RLE of %zu runs is too large", rle->m);
+  char *s = ferry_malloc(rle->m * RLE_MAX_VALUE_CHARS + 1);
+  if (!s) return ferry_fail(FERRY_ENOMEM, "out of memory for an RLE string");
+  size_t p = 0;
+  for (size_t i = 0; i < rle->m; i++) {
+    int64_t x = (int64_t)rle->counts[i] - (i > 2 ? (int64_t)rle->counts[i - 2] : 0);
+    for (;;) {
+      int c = (int)(x & 0x1f);
+      x >>= 5;  /* arithmetic: x stays negative until it reaches -1 */
+      int more = (c & 0x10) ? x != -1 : x != 0;
+      s[p++] = (char)(48 + (more ? c | 0x20 : c));
+      if (!more) break;
+    }
+  }
+  s[p] = '\0';
+  *out = s;
+  return FERRY_OK;
+}
+
+void ferry_rle_free_string(char *s) { ferry_free(s); }
+
+/* Read one value starting at s[*pos]; advances *pos. */
+static ferry_status read_string_value(const char *s, size_t len, size_t *pos, int64_t *value) {
+  size_t start = *pos;
+  int64_t x = 0;
+  for (int k = 0;; k++) {
+    if (*pos >= len)
+      return ferry_fail(FERRY_EFORMAT, "RLE string ends inside the value that starts at character %zu", start);
+    if (k == RLE_MAX_VALUE_CHARS)
+      return ferry_fail(FERRY_EFORMAT, "RLE string value at character %zu overflows (more than %d characters)",
+                        start, RLE_MAX_VALUE_CHARS);
+    unsigned char ch = (unsigned char)s[*pos];
+    if (ch < 48 || ch > 111)
+      return ferry_fail(FERRY_EFORMAT, "RLE string character %zu (0x%02x) is outside '0'..'o'", *pos, ch);
+    int c = ch - 48;
+    (*pos)++;
+    x |= (int64_t)(c & 0x1f) << (5 * k);
+    if (!(c & 0x20)) {
+      if (c & 0x10) x -= (int64_t)1 << (5 * (k + 1));  /* sign-extend */
+      *value = x;
+      return FERRY_OK;
+    }
+  }
+}
+
+ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32_t w, ferry_rle *out) {
+  if (!out || (!s && len)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_string: NULL argument");
+  ferry_status st = ferry_rle_check_size(h, w);
+  if (st < 0) return st;
+  uint32_t *counts;
+  if ((st = ferry_rle_alloc_counts(len ? len : 1, &counts)) < 0) return st;
+  size_t m = 0, pos = 0;
+  while (pos < len) {
+    size_t start = pos;
+    int64_t x = 0;
+    if ((st = read_string_value(s, len, &pos, &x)) < 0) goto fail;
+    if (m > 2) x += counts[m - 2];
+    if (x < 0 || x > (int64_t)UINT32_MAX) {
+      st = ferry_fail(FERRY_EFORMAT, "RLE string value at character %zu gives count %lld, outside 0..2^32-1",
+                      start, (long long)x);
+      goto fail;
+    }
+    counts[m++] = (uint32_t)x;
+  }
+  if ((st = ferry_rle_check_sum(counts, m, h, w)) < 0) goto fail;
+  return ferry_rle_adopt(counts, m, h, w, out);
+fail:
+  ferry_free(counts);
+  return st;
+}
+
+/* ---- measures ------------------------------------------------------------------ */
+
+uint64_t ferry_rle_area(const ferry_rle *rle) {
+  uint64_t area = 0;
+  if (!rle || !rle->counts) return 0;
+  for (size_t j = 1; j < rle->m; j += 2) area += rle->counts[j];
+  return area;
+}
+
+/* pycocotools' current rleToBbox (2.0.11): uint32 arithmetic over the foreground runs,
+ * zero-length ones skipped; a run that spans two columns widens the box to the full
+ * height. A mask whose only foreground runs are empty keeps the initial extremes, so
+ * width and height wrap around in uint32 as they do there. */
+void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]) {
+  bbox[0] = bbox[1] = bbox[2] = bbox[3] = 0;
+  if (!rle || !rle->counts) return;
+  uint32_t h = rle->h, w = rle->w;
+  size_t m = rle->m / 2 * 2;
+  if (m == 0) return;
+  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0;
+  for (size_t j = 0; j < m; j++) {
+    uint32_t start = cc;
+    cc += rle->counts[j];
+    if (j % 2 == 0 || rle->counts[j] == 0 || h == 0) continue;
+    uint32_t x0 = start / h, y0 = start % h, x1 = (cc - 1) / h, y1 = (cc - 1) % h;
+    if (x0 < xs) xs = x0;
+    if (x1 > xe) xe = x1;
+    if (x0 < x1) {
+      ys = 0;
+      ye = h - 1;
+    } else {
+      if (y0 < ys) ys = y0;
+      if (y1 > ye) ye = y1;
+    }
+  }
+  bbox[0] = xs;
+  bbox[1] = ys;
+  bbox[2] = (uint32_t)(xe - xs + 1);
+  bbox[3] = (uint32_t)(ye - ys + 1);
+}
+
+/* ---- merge --------------------------------------------------------------------- */
+
+/* A cursor over runs that steps over zero-length runs, flipping the value each run. */
+typedef struct run_cursor {
+  const uint32_t *counts;
+  size_t m, next;
+  uint64_t left;  /* pixels left in the current run */
+  int value;
+} run_cursor;
+
+static void cursor_settle(run_cursor *c) {
+  while (c->left == 0 && c->next < c->m) {
+    c->left = c->counts[c->next++];
+    c->value = !c->value;
+  }
+}
+
+static void cursor_start(run_cursor *c, const ferry_rle *rle) {
+  c->counts = rle->counts;
+  c->m = rle->m;
+  c->left = rle->m ? rle->counts[0] : 0;
+  c->next = 1;
+  c->value = 0;
+  cursor_settle(c);
+}
+
+static void cursor_advance(run_cursor *c, uint64_t n) {
+  c->left -= n;
+  cursor_settle(c);
+}
+
+/* Canonical runs of a OP b into out (capacity a->m + b->m + 1); returns the run count.
+ * Both must have the same size and valid sums. */
+static size_t merge_pair(const ferry_rle *a, const ferry_rle *b, int intersect, uint32_t *out) {
+  run_cursor ca, cb;
+  cursor_start(&ca, a);
+  cursor_start(&cb, b);
+  size_t m = 0;
+  int value = 0;
+  uint64_t len = 0;
+  while (ca.left > 0 && cb.left > 0) {
+    uint64_t c = ca.left < cb.left ? ca.left : cb.left;
+    int v = intersect ? (ca.value && cb.value) : (ca.value || cb.value);
+    if (v != value) {
+      out[m++] = (uint32_t)len;
+      len = 0;
+      value = v;
+    }
+    len += c;
+    cursor_advance(&ca, c);
+    cursor_advance(&cb, c);
+  }
+  out[m++] = (uint32_t)len;
+  return m;
+}
+
+ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, ferry_rle *out) {
+  if (!rles || !out || n == 0) return ferry_fail(FERRY_EINVAL, "ferry_rle_merge: need at least one RLE");
+  uint32_t h = rles[0].h, w = rles[0].w;
+  for (size_t i = 0; i < n; i++) {
+    ferry_status st = check_rle_arg(&rles[i], "ferry_rle_merge");
+    if (st < 0) return st;
+    if (rles[i].h != h || rles[i].w != w)
+      return ferry_fail(FERRY_EINVAL, "ferry_rle_merge: mask %zu is %ux%u, mask 0 is %ux%u",
+                        i, rles[i].h, rles[i].w, h, w);
+    if ((st = ferry_rle_check_sum(rles[i].counts, rles[i].m, h, w)) < 0) return st;
+  }
+  if (n == 1) return ferry_rle_from_counts(rles[0].counts, rles[0].m, h, w, out);
+  ferry_rle acc = rles[0];
+  uint32_t *owned = NULL;
+  for (size_t i = 1; i < n; i++) {
+    uint32_t *runs;
+    size_t cap = acc.m + rles[i].m + 1;
+    ferry_status st = cap < acc.m ? ferry_fail(FERRY_ENOMEM, "RLE merge too large") : ferry_rle_alloc_counts(cap, &runs);
+    if (st < 0) {
+      ferry_free(owned);
+      return st;
+    }
+    size_t m = merge_pair(&acc, &rles[i], intersect, runs);
+    ferry_free(owned);
+    owned = runs;
+    acc.counts = runs;
+    acc.m = m;
+  }
+  return ferry_rle_adopt(owned, acc.m, h, w, out);
+}
+
+/* ---- IoU ----------------------------------------------------------------------- */
+
+/* maskApi.c's bbIou for one pair: 0 unless the boxes overlap. */
+static double box_iou(const double d[4], const double g[4], int crowd) {
+  double da = d[2] * d[3], ga = g[2] * g[3];
+  double w = fmin(d[2] + d[0], g[2] + g[0]) - fmax(d[0], g[0]);
+  if (w <= 0) return 0;
+  double h = fmin(d[3] + d[1], g[3] + g[1]) - fmax(d[1], g[1]);
+  if (h <= 0) return 0;
+  double i = w * h, u = crowd ? da : da + ga - i;
+  return i / u;
+}
+
+static void intersection_union(const ferry_rle *a, const ferry_rle *b, uint64_t *inter, uint64_t *uni) {
+  run_cursor ca, cb;
+  cursor_start(&ca, a);
+  cursor_start(&cb, b);
+  *inter = *uni = 0;
+  while (ca.left > 0 && cb.left > 0) {
+    uint64_t c = ca.left < cb.left ? ca.left : cb.left;
+    if (ca.value || cb.value) *uni += c;
+    if (ca.value && cb.value) *inter += c;
+    cursor_advance(&ca, c);
+    cursor_advance(&cb, c);
+  }
+}
+
+static ferry_status check_rles(const ferry_rle *rles, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ferry_status st = check_rle_arg(&rles[i], "ferry_rle_iou");
+    if (st < 0) return st;
+    if ((st = ferry_rle_check_sum(rles[i].counts, rles[i].m, rles[i].h, rles[i].w)) < 0) return st;
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, size_t n,
+                           const uint8_t *iscrowd, double *out) {
+  if ((m && !dt) || (n && !gt) || (m && n && !out)) return ferry_fail(FERRY_EINVAL, "ferry_rle_iou: NULL argument");
+  ferry_status st;
+  if ((st = check_rles(dt, m)) < 0 || (st = check_rles(gt, n)) < 0) return st;
+  for (size_t g = 0; g < n; g++) {
+    int crowd = iscrowd && iscrowd[g];
+    double gb[4];
+    ferry_rle_to_bbox(&gt[g], gb);
+    for (size_t d = 0; d < m; d++) {
+      double db[4];
+      ferry_rle_to_bbox(&dt[d], db);
+      double o = box_iou(db, gb, crowd);
+      if (o > 0) {
+        if (dt[d].h != gt[g].h || dt[d].w != gt[g].w) {
+          o = -1;
+        } else {
+          uint64_t i, u;
+          intersection_union(&dt[d], &gt[g], &i, &u);
+          if (i == 0) u = 1;
+          else if (crowd) u = ferry_rle_area(&dt[d]);
+          o = (double)i / (double)u;
+        }
+      }
+      out[g * m + d] = o;
+    }
+  }
+  return FERRY_OK;
+}
