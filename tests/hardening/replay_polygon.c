@@ -1,0 +1,3 @@
+/* The fuzz target compiled under its own name, so the replay test can call it. */
+#define FUZZ_ENTRY fuzz_polygon_entry
+#include "tests/fuzz/fuzz_polygon.c"

@@ -1,0 +1,527 @@
+/* tests/hardening/test_hostile.c - hostile inputs, each with its expected error.
+ *
+ * Every row goes through a public API (ferry_coco_open_buffer and the target/mask
+ * calls, ferry_image_load_resized / ferry_image_decode_resized, the mask API,
+ * ferry_loader_open/next) on data made here at test time (in a scratch folder) from
+ * hand-written JSON and the real files of ../shared/realdata. A row states the status
+ * the call must return and a substring its message must contain; every row is printed
+ * as a line of the table in docs/reliability.md, and all mismatches are listed before
+ * the test fails.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ferry/coco.h"
+#include "ferry/ferry.h"
+#include "ferry/image.h"
+#include "ferry/loader.h"
+#include "ferry/mask.h"
+#include "tests/hardening/hardening.h"
+
+#define MASK 16
+#define MESSAGE_MAX 1024
+
+typedef struct outcome {
+  ferry_status status;
+  char message[MESSAGE_MAX];
+} outcome;
+
+static outcome result(ferry_status st) {
+  outcome o = {.status = st};
+  snprintf(o.message, sizeof o.message, "%s", st == FERRY_OK ? "" : ferry_last_error());
+  return o;
+}
+
+/* One table line; returns 1 when the outcome is not the expected one. */
+static int check_row(const char *group, const char *name, outcome got, ferry_status expected,
+                     const char *substring) {
+  int ok = got.status == expected && strstr(got.message, substring) != NULL;
+  fprintf(stderr, "| %s | %s | %s | `%s` |%s\n", group, name, ferry_strerror(got.status),
+          got.message, ok ? "" : " MISMATCH");
+  if (!ok)
+    fprintf(stderr, "    expected %s with \"%s\"\n", ferry_strerror(expected), substring);
+  return !ok;
+}
+
+/* ---- annotation files --------------------------------------------------------- */
+
+typedef enum { AT_OPEN, AT_TARGET, AT_MASK } json_stage;
+
+typedef struct json_case {
+  const char *name;
+  const char *json;
+  json_stage stage;   /* the call whose outcome is checked */
+  ferry_status expected;
+  const char *substring;
+} json_case;
+
+#define IMG1 "\"images\": [{\"id\": 1, \"width\": 40, \"height\": 30, \"file_name\": \"a.jpg\"}]"
+#define CAT1 "\"categories\": [{\"id\": 1, \"name\": \"thing\"}]"
+#define ANN(fields) "{" IMG1 ", " CAT1 ", \"annotations\": [{\"id\": 5, \"image_id\": 1, \"category_id\": 1, " fields "}]}"
+#define BOX "\"bbox\": [1, 2, 10, 8]"
+
+static const json_case json_cases[] = {
+  {"bbox with NaN", ANN("\"bbox\": [1, NaN, 3, 4]"), AT_OPEN, FERRY_EFORMAT, "invalid JSON"},
+  {"bbox with Infinity", ANN("\"bbox\": [1, 2, Infinity, 4]"), AT_OPEN, FERRY_EFORMAT, "invalid JSON"},
+  {"bbox with 1e400 (overflows a double)", ANN("\"bbox\": [1e400, 2, 3, 4]"), AT_OPEN, FERRY_EFORMAT, "invalid JSON"},
+  {"bbox value a string", ANN("\"bbox\": [1, 2, \"3\", 4]"), AT_OPEN, FERRY_EFORMAT, "annotations[0].bbox[2]: expected a number"},
+  {"bbox of 3 numbers", ANN("\"bbox\": [1, 2, 3]"), AT_OPEN, FERRY_EFORMAT, "annotations[0].bbox: expected an array of 4 numbers"},
+  {"bbox missing (targets need it)", ANN("\"area\": 3"), AT_TARGET, FERRY_EFORMAT, "annotations[0]: no \"bbox\""},
+  {"bbox negative width (dropped, target OK)", ANN("\"bbox\": [5, 5, -3, 4]"), AT_TARGET, FERRY_OK, ""},
+  {"bbox 1e300 wide (clamped to the image, OK)", ANN("\"bbox\": [-1e300, 0, 1e300, 1e300]"), AT_TARGET, FERRY_OK, ""},
+  {"image width 0 (targets need a size)",
+   "{\"images\": [{\"id\": 1, \"width\": 0, \"height\": 30}], \"annotations\": []}", AT_TARGET, FERRY_EFORMAT,
+   "no height/width"},
+  {"image height negative", "{\"images\": [{\"id\": 1, \"width\": 40, \"height\": -30}]}", AT_OPEN, FERRY_EFORMAT,
+   "images[0].height: -30 is not a valid image size"},
+  {"image width 2^40", "{\"images\": [{\"id\": 1, \"width\": 1099511627776, \"height\": 3}]}", AT_OPEN,
+   FERRY_EFORMAT, "images[0].width: 1099511627776 is not a valid image size"},
+  {"image width a string", "{\"images\": [{\"id\": 1, \"width\": \"40\", \"height\": 30}]}", AT_OPEN,
+   FERRY_EFORMAT, "images[0].width: expected an integer, got a string"},
+  {"image id 1.5", "{\"images\": [{\"id\": 1.5}]}", AT_OPEN, FERRY_EFORMAT, "images[0].id: expected an integer"},
+  {"duplicate image ids", "{\"images\": [{\"id\": 3}, {\"id\": 3}]}", AT_OPEN, FERRY_EFORMAT,
+   "images[1].id: duplicate id 3 (also images[0])"},
+  {"duplicate category ids", "{\"images\": [], \"categories\": [{\"id\": 2}, {\"id\": 2}]}", AT_OPEN,
+   FERRY_EFORMAT, "categories[1].id: duplicate id 2"},
+  {"annotation on an unknown image",
+   "{" IMG1 ", " CAT1 ", \"annotations\": [{\"image_id\": 42, \"category_id\": 1, " BOX "}]}", AT_OPEN,
+   FERRY_EFORMAT, "annotations[0].image_id: no image 42"},
+  {"annotation on an unknown category",
+   "{" IMG1 ", " CAT1 ", \"annotations\": [{\"image_id\": 1, \"category_id\": 9, " BOX "}]}", AT_OPEN,
+   FERRY_EFORMAT, "annotations[0].category_id: no category 9"},
+  {"iscrowd 2", ANN(BOX ", \"iscrowd\": 2"), AT_OPEN, FERRY_EFORMAT, "annotations[0].iscrowd: expected 0 or 1"},
+  {"keypoints of 5 numbers", ANN(BOX ", \"keypoints\": [1, 2, 2, 4, 5]"), AT_OPEN, FERRY_EFORMAT,
+   "annotations[0].keypoints: 5 numbers is not a multiple of 3"},
+  {"more keypoints than the categories name",
+   "{" IMG1 ", \"categories\": [{\"id\": 1, \"keypoints\": [\"nose\"]}], \"annotations\": [{\"image_id\": 1, "
+   "\"category_id\": 1, " BOX ", \"keypoints\": [1, 2, 2, 4, 5, 2]}]}",
+   AT_OPEN, FERRY_EFORMAT, "annotations[0].keypoints: 2 keypoints, but the categories name at most 1"},
+  {"keypoint value a string", ANN(BOX ", \"keypoints\": [1, \"2\", 2]"), AT_OPEN, FERRY_EFORMAT,
+   "annotations[0].keypoints[1]: expected a number"},
+  {"RLE counts summing to less than h*w",
+   ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": [100, 20]}"), AT_OPEN, FERRY_EFORMAT,
+   "segmentation.counts: runs sum to 120, expected height*width = 1200"},
+  {"RLE counts summing to more than h*w",
+   ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": [1000, 4294967295]}"), AT_OPEN, FERRY_EFORMAT,
+   "runs sum to 4294968295"},
+  {"RLE negative count", ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": [1300, -100]}"), AT_OPEN,
+   FERRY_EFORMAT, "segmentation.counts[1]: expected a run length"},
+  {"RLE string summing to less than h*w",
+   ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": \"1d1\"}"), AT_MASK, FERRY_EFORMAT,
+   "annotations[0].segmentation.counts: RLE counts sum to"},
+  {"RLE string with a character outside '0'..'o'",
+   ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": \"1d~1\"}"), AT_MASK, FERRY_EFORMAT,
+   "is outside '0'..'o'"},
+  {"RLE string ending inside a value",
+   ANN(BOX ", \"segmentation\": {\"size\": [30, 40], \"counts\": \"0`\"}"), AT_MASK, FERRY_EFORMAT,
+   "RLE string ends inside the value that starts at character 1"},
+  {"RLE size 100000 x 100000",
+   ANN(BOX ", \"segmentation\": {\"size\": [100000, 100000], \"counts\": \"0\"}"), AT_OPEN, FERRY_EFORMAT,
+   "100000x100000 exceeds 2^32-1 pixels"},
+  {"RLE size differing from the image (targets)",
+   ANN(BOX ", \"segmentation\": {\"size\": [3, 4], \"counts\": [12]}"), AT_TARGET, FERRY_EFORMAT,
+   "segmentation.size: [3, 4] differs from the image's [30, 40]"},
+  {"polygon with 1e12 coordinates", ANN(BOX ", \"segmentation\": [[1e12, 1, 2, 1e12, -1e12, 3]]"), AT_MASK,
+   FERRY_ELIMIT, "segmentation[0]: polygon vertex 0 (1e+12, 1) is not finite or beyond +-1e+08"},
+  {"polygon with 1e12 coordinates (targets)",
+   ANN(BOX ", \"segmentation\": [[1e12, 1, 2, 1e12, -1e12, 3]]"), AT_TARGET, FERRY_ELIMIT, "(image 1, \"a.jpg\")"},
+  {"polygon coordinate a string", ANN(BOX ", \"segmentation\": [[1, 2, \"3\", 4, 5, 6]]"), AT_OPEN,
+   FERRY_EFORMAT, "annotations[0].segmentation[0][2]: expected a number, got a string"},
+  {"polygon part not an array", ANN(BOX ", \"segmentation\": [7]"), AT_OPEN, FERRY_EFORMAT,
+   "annotations[0].segmentation[0]: expected a polygon"},
+  {"polygon on an image without a size",
+   "{\"images\": [{\"id\": 1}], " CAT1 ", \"annotations\": [{\"image_id\": 1, \"category_id\": 1, " BOX
+   ", \"segmentation\": [[1, 2, 3, 4, 5, 9]]}]}",
+   AT_MASK, FERRY_EFORMAT, "polygons need an image size, and image 1 has no height/width"},
+  {"polygon on an image over 2^32 pixels",
+   "{\"images\": [{\"id\": 1, \"width\": 100000, \"height\": 100000}], " CAT1 ", \"annotations\": [{"
+   "\"image_id\": 1, \"category_id\": 1, " BOX ", \"segmentation\": [[1, 2, 3, 4, 5, 9]]}]}",
+   AT_MASK, FERRY_ELIMIT, "image 1 is 100000x100000, over 2^32-1 pixels"},
+  {"a 1 GiB image claimed (32768^2): masks stay small, OK",
+   "{\"images\": [{\"id\": 1, \"width\": 32768, \"height\": 32768}], " CAT1 ", \"annotations\": [{"
+   "\"image_id\": 1, \"category_id\": 1, \"bbox\": [0, 0, 32768, 32768], \"segmentation\": "
+   "{\"size\": [32768, 32768], \"counts\": [0, 1073741824]}}]}",
+   AT_TARGET, FERRY_OK, ""},
+  {"segmentation a number", ANN(BOX ", \"segmentation\": 3"), AT_OPEN, FERRY_EFORMAT,
+   "annotations[0].segmentation: expected polygons (an array) or an RLE object, got an integer"},
+  {"top level a string", "\"instances\"", AT_OPEN, FERRY_EFORMAT, "invalid JSON: '[' or '{' expected"},
+  {"\"images\" an object", "{\"images\": {}}", AT_OPEN, FERRY_EFORMAT, "images: expected an array, got an object"},
+  {"\"images\" missing", "{\"annotations\": []}", AT_OPEN, FERRY_EFORMAT, "images: missing (expected an array)"},
+  {"truncated JSON", "{\"images\": [{\"id\": 1, \"wid", AT_OPEN, FERRY_EFORMAT, "invalid JSON"},
+  {"empty file", "", AT_OPEN, FERRY_EFORMAT, "invalid JSON"},
+  {"invalid UTF-8 in a file name", "{\"images\": [{\"id\": 1, \"file_name\": \"\xff\xfe.jpg\"}]}", AT_OPEN,
+   FERRY_EFORMAT, "invalid JSON"},
+};
+
+static outcome run_json_case(const json_case *c) {
+  ferry_coco *coco = NULL;
+  ferry_status st = ferry_coco_open_buffer(c->json, strlen(c->json), "hostile.json", NULL, &coco);
+  if (st != FERRY_OK || c->stage == AT_OPEN) {
+    outcome o = result(st);
+    ferry_coco_close(coco);
+    return o;
+  }
+  if (c->stage == AT_MASK) {
+    ferry_rle rle = {0};
+    outcome o = result(ferry_coco_annotation_rle(coco, 0, &rle));
+    ferry_rle_free(&rle);
+    ferry_coco_close(coco);
+    return o;
+  }
+  ferry_target_options opts;
+  ferry_target_options_default(&opts);
+  opts.mask_height = opts.mask_width = MASK;
+  int64_t n = 0;
+  st = ferry_coco_target_count(coco, 0, &opts, &n);
+  if (st != FERRY_OK) {
+    outcome o = result(st);
+    ferry_coco_close(coco);
+    return o;
+  }
+  size_t rows = (size_t)n;
+  ferry_coco_target t = {.boxes = calloc(rows * 4 + 1, sizeof(float)), .masks = calloc(rows * MASK * MASK + 1, 1)};
+  outcome o = result(ferry_coco_target_write(coco, 0, &opts, &t));
+  free(t.boxes);
+  free(t.masks);
+  ferry_coco_close(coco);
+  return o;
+}
+
+Test(hostile, annotation_files) {
+  int mismatches = 0;
+  for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
+    const json_case *c = &json_cases[i];
+    mismatches += check_row("JSON", c->name, run_json_case(c), c->expected, c->substring);
+  }
+  cr_assert_eq(mismatches, 0, "%d annotation rows did not give their expected error", mismatches);
+}
+
+/* JSON too large to write inline. */
+static outcome deeply_nested(void) {
+  size_t depth = 100000;
+  char *text = malloc(2 * depth + 1);
+  memset(text, '[', depth);
+  memset(text + depth, ']', depth);
+  text[2 * depth] = '\0';
+  ferry_coco *coco = NULL;
+  outcome o = result(ferry_coco_open_buffer(text, 2 * depth, "nested.json", NULL, &coco));
+  ferry_coco_close(coco);
+  free(text);
+  return o;
+}
+
+/* A polygon of a million vertices zigzagging across a 640 x 480 image: allowed, and
+ * rasterised in time proportional to its outline inside the image. */
+static outcome million_vertices(double *seconds) {
+  size_t k = 1000000;
+  double *xy = malloc(2 * k * sizeof *xy);
+  for (size_t j = 0; j < k; j++) {
+    xy[2 * j] = (double)(j % 640);
+    xy[2 * j + 1] = (j & 1) ? 110.0 : 100.0 + (double)(j % 7);
+  }
+  ferry_rle rle = {0};
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  outcome o = result(ferry_rle_from_polygon(xy, k, 480, 640, &rle));
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  *seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+  ferry_rle_free(&rle);
+  free(xy);
+  return o;
+}
+
+/* Vertices far outside the image with an outline over the 2^30-step limit. */
+static outcome outline_over_limit(void) {
+  double xy[8] = {-9e7, -9e7, 9e7, -9e7, 9e7, 9e7, -9e7, 9e7};
+  ferry_rle rle = {0};
+  outcome o = result(ferry_rle_from_polygon(xy, 4, 480, 640, &rle));
+  ferry_rle_free(&rle);
+  return o;
+}
+
+/* A far vertex inside the limits: must not cost time proportional to its distance. */
+static outcome far_vertex(double *seconds) {
+  double xy[6] = {16, 16, 3e7, 3e7, 224, 128};
+  ferry_rle rle = {0};
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  outcome o = result(ferry_rle_from_polygon(xy, 3, 256, 256, &rle));
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  *seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+  ferry_rle_free(&rle);
+  return o;
+}
+
+Test(hostile, masks_and_limits, .timeout = 120) {
+  int mismatches = 0;
+  mismatches += check_row("JSON", "nested 100000 deep", deeply_nested(), FERRY_EFORMAT,
+                          "maximum parsing depth reached");
+  double secs = 0;
+  mismatches += check_row("mask", "polygon of 1,000,000 vertices (OK)", million_vertices(&secs), FERRY_OK, "");
+  cr_log_info("1,000,000 vertices rasterised in %.2f s", secs);
+  mismatches += check_row("mask", "polygon vertex at 3e7 (OK, fast)", far_vertex(&secs), FERRY_OK, "");
+  cr_assert_lt(secs, 1.0, "a far vertex took %.2f s", secs);
+  mismatches += check_row("mask", "polygon outline over 2^30 grid steps", outline_over_limit(), FERRY_ELIMIT,
+                          "exceeds the limit");
+  double nan_xy[6] = {1, 2, NAN, 4, 5, 6};
+  ferry_rle rle = {0};
+  mismatches += check_row("mask", "polygon vertex NaN", result(ferry_rle_from_polygon(nan_xy, 3, 8, 8, &rle)),
+                          FERRY_ELIMIT, "polygon vertex 1 (nan, 4) is not finite");
+  uint32_t runs[2] = {3, 4};
+  mismatches += check_row("mask", "RLE counts summing to 7 for 2x3",
+                          result(ferry_rle_from_counts(runs, 2, 2, 3, &rle)), FERRY_EFORMAT,
+                          "RLE counts sum to 7, expected h*w = 2*3 = 6");
+  mismatches += check_row("mask", "RLE size 65536 x 65536",
+                          result(ferry_rle_from_counts(runs, 2, 65536, 65536, &rle)), FERRY_ELIMIT,
+                          "mask size 65536x65536 exceeds 2^32-1 pixels");
+  const char *eight = "oooooooo";
+  mismatches += check_row("mask", "RLE string value over 7 characters",
+                          result(ferry_rle_from_string(eight, 8, 4, 4, &rle)), FERRY_EFORMAT,
+                          "overflows (more than 7 characters)");
+  uint32_t ok_runs[1] = {6};
+  cr_assert_eq(ferry_rle_from_counts(ok_runs, 1, 2, 3, &rle), FERRY_OK);
+  uint8_t small[4];
+  mismatches += check_row("mask", "decode into a buffer too small",
+                          result(ferry_rle_decode(&rle, small, sizeof small)), FERRY_EINVAL,
+                          "output of 4 bytes, need 6");
+  ferry_rle_free(&rle);
+  cr_assert_eq(mismatches, 0, "%d mask rows did not give their expected error", mismatches);
+}
+
+/* ---- image files -------------------------------------------------------------- */
+
+static ferry_decoder *decoder;
+
+static outcome load_file(const char *path) {
+  float out[3 * MASK * MASK];
+  int w, h;
+  return result(ferry_image_load_resized(decoder, path, NULL, MASK, FERRY_LAYOUT_F32_CHW, out, &w, &h));
+}
+
+static outcome decode_bytes(const void *data, size_t len, const char *name) {
+  float out[3 * MASK * MASK];
+  int w, h;
+  return result(ferry_image_decode_resized(decoder, data, len, name, NULL, MASK, FERRY_LAYOUT_F32_CHW, out, &w, &h));
+}
+
+static void be32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8),
+  p[3] = (unsigned char)v;
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  return ~c;
+}
+
+/* A PNG signature and a valid IHDR claiming w x h (8-bit RGB), nothing after. */
+static size_t png_header(unsigned char *out, uint32_t w, uint32_t h) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  memcpy(out, sig, 8);
+  be32(out + 8, 13);
+  memcpy(out + 12, "IHDR", 4);
+  be32(out + 16, w);
+  be32(out + 20, h);
+  out[24] = 8, out[25] = 2, out[26] = out[27] = out[28] = 0;
+  be32(out + 29, crc32_of(out + 12, 17));
+  return 33;
+}
+
+/* A baseline JPEG whose SOF0 claims w x h: the real photo's bytes with its SOF edited. */
+static unsigned char *jpeg_claiming(const unsigned char *jpeg, size_t len, unsigned w, unsigned h) {
+  unsigned char *copy = malloc(len);
+  memcpy(copy, jpeg, len);
+  for (size_t i = 2; i + 9 < len; i++) {
+    if (copy[i] == 0xFF && (copy[i + 1] == 0xC0 || copy[i + 1] == 0xC2)) {
+      copy[i + 5] = (unsigned char)(h >> 8), copy[i + 6] = (unsigned char)h;
+      copy[i + 7] = (unsigned char)(w >> 8), copy[i + 8] = (unsigned char)w;
+      return copy;
+    }
+  }
+  cr_assert_fail("no SOF marker in the JPEG");
+  return NULL;
+}
+
+Test(hostile, image_files, .timeout = 120) {
+  cr_assert_eq(ferry_decoder_open(&decoder), FERRY_OK);
+  size_t jlen, plen;
+  unsigned char *jpeg = read_whole(realdata("photos/mmcv/color.jpg"), &jlen);
+  unsigned char *png = read_whole(realdata("photos/skimage/coffee.png"), &plen);
+  int mismatches = 0;
+  mismatches += check_row("image", "zero-byte file named .jpg", load_file(write_scratch("empty.jpg", "", 0)),
+                          FERRY_EFORMAT, "empty.jpg: empty file");
+  mismatches += check_row("image", "text file named .jpg",
+                          load_file(write_scratch_text("notes.jpg", "these are not pixels\n")),
+                          FERRY_EUNSUPPORTED, "notes.jpg: not a JPEG or PNG file");
+  mismatches += check_row("image", "GIF named .jpg", load_file(write_scratch_text("anim.jpg", "GIF89a\1\0\1\0")),
+                          FERRY_EUNSUPPORTED, "anim.jpg: not a JPEG or PNG file");
+  mismatches += check_row("image", "JPEG cut at 2 bytes", load_file(write_scratch("cut2.jpg", jpeg, 2)),
+                          FERRY_EFORMAT, "cut2.jpg: truncated: the file ends inside the image header");
+  mismatches += check_row("image", "JPEG cut at 300 bytes (inside the headers)",
+                          load_file(write_scratch("cut300.jpg", jpeg, 300)), FERRY_EFORMAT, "cut300.jpg");
+  mismatches += check_row("image", "JPEG cut in half (inside the scan)",
+                          load_file(write_scratch("half.jpg", jpeg, jlen / 2)), FERRY_EFORMAT, "half.jpg");
+  mismatches += check_row("image", "real truncated JPEG (skimage truncated.jpg)",
+                          load_file(realdata("photos/skimage/truncated.jpg")), FERRY_EFORMAT, "truncated.jpg");
+  unsigned char *noisy = malloc(jlen);
+  memcpy(noisy, jpeg, jlen);
+  for (size_t i = jlen / 3; i < jlen / 3 + 64; i++) noisy[i] = 0xFF;
+  mismatches += check_row("image", "JPEG with 64 bytes of 0xFF in the scan",
+                          decode_bytes(noisy, jlen, "noisy.jpg"), FERRY_EFORMAT, "noisy.jpg");
+  free(noisy);
+  unsigned char *huge = jpeg_claiming(jpeg, jlen, 65000, 65000);
+  mismatches += check_row("image", "JPEG SOF claiming 65000 x 65000", decode_bytes(huge, jlen, "bomb.jpg"),
+                          FERRY_ELIMIT, "bomb.jpg: 65000x65000 = 4225000000 pixels exceeds the limit");
+  free(huge);
+  unsigned char *zero = jpeg_claiming(jpeg, jlen, 0, 480);
+  mismatches += check_row("image", "JPEG SOF claiming width 0", decode_bytes(zero, jlen, "zero.jpg"),
+                          FERRY_EUNSUPPORTED, "zero.jpg: JPEG: zero width or height in the frame header");
+  free(zero);
+  unsigned char header[64];
+  size_t hlen = png_header(header, 100000, 100000);
+  mismatches += check_row("image", "PNG of only a header claiming 100000 x 100000",
+                          load_file(write_scratch("bomb-header.png", header, hlen)), FERRY_EFORMAT,
+                          "bomb-header.png: PNG: file is truncated");
+  unsigned char *bomb = malloc(plen);
+  memcpy(bomb, png, plen);
+  memcpy(bomb, header, hlen); /* a real PNG (IHDR first) whose IHDR now claims 100000^2 */
+  mismatches += check_row("image", "PNG header claiming 100000 x 100000",
+                          load_file(write_scratch("bomb.png", bomb, plen)), FERRY_ELIMIT,
+                          "bomb.png: 100000x100000 = 10000000000 pixels exceeds the limit");
+  free(bomb);
+  hlen = png_header(header, 0, 10);
+  mismatches += check_row("image", "PNG header claiming width 0", decode_bytes(header, hlen, "w0.png"),
+                          FERRY_EFORMAT, "w0.png: PNG");
+  mismatches += check_row("image", "PNG cut after 100 bytes", load_file(write_scratch("cut.png", png, 100)),
+                          FERRY_EFORMAT, "cut.png");
+  unsigned char *crc = malloc(plen);
+  memcpy(crc, png, plen);
+  crc[plen / 2] ^= 0x55;
+  mismatches += check_row("image", "PNG with a corrupted byte in its data",
+                          decode_bytes(crc, plen, "flipped.png"), FERRY_EFORMAT, "flipped.png");
+  free(crc);
+  mismatches += check_row("image", "missing file", load_file(scratch_path("nowhere.jpg")), FERRY_ENOTFOUND,
+                          "nowhere.jpg: cannot open: No such file or directory");
+  cr_assert_eq(mkdir(scratch_path("folder.jpg"), 0700), 0);
+  mismatches += check_row("image", "a directory named .jpg", load_file(scratch_path("folder.jpg")), FERRY_EIO,
+                          "folder.jpg: not a regular file");
+  cr_assert_eq(mkfifo(scratch_path("pipe.jpg"), 0600), 0);
+  mismatches += check_row("image", "a FIFO named .jpg (must not block)", load_file(scratch_path("pipe.jpg")),
+                          FERRY_EIO, "pipe.jpg: not a regular file");
+  cr_assert_eq(symlink("loop.jpg", scratch_path("loop.jpg")), 0);
+  mismatches += check_row("image", "a symlink loop (unreadable)", load_file(scratch_path("loop.jpg")), FERRY_EIO,
+                          "loop.jpg: cannot open: Too many levels of symbolic links");
+  if (geteuid() != 0) {
+    const char *locked = write_scratch("locked.jpg", jpeg, jlen);
+    chmod(locked, 0);
+    mismatches += check_row("image", "a file without read permission", load_file(locked), FERRY_EIO,
+                            "locked.jpg: cannot open: Permission denied");
+  }
+  ferry_decoder_close(decoder);
+  free(jpeg);
+  free(png);
+  cr_assert_eq(mismatches, 0, "%d image rows did not give their expected error", mismatches);
+}
+
+/* ---- the loader: file names, folders ------------------------------------------ */
+
+typedef struct real_image {
+  char name[256];
+  int64_t width, height;
+} real_image;
+
+/* The first image of the real dali_coco set: its file name and size. */
+static real_image first_real_image(void) {
+  ferry_coco *coco = NULL;
+  cr_assert_eq(ferry_coco_open(realdata("dali_coco/coco/instances.json"), NULL, &coco), FERRY_OK);
+  ferry_coco_image img;
+  cr_assert_eq(ferry_coco_image_at(coco, 0, &img), FERRY_OK);
+  real_image r = {.width = img.width, .height = img.height};
+  snprintf(r.name, sizeof r.name, "%s", img.file_name);
+  ferry_coco_close(coco);
+  return r;
+}
+
+/* Open a loader on one image called `file_name` (w x h) in `images` and run an epoch. */
+static outcome run_loader(const char *file_name, int64_t w, int64_t h, const char *images, int allow) {
+  static int serial;
+  char json[8192], name[32];
+  snprintf(json, sizeof json,
+           "{\"images\": [{\"id\": 1, \"file_name\": \"%s\", \"width\": %lld, \"height\": %lld}], "
+           "\"annotations\": [], \"categories\": [{\"id\": 1}]}", file_name, (long long)w, (long long)h);
+  snprintf(name, sizeof name, "loader-%d.json", serial++);
+  ferry_loader_config cfg;
+  ferry_loader_config_default(&cfg);
+  cfg.annotations = write_scratch_text(name, json);
+  cfg.images = images;
+  cfg.batch_size = 1;
+  cfg.resolution = MASK;
+  cfg.workers = 1;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.allow_escaping_paths = allow;
+  ferry_loader *loader = NULL;
+  ferry_status st = ferry_loader_open(&cfg, &loader);
+  if (st != FERRY_OK) return result(st);
+  ferry_batch *batch = NULL;
+  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) ferry_batch_release(batch);
+  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
+  ferry_loader_close(loader);
+  return o;
+}
+
+Test(hostile, loader_paths, .timeout = 120) {
+  real_image real = first_real_image();
+  const char *images = realdata("dali_coco/coco/images");
+  char path[3 * HARD_PATH];
+  int mismatches = 0;
+  mismatches += check_row("loader", "the real image (control, OK)",
+                          run_loader(real.name, real.width, real.height, images, 0), FERRY_OK, "");
+  snprintf(path, sizeof path, "../images/%s", real.name);
+  mismatches += check_row("loader", "file name with \"..\"", run_loader(path, real.width, real.height, images, 0),
+                          FERRY_EINVAL, "leaves the images folder");
+  mismatches += check_row("loader", "file name with \"..\", allow_escaping_paths (OK)",
+                          run_loader(path, real.width, real.height, images, 1), FERRY_OK, "");
+  snprintf(path, sizeof path, "%s/%s", images, real.name);
+  mismatches += check_row("loader", "absolute file name", run_loader(path, real.width, real.height, images, 0),
+                          FERRY_EINVAL, "leaves the images folder");
+  mismatches += check_row("loader", "absolute file name, allow_escaping_paths (OK)",
+                          run_loader(path, real.width, real.height, images, 1), FERRY_OK, "");
+  mismatches += check_row("loader", "file name \"sub/../../x.jpg\"",
+                          run_loader("sub/../../x.jpg", 4, 4, images, 0), FERRY_EINVAL, "leaves the images folder");
+  mismatches += check_row("loader", "empty file name", run_loader("", 4, 4, images, 0), FERRY_EFORMAT,
+                          "image id 1 has no file_name");
+  mismatches += check_row("loader", "missing image file", run_loader("missing.jpg", 4, 4, images, 0),
+                          FERRY_ENOTFOUND, "missing.jpg: cannot open: No such file or directory");
+  mismatches += check_row("loader", "missing images folder",
+                          run_loader(real.name, real.width, real.height, scratch_path("no-such-folder"), 0),
+                          FERRY_ENOTFOUND, "no-such-folder/");
+  cr_assert_eq(mkdir(scratch_path("adir.jpg"), 0700), 0);
+  mismatches += check_row("loader", "image file that is a folder",
+                          run_loader("adir.jpg", 4, 4, scratch_dir(), 0), FERRY_EIO, "adir.jpg: not a regular file");
+  mismatches += check_row("loader", "size differing from the annotations",
+                          run_loader(real.name, real.width + 1, real.height, images, 0), FERRY_EFORMAT,
+                          "but the annotations say");
+  mismatches += check_row("loader", "zero-byte image in the dataset",
+                          run_loader("empty.jpg", 4, 4, (write_scratch("empty.jpg", "", 0), scratch_dir()), 0),
+                          FERRY_EFORMAT, "empty.jpg: empty file");
+  ferry_loader_config cfg;
+  ferry_loader_config_default(&cfg);
+  cfg.annotations = scratch_path("no-annotations.json");
+  cfg.images = images;
+  ferry_loader *loader = NULL;
+  mismatches += check_row("loader", "missing annotation file", result(ferry_loader_open(&cfg, &loader)), FERRY_EIO,
+                          "no-annotations.json: cannot open: No such file or directory");
+  cfg.annotations = images;
+  mismatches += check_row("loader", "annotation \"file\" that is a folder",
+                          result(ferry_loader_open(&cfg, &loader)), FERRY_EIO, "Is a directory");
+  cr_assert_null(loader);
+  cr_assert_eq(mismatches, 0, "%d loader rows did not give their expected error", mismatches);
+}
