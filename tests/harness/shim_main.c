@@ -1,4 +1,6 @@
 /* tests/harness/shim_main.c - runs the tests registered through the TSan shim. */
+#include <fnmatch.h>
+
 #include "criterion/criterion.h"
 
 shim_test *shim_tests;
@@ -30,10 +32,25 @@ void shim_skip(const char *fmt, ...) {
   longjmp(shim_jump, 1);
 }
 
-int main(void) {
+/* Criterion's --filter PATTERN, matched against "suite/name"; NULL runs all. */
+static const char *filter_of(int argc, char **argv) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--filter") == 0) return argv[i + 1];
+  return NULL;
+}
+
+static int selected(const shim_test *t, const char *filter) {
+  char id[512];
+  snprintf(id, sizeof id, "%s/%s", t->suite, t->name);
+  return !filter || fnmatch(filter, id, 0) == 0;
+}
+
+int main(int argc, char **argv) {
+  const char *filter = filter_of(argc, argv);
   /* volatile: these live across setjmp/longjmp. */
   volatile int tested = 0, passed = 0, failed = 0, skipped = 0;
   for (shim_test *volatile t = shim_tests; t; t = t->next) {
+    if (!selected(t, filter)) continue;
     outcome = PASSED;
     fprintf(stderr, "[RUN ] %s::%s\n", t->suite, t->name);
     if (setjmp(shim_jump) == 0) t->fn();

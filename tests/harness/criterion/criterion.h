@@ -58,9 +58,13 @@ void shim_skip(const char *fmt, ...);
 #define cr_assert_arr_eq(a, b, n, ...) SHIM_CHECK(memcmp((a), (b), (n)) == 0, #a " equals " #b, __VA_ARGS__)
 #define cr_assert_float_eq(a, b, eps, ...) \
   SHIM_CHECK(((a) - (b)) <= (eps) && ((b) - (a)) <= (eps), #a " ~= " #b, __VA_ARGS__)
+/* Criterion's expectations let a test go on after a failure; here they end it. */
 #define cr_expect cr_assert
 #define cr_expect_eq cr_assert_eq
 #define cr_expect_neq cr_assert_neq
+#define cr_expect_null cr_assert_null
+#define cr_expect_not_null cr_assert_not_null
+#define cr_expect_str_eq cr_assert_str_eq
 #define cr_fail(...) shim_fail(__FILE__, __LINE__, "cr_fail", "" __VA_ARGS__)
 #define cr_assert_fail(...) cr_fail(__VA_ARGS__)
 #define cr_skip_test(...) shim_skip("" __VA_ARGS__)
