@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# repro/plots.sh BUILD_DIR: measure, then draw docs/img/throughput.png (images/s per
+# repro/plots.sh BUILD_DIR [--replot]: measure (unless --replot), then draw docs/img/throughput.png (images/s per
 # path and worker count, with the decode-only limit) and docs/img/peak.png (extra
 # device peak per mask size, previous vs direct path). Data lands in docs/data/.
 # Run by `./run plots`. Takes a few minutes: every figure is a median of 3 processes.
@@ -8,12 +8,14 @@ build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=$root/docs/data img=$root/docs/img
 mkdir -p "$data" "$img"
-set -- ${FERRY_PLOT_ARGS:-}
-: > "$data/throughput.jsonl"
-for w in 1 2; do
-  "$build/repro/throughput" --workers "$w" --json "$@" >> "$data/throughput.jsonl"
-done
-"$build/repro/cuda_peak_memory" --json > "$data/peak.jsonl"
+if [ "${2:-}" != "--replot" ]; then
+  set -- ${FERRY_PLOT_ARGS:-}
+  : > "$data/throughput.jsonl"
+  for w in 1 2; do
+    "$build/repro/throughput" --workers "$w" --json "$@" >> "$data/throughput.jsonl"
+  done
+  "$build/repro/cuda_peak_memory" --json > "$data/peak.jsonl"
+fi
 
 python3 - "$data" <<'PY'
 import json, sys
@@ -39,13 +41,13 @@ PY
 gnuplot <<GP
 set terminal pngcairo size 900,520 font "sans,11"
 set output "$img/throughput.png"
-set title "Loader throughput at 312x312 with masks (median of 3 processes, bars: range)"
+set title "Loader throughput at 312x312 with masks (medians of 3 processes; ranges in benchmarks.md)"
 set ylabel "images/s"; set xlabel "workers"; set key top left; set grid ytics
-set style data histogram; set style histogram errorbars gap 2 lw 1; set style fill solid 0.6 border -1
+set style data histogram; set style histogram clustered gap 2; set style fill solid 0.6 border -1
 set yrange [0:*]
-plot "$data/throughput.dat" using 2:3:4:xtic(1) title "previous", \
-     "" using 5:6:7 title "direct", "" using 8:9:10 title "unpacked", \
-     "" using 11:11:11 title "decode-only limit" fs pattern 4
+plot "$data/throughput.dat" using 2:xtic(1) title "previous", \
+     "" using 5 title "direct", "" using 8 title "unpacked", \
+     "" using 11 title "decode-only limit" fs pattern 4
 set output "$img/peak.png"
 set title "Extra device peak beyond the returned tensors (host backend)"
 set ylabel "MiB"; set xlabel "mask batch"; set style histogram clustered gap 2

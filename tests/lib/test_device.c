@@ -1,4 +1,5 @@
 /* Accounting, asynchrony and ordering of the device backends. */
+#include "../common/gate.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -60,25 +61,6 @@ static void pinned_memory_is_counted(ferry_device *d) {
 }
 BACKEND_TESTS(device, pinned_memory_is_counted, pinned_memory_is_counted)
 
-/* A host function that holds its stream until the test lets it go. */
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cv;
-  int open;
-} gate;
-static void wait_at_gate(void *arg) {
-  gate *g = arg;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cv, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-}
-static void open_gate(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  g->open = 1;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->lock);
-}
-
 static void copies_complete_at_their_event(ferry_device *d) {
   ferry_stream *s;
   cr_assert_eq(ferry_stream_open(d, &s), FERRY_OK);
@@ -86,7 +68,7 @@ static void copies_complete_at_their_event(ferry_device *d) {
   static uint8_t src[N], back[N];
   for (int i = 0; i < N; i++) src[i] = (uint8_t)(i * 7 + 3);
   memset(back, 0, N);
-  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  gate g = GATE_CLOSED;
   void *dev;
   cr_assert_eq(ferry_device_malloc(d, s, N, &dev), FERRY_OK);
   cr_assert_eq(ferry_stream_call(s, wait_at_gate, &g), FERRY_OK);

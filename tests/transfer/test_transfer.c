@@ -1,6 +1,7 @@
 /* ferry_transfer: per-sample outputs equal their slices, own their storage, survive the
  * arena's reuse, and cost no extra device peak; the previous path as the baseline;
  * ferry_packed_to; hooks; normalisation. */
+#include "../common/gate.h"
 #include <math.h>
 #include <pthread.h>
 
@@ -168,27 +169,6 @@ static void writing_one_output_changes_nothing_else(const char *name) {
 ON_EVERY_BACKEND(transfer, writing_one_output_changes_nothing_else,
                  writing_one_output_changes_nothing_else)
 
-/* A host function that holds its stream until the test opens the gate. */
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cv;
-  int open;
-} gate;
-
-static void wait_at_gate(void *arg) {
-  gate *g = arg;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cv, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-}
-
-static void open_gate(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  g->open = 1;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->lock);
-}
-
 /* The copies are queued behind a closed gate, so they cannot have run when the batch
  * is released: its only arena must stay out of reach until they have. */
 static void recycling_the_batch_leaves_outputs_intact(const char *name) {
@@ -198,7 +178,7 @@ static void recycling_the_batch_leaves_outputs_intact(const char *name) {
     ferry_batch *b = make_packed(r.pool, 5, default_instances, 21 + m);
     snapshot s;
     snapshot_take(&s, b, r.stream);
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    gate g = GATE_CLOSED;
     cr_assert_eq(ferry_stream_call(r.stream, wait_at_gate, &g), FERRY_OK);
     ferry_transfer_options o = {.mode = modes[m]};
     ferry_device_batch *db = transfer_or_die(&r, b, &o);
@@ -427,7 +407,7 @@ static void hooks_run_after_the_batch_lands(const char *name) {
   /* On the host backend a closed gate proves that ON_STREAM hooks wait for the stream.
    * Not under CUDA: the relabel hook copies from pageable memory, which the driver may
    * stage by synchronising with the (gated) stream. */
-  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  gate g = GATE_CLOSED;
   if (on_host_backend) cr_assert_eq(ferry_stream_call(r.stream, wait_at_gate, &g), FERRY_OK);
   ferry_device_batch *db = transfer_or_die(&r, b, &o);
   cr_assert_eq(log.calls[1], 1, "ENQUEUE hooks run inside ferry_transfer");
