@@ -102,8 +102,8 @@ static void push_item(ferry_loader *l, ready_item *item) {
   pthread_cond_broadcast(&l->changed);
 }
 
-/* An end-of-epoch or error item. Without memory for it, the consumer would wait
- * forever, so the coordinator keeps one in reserve per run (see begin_epoch). */
+/* The coordinator cannot go on (out of memory for its own bookkeeping): every later
+ * ferry_loader_next returns this status and message instead of waiting forever. */
 static void fail_fatally(ferry_loader *l, ferry_status status, const char *message) {
   l->coordinator_failed = 1;
   l->fatal_status = status;
@@ -111,6 +111,8 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
   pthread_cond_broadcast(&l->changed);
 }
 
+/* An end-of-epoch or error item. Without memory for it the consumer would wait
+ * forever, so the coordinator keeps one in reserve (see begin_epoch). */
 static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_status status,
                         const char *message) {
   ready_item *item = ferry_calloc(1, sizeof *item);

@@ -132,7 +132,8 @@ static ferry_status start_threads(ferry_loader *l) {
   ferry_status st = ferry_loader_start_workers(l, workers);
   if (st != FERRY_OK) return st;
   if (pthread_create(&l->coordinator, NULL, ferry_loader_coordinate, l) != 0)
-    return ferry_fail(FERRY_EINVAL, "loader: could not start the coordinator thread");
+    return ferry_fail(FERRY_ENOMEM,
+                      "loader: could not start the coordinator thread (out of threads or memory)");
   l->coordinator_started = 1;
   return FERRY_OK;
 }

@@ -70,7 +70,8 @@ ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
   l->nworkers = count;
   for (size_t i = 0; i < count; i++) {
     if (pthread_create(&l->worker_threads[i], NULL, worker_main, l) != 0)
-      return ferry_fail(FERRY_EINVAL, "loader: could not start worker %zu of %zu", i + 1, count);
+      return ferry_fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
+                        i + 1, count);
     l->workers_started++;
   }
   return FERRY_OK;
