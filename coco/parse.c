@@ -362,43 +362,54 @@ static ferry_status build_id_table(const parser *p, const char *array, const coc
   return FERRY_OK;
 }
 
-static ferry_status parse_categories(const parser *p) {
+/* One element parser of an id-keyed top-level array ("categories", "images"). */
+typedef ferry_status (*element_parser)(const parser *p, const json_t *obj, const char *elem, void *out);
+
+static ferry_status category_element(const parser *p, const json_t *obj, const char *elem, void *out) {
+  return parse_category(p, obj, elem, out);
+}
+
+static ferry_status image_element(const parser *p, const json_t *obj, const char *elem, void *out) {
+  return parse_image(p, obj, elem, out);
+}
+
+/* Parse every element of top-level `array` into `vec` (a faulty element is reported
+ * and skipped when the options allow it), then index the elements by id. */
+static ferry_status parse_id_array(const parser *p, const char *array, int required,
+                                   element_parser parse, coco_vec *vec, size_t id_offset,
+                                   id_entry **ids) {
   ferry_status st;
-  const json_t *arr = top_array(p, "categories", 0, &st);
+  const json_t *arr = top_array(p, array, required, &st);
   if (st < 0 && (st = element_problem(p, st)) < 0) return st;
-  ferry_coco *coco = p->coco;
   for (size_t i = 0; arr && i < json_array_size(arr); i++) {
     char elem[PATH_MAX_LEN];
-    snprintf(elem, sizeof elem, "categories[%zu]", i);
-    coco_category cat;
-    st = parse_category(p, json_array_get(arr, i), elem, &cat);
+    snprintf(elem, sizeof elem, "%s[%zu]", array, i);
+    union { coco_category category; coco_image image; } value;
+    st = parse(p, json_array_get(arr, i), elem, &value);
     if (st == FERRY_OK) {
-      if ((st = ferry_coco_vec_push(&coco->categories, &cat)) < 0) return st;
-      if (cat.num_keypoints > coco->num_keypoints) coco->num_keypoints = cat.num_keypoints;
+      if ((st = ferry_coco_vec_push(vec, &value)) < 0) return st;
     } else if ((st = element_problem(p, st)) < 0) {
       return st;
     }
   }
-  return build_id_table(p, "categories", &coco->categories, offsetof(coco_category, id), &coco->category_ids);
+  return build_id_table(p, array, vec, id_offset, ids);
+}
+
+static ferry_status parse_categories(const parser *p) {
+  ferry_coco *coco = p->coco;
+  ferry_status st = parse_id_array(p, "categories", 0, category_element, &coco->categories,
+                                   offsetof(coco_category, id), &coco->category_ids);
+  for (size_t i = 0; st == FERRY_OK && i < coco->categories.n; i++) {
+    size_t k = COCO_AT(coco->categories, coco_category, i).num_keypoints;
+    if (k > coco->num_keypoints) coco->num_keypoints = k;
+  }
+  return st;
 }
 
 static ferry_status parse_images(const parser *p) {
-  ferry_status st;
-  const json_t *arr = top_array(p, "images", 1, &st);
-  if (st < 0 && (st = element_problem(p, st)) < 0) return st;
   ferry_coco *coco = p->coco;
-  for (size_t i = 0; arr && i < json_array_size(arr); i++) {
-    char elem[PATH_MAX_LEN];
-    snprintf(elem, sizeof elem, "images[%zu]", i);
-    coco_image img;
-    st = parse_image(p, json_array_get(arr, i), elem, &img);
-    if (st == FERRY_OK) {
-      if ((st = ferry_coco_vec_push(&coco->images, &img)) < 0) return st;
-    } else if ((st = element_problem(p, st)) < 0) {
-      return st;
-    }
-  }
-  return build_id_table(p, "images", &coco->images, offsetof(coco_image, id), &coco->image_ids);
+  return parse_id_array(p, "images", 1, image_element, &coco->images, offsetof(coco_image, id),
+                        &coco->image_ids);
 }
 
 static ferry_status parse_annotations(const parser *p, const json_t *arr) {
