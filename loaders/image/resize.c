@@ -16,16 +16,11 @@
 
 #include "lib/status.h"
 #include "loaders/image/image_internal.h"
+#include "loaders/image/resize_kernels.h"
 
-enum { WEIGHT_BITS = 22, MAX_SIZE = 32768 };
+enum { WEIGHT_BITS = FERRY_RESIZE_WEIGHT_BITS, MAX_SIZE = 32768 };
 
-/* One axis' filter: output i reads `count[i]` inputs from `first[i]` with weights
- * weights[offset[i] .. +count[i]). Packed by offset rather than at a fixed stride,
- * the tables stay O(in + out) even for an image thousands of times wider than R. */
-typedef struct axis_taps {
-  int *first, *count, *offset;
-  int32_t *weights;
-} axis_taps;
+typedef ferry_resize_axis axis_taps;
 
 static double triangle(double x) {
   x = fabs(x);
@@ -43,18 +38,32 @@ static size_t max_taps(int in_size, int out_size) {
 }
 
 /* All outputs together use at most 2*in + 3*out taps: each spans 2*scale + 1 inputs
- * when downscaling (scale = in/out), at most 3 when upscaling. */
+ * when downscaling (scale = in/out), at most 3 when upscaling. Packed by offset
+ * rather than at a fixed stride, the tables stay O(in + out) even for an image
+ * thousands of times wider than the output. */
 static size_t total_taps(int in_size, int out_size) {
   return 2 * (size_t)in_size + 3 * (size_t)out_size;
 }
 
 static size_t taps_bytes(int in_size, int out_size) {
   return max_taps(in_size, out_size) * sizeof(double) + (size_t)out_size * 3 * sizeof(int) +
-         total_taps(in_size, out_size) * sizeof(int32_t);
+         total_taps(in_size, out_size) * sizeof(int32_t) * 2;
 }
 
-/* Lay the axis' arrays out in mem (taps_bytes long, 8-byte aligned) and fill them. */
-static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
+/* The weights again at a fixed stride of the longest filter, zero past each
+ * output's own taps. out * max_taps <= total_taps, so the table fits. */
+static void fill_padded(axis_taps *t, int out_size) {
+  int most = 0;
+  for (int i = 0; i < out_size; i++) most = t->count[i] > most ? t->count[i] : most;
+  t->padded_count = most;
+  for (int i = 0; i < out_size; i++)
+    for (int k = 0; k < most; k++)
+      t->padded[(size_t)i * most + k] = k < t->count[i] ? t->weights[t->offset[i] + k] : 0;
+}
+
+/* Lay the axis' arrays out in mem (taps_bytes long, 8-byte aligned) and fill them;
+ * the padded table too when `padded` is set. */
+static void build_taps(axis_taps *t, int in_size, int out_size, void *mem, int padded) {
   double scale = (double)in_size / out_size;
   double support = filter_scale(in_size, out_size); /* triangle support 1, widened */
   double inv_filter_scale = 1.0 / support;
@@ -63,6 +72,8 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   t->count = t->first + out_size;
   t->offset = t->count + out_size;
   t->weights = (int32_t *)(t->offset + out_size);
+  t->padded = t->weights + total_taps(in_size, out_size);
+  t->padded_count = 0;
   int next = 0;
   for (int i = 0; i < out_size; i++) {
     double center = (i + 0.5) * scale;
@@ -84,6 +95,7 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
     t->offset[i] = next;
     next += hi - lo;
   }
+  if (padded) fill_padded(t, out_size);
 }
 
 static uint8_t clip8(int32_t acc) {
@@ -91,136 +103,127 @@ static uint8_t clip8(int32_t acc) {
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* Eight lanes at a time (GCC/Clang vector extensions). The sums are exact
- * integers, so the lane order cannot change a result. The hot loops are also
- * built for AVX2 (picked at load time), whose byte-to-int widening and 32-bit
- * multiply plain SSE2 lacks. */
-typedef int32_t i32x8 __attribute__((vector_size(32)));
-typedef uint8_t u8x8 __attribute__((vector_size(8)));
-/* Not under ThreadSanitizer: target_clones resolves through an ifunc, which runs
- * while the program is being relocated, before TSan's runtime is ready. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define HOT_LOOP __attribute__((target_clones("avx2", "default")))
-#else
-#define HOT_LOOP
-#endif
+/* The portable kernels: plain loops, the reference the AVX2 ones must equal. */
 
-/* Horizontal pass of one row: in (RGB8) -> out (out_w pixels). */
-static void horizontal_row(const uint8_t *in, const axis_taps *h, int out_w, uint8_t *out) {
-  for (int x = 0; x < out_w; x++) {
-    const int32_t *k = h->weights + h->offset[x];
-    const uint8_t *p = in + (size_t)h->first[x] * 3;
-    int32_t r = 1 << (WEIGHT_BITS - 1), g = r, b = r;
-    for (int i = 0; i < h->count[x]; i++, p += 3) {
-      r += p[0] * k[i];
-      g += p[1] * k[i];
-      b += p[2] * k[i];
+static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, int in_w,
+                                const axis_taps *h, int out_w, uint8_t *out, size_t out_stride,
+                                void *scratch) {
+  for (int y = 0; y < rows; y++, in += in_stride, out += out_stride)
+    for (int x = 0; x < out_w; x++) {
+      const int32_t *k = h->weights + h->offset[x];
+      const uint8_t *p = in + (size_t)h->first[x] * 3;
+      int32_t r = 1 << (WEIGHT_BITS - 1), g = r, b = r;
+      for (int i = 0; i < h->count[x]; i++, p += 3) {
+        r += p[0] * k[i];
+        g += p[1] * k[i];
+        b += p[2] * k[i];
+      }
+      out[3 * x] = clip8(r);
+      out[3 * x + 1] = clip8(g);
+      out[3 * x + 2] = clip8(b);
     }
-    out[3 * x] = clip8(r);
-    out[3 * x + 1] = clip8(g);
-    out[3 * x + 2] = clip8(b);
-  }
 }
 
-/* out[i] = clip8(bias + sum_t rows[t*stride + i] * k[t]) for i < n: one output row
- * of the vertical pass, eight values at a time, the sums kept in registers. */
-HOT_LOOP static void convolve_rows(const uint8_t *restrict rows, size_t stride,
-                                   const int32_t *restrict k, int count, size_t n,
-                                   uint8_t *restrict out) {
-  const int32_t bias = 1 << (WEIGHT_BITS - 1);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    i32x8 acc = (i32x8){0} + bias;
-    for (int t = 0; t < count; t++) {
-      u8x8 px;
-      memcpy(&px, rows + t * stride + i, sizeof px);
-      acc += __builtin_convertvector(px, i32x8) * k[t];
-    }
-    acc >>= WEIGHT_BITS;
-    acc &= ~(acc < 0); /* comparisons give all-ones lanes where true */
-    i32x8 over = acc > 255;
-    u8x8 px = __builtin_convertvector((acc & ~over) | (over & 255), u8x8);
-    memcpy(out + i, &px, sizeof px);
-  }
-  for (; i < n; i++) {
-    int32_t acc = bias;
+static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+                              size_t n, uint8_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    int32_t acc = 1 << (WEIGHT_BITS - 1);
     for (int t = 0; t < count; t++) acc += rows[t * stride + i] * k[t];
     out[i] = clip8(acc);
   }
 }
 
-/* Vertical pass of output row y: rows + i*n is source row row0 + i (n bytes each). */
-static void vertical_row(const uint8_t *rows, size_t n, int row0, const axis_taps *v, int y,
-                         uint8_t *out) {
-  convolve_rows(rows + (size_t)(v->first[y] - row0) * n, n, v->weights + v->offset[y],
-                v->count[y], n, out);
+static void normalize_portable(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
+                               size_t plane_stride) {
+  for (int c = 0; c < 3; c++)
+    for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = lut[c][rgb[3 * x + c]];
 }
 
-/* Where finished output rows go: straight into dst for U8_HWC; for F32_CHW into a
- * staging row that sink_done spreads, normalised, over the three planes. */
-typedef struct row_sink {
+const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
+                                                    normalize_portable};
+
+const ferry_resize_kernels *ferry_resize_best_kernels(void) {
+#if FERRY_HAVE_AVX2_KERNELS
+  if (__builtin_cpu_supports("avx2")) return &ferry_resize_avx2;
+#endif
+  return &ferry_resize_portable;
+}
+
+/* One resize in progress: the kernels, both filters, scratch for the horizontal
+ * kernel, and where finished output rows go (straight into dst for U8_HWC; for
+ * F32_CHW through staging rows that row_done spreads, normalised, over the planes). */
+typedef struct resize_job {
+  const ferry_resize_kernels *k;
+  axis_taps h, v;
+  int size;
   ferry_image_layout layout;
   void *dst;
-  int size;
-  uint8_t *staging;
+  uint8_t *staging; /* FERRY_RESIZE_BLOCK rows of size pixels */
+  void *block;      /* the horizontal kernel's scratch */
   float lut[3][256]; /* F32_CHW: u8 value -> normalised float, per channel */
-} row_sink;
+} resize_job;
 
-static void sink_init(row_sink *s, ferry_image_layout layout, void *dst, int size,
-                      uint8_t *staging) {
+static void init_lut(resize_job *j) {
   static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
-  s->layout = layout;
-  s->dst = dst;
-  s->size = size;
-  s->staging = staging;
-  if (layout != FERRY_LAYOUT_F32_CHW) return;
   /* the same float32 steps as torchvision's to_tensor then normalize */
   for (int c = 0; c < 3; c++)
-    for (int v = 0; v < 256; v++) s->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+    for (int v = 0; v < 256; v++) j->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
 }
 
-/* The u8 row to write output row y into. */
-static uint8_t *sink_row(const row_sink *s, int y) {
-  if (s->layout == FERRY_LAYOUT_U8_HWC) return (uint8_t *)s->dst + (size_t)y * s->size * 3;
-  return s->staging;
+/* Where output rows y.. are written as RGB8 (rows of size pixels). */
+static uint8_t *out_rows(const resize_job *j, int y) {
+  if (j->layout == FERRY_LAYOUT_U8_HWC) return (uint8_t *)j->dst + (size_t)y * j->size * 3;
+  return j->staging;
 }
 
-static void sink_done(const row_sink *s, int y) {
-  if (s->layout == FERRY_LAYOUT_U8_HWC) return;
-  size_t n = (size_t)s->size;
-  float *plane = (float *)s->dst + (size_t)y * n;
-  for (int c = 0; c < 3; c++)
-    for (size_t x = 0; x < n; x++) plane[c * n * n + x] = s->lut[c][s->staging[3 * x + c]];
+/* Output rows y .. y+n are in out_rows(j, y): finish them in the layout. */
+static void rows_done(const resize_job *j, int y, int n) {
+  if (j->layout == FERRY_LAYOUT_U8_HWC) return;
+  size_t px = (size_t)j->size;
+  for (int r = 0; r < n; r++)
+    j->k->normalize(j->staging + r * px * 3, px, j->lut, (float *)j->dst + (size_t)(y + r) * px,
+                    px * px);
+}
+
+/* Vertical pass of output row y: rows + i*n is source row row0 + i (n bytes each). */
+static void vertical_row(const resize_job *j, const uint8_t *rows, size_t n, int row0, int y,
+                         uint8_t *out) {
+  const axis_taps *v = &j->v;
+  j->k->vertical(rows + (size_t)(v->first[y] - row0) * n, n, v->weights + v->offset[y],
+                 v->count[y], n, out);
 }
 
 /* Horizontal, then vertical (Pillow's usual order). Only the source rows the
  * vertical filter reads are resampled; when the width already matches, the
  * source rows are used as they are. */
-static void resize_horizontal_first(const uint8_t *src, int width, const axis_taps *h,
-                                    const axis_taps *v, int size, uint8_t *tmp,
-                                    const row_sink *sink) {
-  int row0 = v->first[0], row1 = v->first[size - 1] + v->count[size - 1];
-  const uint8_t *rows = src + (size_t)row0 * width * 3;
+static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int width,
+                                    uint8_t *tmp) {
+  int size = j->size;
+  size_t in_row = (size_t)width * 3;
+  int row0 = j->v.first[0], row1 = j->v.first[size - 1] + j->v.count[size - 1];
+  const uint8_t *rows = src + (size_t)row0 * in_row;
   if (width != size) {
-    for (int y = row0; y < row1; y++)
-      horizontal_row(src + (size_t)y * width * 3, h, size, tmp + (size_t)(y - row0) * size * 3);
+    j->k->horizontal(rows, in_row, row1 - row0, width, &j->h, size, tmp, (size_t)size * 3,
+                     j->block);
     rows = tmp;
   }
   for (int y = 0; y < size; y++) {
-    vertical_row(rows, (size_t)size * 3, row0, v, y, sink_row(sink, y));
-    sink_done(sink, y);
+    vertical_row(j, rows, (size_t)size * 3, row0, y, out_rows(j, y));
+    rows_done(j, y, 1);
   }
 }
 
-/* Vertical over the full width, then horizontal. */
-static void resize_vertical_first(const uint8_t *src, int width, const axis_taps *h,
-                                  const axis_taps *v, int size, uint8_t *tmp,
-                                  const row_sink *sink) {
+/* Vertical over the full width, then horizontal, a block of rows at a time. */
+static void resize_vertical_first(const resize_job *j, const uint8_t *src, int width,
+                                  uint8_t *tmp) {
+  int size = j->size;
   size_t n = (size_t)width * 3;
-  for (int y = 0; y < size; y++) vertical_row(src, n, 0, v, y, tmp + (size_t)y * n);
-  for (int y = 0; y < size; y++) {
-    horizontal_row(tmp + (size_t)y * n, h, size, sink_row(sink, y));
-    sink_done(sink, y);
+  for (int y = 0; y < size; y++) vertical_row(j, src, n, 0, y, tmp + (size_t)y * n);
+  for (int y = 0; y < size; y += FERRY_RESIZE_BLOCK) {
+    int rows = size - y < FERRY_RESIZE_BLOCK ? size - y : FERRY_RESIZE_BLOCK;
+    j->k->horizontal(tmp + (size_t)y * n, n, rows, width, &j->h, size, out_rows(j, y),
+                     (size_t)size * 3, j->block);
+    rows_done(j, y, rows);
   }
 }
 
@@ -246,47 +249,57 @@ static ferry_status check_resize_args(const uint8_t *src, int width, int height,
 }
 
 /* Where each part of the resize's scratch (d->taps) starts: the vertical and
- * horizontal filters and the staging row, each 8-byte aligned. */
+ * horizontal filters, the staging rows and the horizontal kernel's block (32-byte
+ * aligned: the scratch itself comes from malloc, 16-byte aligned, hence the slack). */
 typedef struct scratch_plan {
-  size_t v_taps, h_taps, staging, total;
+  size_t v_taps, h_taps, staging, block, total;
 } scratch_plan;
 
-static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+static size_t align_to(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 static scratch_plan plan_scratch(int width, int height, int size) {
   scratch_plan p;
   p.v_taps = 0;
-  p.h_taps = align8(taps_bytes(height, size));
-  p.staging = p.h_taps + align8(taps_bytes(width, size));
-  p.total = p.staging + (size_t)size * 3;
+  p.h_taps = align_to(taps_bytes(height, size), 8);
+  p.staging = p.h_taps + align_to(taps_bytes(width, size), 8);
+  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_BLOCK * size * 3 + FERRY_RESIZE_ROW_SLACK, 32);
+  p.total = p.block + ferry_resize_block_bytes(width, size, (int)max_taps(width, size)) + 32;
   return p;
 }
 
-ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
-                                int size, ferry_image_layout layout, void *dst) {
+ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+                                     const uint8_t *src, int width, int height, int size,
+                                     ferry_image_layout layout, void *dst) {
   ferry_status st = check_resize_args(src, width, height, size, layout, dst);
   if (st < 0) return st;
   scratch_plan plan = plan_scratch(width, height, size);
   st = ferry_scratch_reserve(&d->taps, plan.total, "image resize");
   if (st < 0) return st;
   uint8_t *mem = d->taps.data;
-  axis_taps h, v;
-  build_taps(&v, height, size, mem + plan.v_taps);
-  build_taps(&h, width, size, mem + plan.h_taps);
+  uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
+  resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
+                  .staging = mem + plan.staging, .block = (void *)block};
+  build_taps(&j.v, height, size, mem + plan.v_taps, 0);
+  build_taps(&j.h, width, size, mem + plan.h_taps, 1);
   int v_first = vertical_first(width, height, size);
   /* the intermediate image: size rows of the source width, or the source rows the
    * vertical filter reads at the output width */
   size_t tmp_bytes = v_first         ? (size_t)size * width * 3
                      : width == size ? 0
-                                     : (size_t)(v.first[size - 1] + v.count[size - 1] -
-                                                v.first[0]) * size * 3;
+                                     : (size_t)(j.v.first[size - 1] + j.v.count[size - 1] -
+                                                j.v.first[0]) * size * 3;
   st = ferry_scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
-  row_sink sink;
-  sink_init(&sink, layout, dst, size, mem + plan.staging);
+  if (layout == FERRY_LAYOUT_F32_CHW) init_lut(&j);
   if (v_first)
-    resize_vertical_first(src, width, &h, &v, size, d->rows.data, &sink);
+    resize_vertical_first(&j, src, width, d->rows.data);
   else
-    resize_horizontal_first(src, width, &h, &v, size, d->rows.data, &sink);
+    resize_horizontal_first(&j, src, width, d->rows.data);
   return FERRY_OK;
+}
+
+ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
+                                int size, ferry_image_layout layout, void *dst) {
+  return ferry_image_resize_with(ferry_resize_best_kernels(), d, src, width, height, size, layout,
+                                 dst);
 }

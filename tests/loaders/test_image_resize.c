@@ -2,6 +2,7 @@
  * (Agreement with Pillow on real photos is test_image_pillow.py's job.) */
 #include <math.h>
 
+#include "loaders/image/resize_kernels.h"
 #include "test_image_util.h"
 
 static const float MEAN[3] = FERRY_IMAGENET_MEAN, STD[3] = FERRY_IMAGENET_STD;
@@ -131,4 +132,52 @@ Test(image_resize, boxes_scale_with_the_image) {
   float out[4];
   ferry_image_scale_box(box, 640, 480, 320, out);
   cr_assert(out[0] == 32 && out[1] == 32 && out[2] == 160 && out[3] == 64);
+}
+
+/* The AVX2 kernels against the portable ones, byte for byte, over shapes that
+ * exercise every path: upscales and downscales of each axis, both pass orders,
+ * widths that leave vector tails, outputs near the image's last bytes (src is
+ * allocated exactly, so an over-read is an ASan error), and both layouts. */
+static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fast, int w, int h,
+                                int size, unsigned seed) {
+  size_t n = (size_t)w * h * 3, out_px = (size_t)size * size * 3;
+  uint8_t *src = malloc(n);
+  for (size_t i = 0; i < n; i++) src[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+  if (seed % 5 == 0) /* saturated runs: the clipping of over- and undershoot */
+    for (size_t i = 0; i < n; i++) src[i] = (i / 3) % 7 < 3 ? 255 : 0;
+  for (int layout = 0; layout < 2; layout++) {
+    ferry_image_layout l = layout ? FERRY_LAYOUT_F32_CHW : FERRY_LAYOUT_U8_HWC;
+    size_t bytes = out_px * (layout ? sizeof(float) : 1);
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    cr_assert_eq(ferry_image_resize_with(&ferry_resize_portable, d, src, w, h, size, l, a), FERRY_OK);
+    cr_assert_eq(ferry_image_resize_with(fast, d, src, w, h, size, l, b), FERRY_OK);
+    cr_assert_eq(memcmp(a, b, bytes), 0, "%dx%d -> %d, layout %d: the kernel sets differ", w, h,
+                 size, (int)l);
+    free(a);
+    free(b);
+  }
+  free(src);
+}
+
+Test(image_resize, avx2_kernels_equal_the_portable_ones) {
+#if FERRY_HAVE_AVX2_KERNELS
+  if (!__builtin_cpu_supports("avx2")) cr_skip_test("this CPU has no AVX2");
+  ferry_decoder *d = open_decoder();
+  static const int shapes[][3] = {{640, 480, 312}, {480, 640, 312}, {427, 640, 312},
+                                  {500, 375, 312}, {1, 1, 1},       {1, 1, 7},
+                                  {3, 2, 1},       {5, 900, 40},    {900, 5, 40},
+                                  {33, 17, 64},    {640, 480, 640}, {641, 479, 33}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    compare_kernel_sets(d, &ferry_resize_avx2, shapes[i][0], shapes[i][1], shapes[i][2], (unsigned)i);
+  unsigned r = 99;
+  for (int i = 0; i < 300; i++) {
+    int w = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 300;
+    int h = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 300;
+    int size = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 200;
+    compare_kernel_sets(d, &ferry_resize_avx2, w, h, size, r);
+  }
+  ferry_decoder_close(d);
+#else
+  cr_skip_test("no AVX2 kernels in this build");
+#endif
 }

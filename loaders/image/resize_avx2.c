@@ -1,0 +1,192 @@
+/* loaders/image/resize_avx2.c - the resize kernels with AVX2 (built with -mavx2,
+ * run only where the CPU has it; see resize_kernels.h).
+ *
+ * They compute exactly what the portable kernels compute: 32-bit products of
+ * u8 pixels and 22-bit weights, summed (the order of an exact integer sum cannot
+ * change it), shifted, and clipped by saturating packs, which clamp any int32 to
+ * 0..255 just as clip8 does. Pillow-SIMD gets its speed by cutting the weights to
+ * 16 bits; that changes pixels, so these keep all 22 and pay with vpmulld.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "loaders/image/resize_kernels.h"
+
+enum { BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1) };
+
+/* The fixed-count loops over registers below must become straight code, or the
+ * registers become stack arrays. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* acc (eight int32 sums) -> eight bytes as clip8 would make them, in lane order:
+ * the low four of each 128-bit half are the results. */
+static __m256i shift_and_saturate(__m256i acc) {
+  __m256i s = _mm256_srai_epi32(acc, FERRY_RESIZE_WEIGHT_BITS);
+  s = _mm256_packs_epi32(s, s);
+  return _mm256_packus_epi16(s, s);
+}
+
+/* The horizontal pass, FERRY_RESIZE_BLOCK rows at a time. Summing along a row
+ * gives every output pixel its own taps, which leaves vector lanes idle and
+ * costs a reduction per pixel. Transposed, so that one source column of eight
+ * rows is one 64-bit word, the pass becomes the vertical pass's shape: eight
+ * lanes (the rows) share each weight. Transposing in and out costs a few
+ * shuffles per 16 bytes. */
+
+/* Eight rows of 16 bytes from column j -> words t[j .. j+16): word c holds
+ * column c's byte of row r in its byte r. Three rounds of interleaving. */
+static void transpose_in_16(const uint8_t *const row[8], size_t j, uint64_t *t) {
+  __m128i a[8], b[8], c[8];
+  UNROLL for (int r = 0; r < 8; r++) a[r] = _mm_loadu_si128((const __m128i *)(row[r] + j));
+  UNROLL for (int r = 0; r < 8; r += 2) {
+    b[r] = _mm_unpacklo_epi8(a[r], a[r + 1]); /* 16-bit: rows r, r+1 of columns 0..7 */
+    b[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]); /* columns 8..15 */
+  }
+  UNROLL for (int q = 0; q < 2; q++) { /* 32-bit: rows 4q..4q+3 */
+    const __m128i *lo = b + 4 * q, *hi = b + 4 * q + 2;
+    c[4 * q] = _mm_unpacklo_epi16(lo[0], hi[0]);     /* columns 0..3 */
+    c[4 * q + 1] = _mm_unpackhi_epi16(lo[0], hi[0]); /* 4..7 */
+    c[4 * q + 2] = _mm_unpacklo_epi16(lo[1], hi[1]); /* 8..11 */
+    c[4 * q + 3] = _mm_unpackhi_epi16(lo[1], hi[1]); /* 12..15 */
+  }
+  UNROLL for (int k = 0; k < 4; k++) { /* 64-bit: all eight rows, two columns per register */
+    _mm_storeu_si128((__m128i *)(t + j + 4 * k), _mm_unpacklo_epi32(c[k], c[4 + k]));
+    _mm_storeu_si128((__m128i *)(t + j + 4 * k + 2), _mm_unpackhi_epi32(c[k], c[4 + k]));
+  }
+}
+
+/* The source block (rows beyond the last repeat it) into words, bytes past the
+ * last whole 16 one at a time. */
+static void transpose_in(const uint8_t *const row[8], size_t bytes, uint64_t *t) {
+  size_t j = 0;
+  for (; j + 16 <= bytes; j += 16) transpose_in_16(row, j, t);
+  for (; j < bytes; j++) {
+    uint64_t w = 0;
+    for (int r = 0; r < 8; r++) w |= (uint64_t)row[r][j] << (8 * r);
+    t[j] = w;
+  }
+}
+
+/* Words u[j .. j+16) -> 16 bytes of each of the first `rows` output rows: the
+ * same three rounds the other way. */
+static void transpose_out_16(const uint64_t *u, size_t j, uint8_t *out, size_t stride, int rows) {
+  __m128i f[16], t[8], q[8], v[8];
+  UNROLL for (int k = 0; k < 16; k++) f[k] = _mm_loadl_epi64((const __m128i *)(u + j + k));
+  UNROLL for (int k = 0; k < 8; k++) t[k] = _mm_unpacklo_epi8(f[2 * k], f[2 * k + 1]); /* columns 2k, 2k+1 */
+  UNROLL for (int k = 0; k < 4; k++) {
+    q[2 * k] = _mm_unpacklo_epi16(t[2 * k], t[2 * k + 1]);     /* rows 0..3, columns 4k..4k+3 */
+    q[2 * k + 1] = _mm_unpackhi_epi16(t[2 * k], t[2 * k + 1]); /* rows 4..7 */
+  }
+  UNROLL for (int h = 0; h < 2; h++) /* columns 8h..8h+7, two rows per register */
+    UNROLL for (int k = 0; k < 2; k++) {
+      v[4 * h + 2 * k] = _mm_unpacklo_epi32(q[4 * h + k], q[4 * h + k + 2]);
+      v[4 * h + 2 * k + 1] = _mm_unpackhi_epi32(q[4 * h + k], q[4 * h + k + 2]);
+    }
+  UNROLL for (int r = 0; r < 8; r++) {
+    if (r == rows) break;
+    __m128i lo = v[r / 2], hi = v[4 + r / 2];
+    __m128i row = r % 2 ? _mm_unpackhi_epi64(lo, hi) : _mm_unpacklo_epi64(lo, hi);
+    _mm_storeu_si128((__m128i *)(out + r * stride + j), row);
+  }
+}
+
+static void transpose_out(const uint64_t *u, size_t bytes, uint8_t *out, size_t stride, int rows) {
+  size_t j = 0;
+  for (; j + 16 <= bytes; j += 16) transpose_out_16(u, j, out, stride, rows);
+  for (; j < bytes; j++)
+    for (int r = 0; r < rows; r++) out[r * stride + j] = (uint8_t)(u[j] >> (8 * r));
+}
+
+/* The eight bytes of one word as int32 lanes. */
+static __m256i widen_word(const uint64_t *w) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
+}
+
+/* Output pixel x of the transposed block: R, G and B of all eight rows, each
+ * sum over the padded taps (zero weights past the pixel's own). The 32 bytes
+ * stored are R, G, B words and a spare the next pixel overwrites. */
+static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int x, uint64_t *u) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const uint64_t *col = t + 3 * (size_t)h->first[x];
+  const int32_t *k = h->padded + (size_t)x * h->padded_count;
+  __m256i r = _mm256_set1_epi32(BIAS), g = r, b = r;
+  for (int i = 0; i < h->padded_count; i++, col += 3) {
+    __m256i w = _mm256_set1_epi32(k[i]);
+    r = _mm256_add_epi32(r, _mm256_mullo_epi32(widen_word(col), w));
+    g = _mm256_add_epi32(g, _mm256_mullo_epi32(widen_word(col + 1), w));
+    b = _mm256_add_epi32(b, _mm256_mullo_epi32(widen_word(col + 2), w));
+  }
+  r = _mm256_srai_epi32(r, FERRY_RESIZE_WEIGHT_BITS);
+  g = _mm256_srai_epi32(g, FERRY_RESIZE_WEIGHT_BITS);
+  b = _mm256_srai_epi32(b, FERRY_RESIZE_WEIGHT_BITS);
+  __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(r, g), _mm256_packs_epi32(b, b));
+  _mm256_storeu_si256((__m256i *)(u + 3 * (size_t)x), _mm256_permutevar8x32_epi32(bytes, order));
+}
+
+static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
+                            const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                            void *scratch) {
+  size_t in_bytes = (size_t)in_w * 3, pad = 3 * (size_t)h->padded_count;
+  uint64_t *t = scratch, *u = t + in_bytes + pad;
+  memset(t + in_bytes, 0, pad * sizeof *t); /* what the zero-weighted taps past the edge read */
+  for (int y = 0; y < rows; y += FERRY_RESIZE_BLOCK) {
+    int n = rows - y < FERRY_RESIZE_BLOCK ? rows - y : FERRY_RESIZE_BLOCK;
+    const uint8_t *row[FERRY_RESIZE_BLOCK];
+    for (int r = 0; r < FERRY_RESIZE_BLOCK; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
+    transpose_in(row, in_bytes, t);
+    for (int x = 0; x < out_w; x++) convolve_columns(t, h, x, u);
+    transpose_out(u, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
+  }
+}
+
+/* Sum of rows[t*stride + i .. +8) * k[t] over the taps, plus the rounding bias. */
+static __m256i vertical_sum8(const uint8_t *rows, size_t stride, const int32_t *k, int count) {
+  __m256i acc = _mm256_set1_epi32(BIAS);
+  for (int t = 0; t < count; t++) {
+    __m256i px = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rows + t * stride)));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_set1_epi32(k[t])));
+  }
+  return acc;
+}
+
+/* The vertical pass, every lane sharing one weight per source row: 32 outputs
+ * per step in four independent sums, then eight, then the portable tail. */
+static void vertical_avx2(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
+                          uint8_t *out) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i s[4];
+    for (int q = 0; q < 4; q++)
+      s[q] = _mm256_srai_epi32(vertical_sum8(rows + i + 8 * q, stride, k, count),
+                               FERRY_RESIZE_WEIGHT_BITS);
+    /* the packs work per 128-bit half; the permute puts the 4-byte runs back in order */
+    __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(s[0], s[1]), _mm256_packs_epi32(s[2], s[3]));
+    _mm256_storeu_si256((__m256i *)(out + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256i bytes = shift_and_saturate(vertical_sum8(rows + i, stride, k, count));
+    uint32_t lo = (uint32_t)_mm256_extract_epi32(bytes, 0), hi = (uint32_t)_mm256_extract_epi32(bytes, 4);
+    memcpy(out + i, &lo, 4);
+    memcpy(out + i + 4, &hi, 4);
+  }
+  if (i < n) ferry_resize_portable.vertical(rows + i, stride, k, count, n - i, out + i);
+}
+
+/* RGB8 -> three float planes through the lookup tables, eight pixels per step:
+ * one gather picks channel c of eight pixels (4-byte loads, low byte kept, hence
+ * the row slack), a second looks them up. */
+static void normalize_avx2(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
+                           size_t plane_stride) {
+  const __m256i pixel = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21), low = _mm256_set1_epi32(0xff);
+  size_t vec = n & ~(size_t)7;
+  for (int c = 0; c < 3; c++)
+    for (size_t x = 0; x < vec; x += 8) {
+      __m256i v = _mm256_i32gather_epi32((const int *)(const void *)(rgb + 3 * x + c), pixel, 1);
+      __m256 f = _mm256_i32gather_ps(lut[c], _mm256_and_si256(v, low), 4);
+      _mm256_storeu_ps(dst + c * plane_stride + x, f);
+    }
+  if (vec < n) ferry_resize_portable.normalize(rgb + 3 * vec, n - vec, lut, dst + vec, plane_stride);
+}
+
+const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2, normalize_avx2};

@@ -1,0 +1,76 @@
+/* loaders/image/resize_kernels.h - the resize's inner loops (internal).
+ *
+ * resize.c plans a resize (filter tables, pass order, scratch) and runs it through
+ * one of these kernel sets: the portable one (resize.c) or, on x86-64 CPUs that
+ * have it, the AVX2 one (resize_avx2.c). Every sum is an exact integer and every
+ * float step is the same IEEE operation, so both sets write identical bytes; the
+ * choice is speed only, and test_image_resize holds them to that.
+ */
+#ifndef FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
+#define FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/image.h"
+#include "loaders/image/image_config.h"
+
+enum { FERRY_RESIZE_WEIGHT_BITS = 22 };
+
+/* One axis' filter: output i reads `count[i]` inputs from `first[i]` with weights
+ * weights[offset[i] .. +count[i]), fixed point with FERRY_RESIZE_WEIGHT_BITS.
+ * For the horizontal axis, `padded` holds the same weights at a fixed stride:
+ * padded_count per output, 0 past its own count (so the AVX2 kernel runs one
+ * trip count for every output and its branches stay predictable). */
+typedef struct ferry_resize_axis {
+  int *first, *count, *offset;
+  int32_t *weights;
+  int32_t *padded;
+  int padded_count;
+} ferry_resize_axis;
+
+typedef struct ferry_resize_kernels {
+  /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
+   * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
+   * ferry_resize_block_bytes(in_w, out_w, h->padded_count) long. */
+  void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w,
+                     const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                     void *scratch);
+  /* out[i] = clip8(bias + sum_t rows[t*stride + i] * k[t]) for i < n: one output
+   * row of the vertical pass. */
+  void (*vertical)(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
+                   uint8_t *out);
+  /* One RGB8 row of n pixels into three float planes (plane c at dst + c*plane_stride),
+   * each value lut[c][byte]. `rgb` may be read up to FERRY_RESIZE_ROW_SLACK bytes
+   * past 3*n. */
+  void (*normalize)(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
+                    size_t plane_stride);
+} ferry_resize_kernels;
+
+/* The AVX2 horizontal kernel works on blocks of this many rows, transposed so
+ * that one source column of the block is one 64-bit word. */
+enum { FERRY_RESIZE_BLOCK = 8 };
+
+/* Its scratch: the transposed input block (one word per source byte column,
+ * plus zeroed columns for the padded taps to read) and the transposed output. */
+static inline size_t ferry_resize_block_bytes(int in_w, int out_w, int padded_count) {
+  return 8 * (3 * (size_t)in_w + 3 * (size_t)padded_count + 3 * (size_t)out_w + 4);
+}
+
+/* Bytes of slack the normalize kernels may read past a row. */
+enum { FERRY_RESIZE_ROW_SLACK = 4 };
+
+extern const ferry_resize_kernels ferry_resize_portable;
+#if FERRY_HAVE_AVX2_KERNELS
+extern const ferry_resize_kernels ferry_resize_avx2;
+#endif
+
+/* The fastest set this CPU runs. */
+const ferry_resize_kernels *ferry_resize_best_kernels(void);
+
+/* ferry_image_resize with a given kernel set (tests compare the sets). */
+ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+                                     const uint8_t *src, int width, int height, int size,
+                                     ferry_image_layout layout, void *dst);
+
+#endif
