@@ -173,19 +173,46 @@ static void vertical_avx2(const uint8_t *rows, size_t stride, const int32_t *k, 
   if (i < n) ferry_resize_portable.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
+/* Channel c of eight RGB8 pixels as int32 lanes: lo holds bytes 0..15 of the
+ * pixels, hi bytes 8..23; byte 3p+c comes from lo while it is inside, else from
+ * hi (-1 picks zero). */
+static const int8_t from_lo[3][16] = {
+    {0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+    {1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+    {2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}};
+static const int8_t from_hi[3][16] = {
+    {-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1},
+    {-1, -1, -1, -1, -1, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1},
+    {-1, -1, -1, -1, -1, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1}};
+
+static __m256i channel_of_8(__m128i lo, __m128i hi, int c) {
+  __m128i bytes = _mm_or_si128(_mm_shuffle_epi8(lo, _mm_loadu_si128((const __m128i *)from_lo[c])),
+                               _mm_shuffle_epi8(hi, _mm_loadu_si128((const __m128i *)from_hi[c])));
+  return _mm256_cvtepu8_epi32(bytes);
+}
+
 /* RGB8 -> three float planes through the lookup tables, eight pixels per step:
- * one gather picks channel c of eight pixels (4-byte loads, low byte kept, hence
- * the row slack), a second looks them up. */
+ * shuffles split the channels, one gather per channel looks them up. The planes
+ * are written with streaming stores where aligned: they are the pinned batch,
+ * read next by the transfer (another thread, or DMA), so caching them here
+ * would only push the decoder's working set out. */
 static void normalize_avx2(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
                            size_t plane_stride) {
-  const __m256i pixel = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21), low = _mm256_set1_epi32(0xff);
   size_t vec = n & ~(size_t)7;
-  for (int c = 0; c < 3; c++)
-    for (size_t x = 0; x < vec; x += 8) {
-      __m256i v = _mm256_i32gather_epi32((const int *)(const void *)(rgb + 3 * x + c), pixel, 1);
-      __m256 f = _mm256_i32gather_ps(lut[c], _mm256_and_si256(v, low), 4);
-      _mm256_storeu_ps(dst + c * plane_stride + x, f);
+  int aligned = ((uintptr_t)dst | plane_stride * sizeof(float)) % 32 == 0;
+  for (size_t x = 0; x < vec; x += 8) {
+    __m128i lo = _mm_loadu_si128((const __m128i *)(rgb + 3 * x));
+    __m128i hi = _mm_loadu_si128((const __m128i *)(rgb + 3 * x + 8));
+    UNROLL for (int c = 0; c < 3; c++) {
+      __m256 f = _mm256_i32gather_ps(lut[c], channel_of_8(lo, hi, c), 4);
+      float *to = dst + c * plane_stride + x;
+      if (aligned)
+        _mm256_stream_ps(to, f);
+      else
+        _mm256_storeu_ps(to, f);
     }
+  }
+  if (aligned) _mm_sfence(); /* streaming stores are weakly ordered: finish them here */
   if (vec < n) ferry_resize_portable.normalize(rgb + 3 * vec, n - vec, lut, dst + vec, plane_stride);
 }
 
