@@ -160,6 +160,7 @@ typedef struct resize_job {
   void *dst;
   uint8_t *staging; /* FERRY_RESIZE_BLOCK rows of size pixels */
   void *block;      /* the horizontal kernel's scratch */
+  int src_rows;     /* the source image's height */
   float lut[3][256]; /* F32_CHW: u8 value -> normalised float, per channel */
 } resize_job;
 
@@ -193,22 +194,64 @@ static void vertical_row(const resize_job *j, const uint8_t *rows, size_t n, int
                  v->count[y], n, out);
 }
 
+/* Rows of the horizontal pass the vertical pass reads: a window sliding down the
+ * image, so the intermediate stays a few rows (cache-resident) rather than a
+ * whole image. Row i of buf is source row `first` + i, resampled to the output
+ * width; `cap` rows fit. */
+typedef struct row_window {
+  uint8_t *buf;
+  size_t row_bytes;
+  int first, rows, cap;
+} row_window;
+
+/* The longest vertical filter plus one block: after the rows output row y no
+ * longer needs are dropped, a whole block always fits. */
+static int window_rows(const axis_taps *v, int size) {
+  int most = 0;
+  for (int y = 0; y < size; y++) most = v->count[y] > most ? v->count[y] : most;
+  return most + FERRY_RESIZE_BLOCK;
+}
+
+/* Make the window hold source rows [lo, hi): drop the rows above lo, resample the
+ * missing ones below. Filters only move down, so lo never decreases. */
+static void window_cover(const resize_job *j, row_window *w, const uint8_t *src, int width,
+                         int lo, int hi) {
+  size_t in_row = (size_t)width * 3;
+  int drop = lo - w->first;
+  if (drop >= w->rows) {
+    w->rows = 0;
+  } else if (drop > 0) {
+    memmove(w->buf, w->buf + (size_t)drop * w->row_bytes, (size_t)(w->rows - drop) * w->row_bytes);
+    w->rows -= drop;
+  }
+  w->first = lo;
+  while (w->first + w->rows < hi) {
+    int r = w->first + w->rows, n = hi - r;
+    if (n < FERRY_RESIZE_BLOCK) n = FERRY_RESIZE_BLOCK; /* a whole block while it lasts */
+    if (n > w->cap - w->rows) n = w->cap - w->rows;
+    if (n > j->src_rows - r) n = j->src_rows - r;
+    j->k->horizontal(src + (size_t)r * in_row, in_row, n, width, &j->h, j->size,
+                     w->buf + (size_t)w->rows * w->row_bytes, w->row_bytes, j->block);
+    w->rows += n;
+  }
+}
+
 /* Horizontal, then vertical (Pillow's usual order). Only the source rows the
  * vertical filter reads are resampled; when the width already matches, the
  * source rows are used as they are. */
 static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int width,
                                     uint8_t *tmp) {
   int size = j->size;
-  size_t in_row = (size_t)width * 3;
-  int row0 = j->v.first[0], row1 = j->v.first[size - 1] + j->v.count[size - 1];
-  const uint8_t *rows = src + (size_t)row0 * in_row;
-  if (width != size) {
-    j->k->horizontal(rows, in_row, row1 - row0, width, &j->h, size, tmp, (size_t)size * 3,
-                     j->block);
-    rows = tmp;
-  }
+  size_t n = (size_t)size * 3;
+  row_window w = {tmp, n, 0, 0, window_rows(&j->v, size)};
   for (int y = 0; y < size; y++) {
-    vertical_row(j, rows, (size_t)size * 3, row0, y, out_rows(j, y));
+    int lo = j->v.first[y], hi = lo + j->v.count[y];
+    const uint8_t *rows = src + (size_t)lo * n; /* width == size: the source rows */
+    if (width != size) {
+      window_cover(j, &w, src, width, lo, hi);
+      rows = w.buf;
+    }
+    vertical_row(j, rows, n, lo, y, out_rows(j, y));
     rows_done(j, y, 1);
   }
 }
@@ -278,7 +321,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   uint8_t *mem = d->taps.data;
   uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
-                  .staging = mem + plan.staging, .block = (void *)block};
+                  .staging = mem + plan.staging, .block = (void *)block, .src_rows = height};
   build_taps(&j.v, height, size, mem + plan.v_taps, 0);
   build_taps(&j.h, width, size, mem + plan.h_taps, 1);
   int v_first = vertical_first(width, height, size);
@@ -286,8 +329,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
    * vertical filter reads at the output width */
   size_t tmp_bytes = v_first         ? (size_t)size * width * 3
                      : width == size ? 0
-                                     : (size_t)(j.v.first[size - 1] + j.v.count[size - 1] -
-                                                j.v.first[0]) * size * 3;
+                                     : (size_t)window_rows(&j.v, size) * size * 3;
   st = ferry_scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
   if (layout == FERRY_LAYOUT_F32_CHW) init_lut(&j);
