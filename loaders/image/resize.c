@@ -133,10 +133,10 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
   }
 }
 
-static void normalize_portable(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
+static void normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm, float *dst,
                                size_t plane_stride) {
   for (int c = 0; c < 3; c++)
-    for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = lut[c][rgb[3 * x + c]];
+    for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];
 }
 
 const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
@@ -161,14 +161,16 @@ typedef struct resize_job {
   uint8_t *staging; /* FERRY_RESIZE_BLOCK rows of size pixels */
   void *block;      /* the horizontal kernel's scratch */
   int src_rows;     /* the source image's height */
-  float lut[3][256]; /* F32_CHW: u8 value -> normalised float, per channel */
+  ferry_resize_norm norm; /* F32_CHW */
 } resize_job;
 
-static void init_lut(resize_job *j) {
+static void init_norm(ferry_resize_norm *n) {
   static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
-  /* the same float32 steps as torchvision's to_tensor then normalize */
-  for (int c = 0; c < 3; c++)
-    for (int v = 0; v < 256; v++) j->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+  for (int c = 0; c < 3; c++) {
+    n->mean[c] = mean[c];
+    n->std[c] = std[c];
+    for (int v = 0; v < 256; v++) n->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+  }
 }
 
 /* Where output rows y.. are written as RGB8 (rows of size pixels). */
@@ -182,7 +184,7 @@ static void rows_done(const resize_job *j, int y, int n) {
   if (j->layout == FERRY_LAYOUT_U8_HWC) return;
   size_t px = (size_t)j->size;
   for (int r = 0; r < n; r++)
-    j->k->normalize(j->staging + r * px * 3, px, j->lut, (float *)j->dst + (size_t)(y + r) * px,
+    j->k->normalize(j->staging + r * px * 3, px, &j->norm, (float *)j->dst + (size_t)(y + r) * px,
                     px * px);
 }
 
@@ -332,7 +334,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
                                      : (size_t)window_rows(&j.v, size) * size * 3;
   st = ferry_scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
-  if (layout == FERRY_LAYOUT_F32_CHW) init_lut(&j);
+  if (layout == FERRY_LAYOUT_F32_CHW) init_norm(&j.norm);
   if (v_first)
     resize_vertical_first(&j, src, width, d->rows.data);
   else

@@ -29,6 +29,14 @@ typedef struct ferry_resize_axis {
   int padded_count;
 } ferry_resize_axis;
 
+/* Normalisation, torchvision's to_tensor then normalize in float32 steps:
+ * lut[c][v] == ((float)v / 255 - mean[c]) / std[c], each operation rounded to
+ * float. A kernel may look the value up or compute it with the same operations. */
+typedef struct ferry_resize_norm {
+  float mean[3], std[3];
+  float lut[3][256];
+} ferry_resize_norm;
+
 typedef struct ferry_resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
    * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
@@ -41,9 +49,9 @@ typedef struct ferry_resize_kernels {
   void (*vertical)(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
                    uint8_t *out);
   /* One RGB8 row of n pixels into three float planes (plane c at dst + c*plane_stride),
-   * each value lut[c][byte]. `rgb` may be read up to FERRY_RESIZE_ROW_SLACK bytes
-   * past 3*n. */
-  void (*normalize)(const uint8_t *rgb, size_t n, const float lut[3][256], float *dst,
+   * each value what the table says for its byte. `rgb` may be read up to
+   * FERRY_RESIZE_ROW_SLACK bytes past 3*n. */
+  void (*normalize)(const uint8_t *rgb, size_t n, const struct ferry_resize_norm *norm, float *dst,
                     size_t plane_stride);
 } ferry_resize_kernels;
 
