@@ -89,7 +89,7 @@ int bench_cores(void) {
 }
 
 void bench_common_default(bench_common *c) {
-  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312};
+  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW};
 }
 
 int bench_common_flag(bench_common *c, const char *flag, const char *value) {
@@ -98,7 +98,11 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   else if (!strcmp(flag, "--workers")) c->workers = atoi(value);
   else if (!strcmp(flag, "--batch")) c->batch = atoi(value);
   else if (!strcmp(flag, "--resolution")) c->resolution = atoi(value);
-  else return 0;
+  else if (!strcmp(flag, "--layout")) {
+    if (!strcmp(value, "f32")) c->layout = FERRY_LAYOUT_F32_CHW;
+    else if (!strcmp(value, "u8")) c->layout = FERRY_LAYOUT_U8_HWC;
+    else return -1;
+  } else return 0;
   return 1;
 }
 
@@ -112,4 +116,5 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->resolution = c->resolution;
   config->packed = packed;
   config->device = device;
+  config->layout = c->layout;
 }

@@ -1,7 +1,7 @@
 /* coco_parity: every target of every sample, packed direct path vs unpacked path.
  *
  *   coco_parity [--annotations FILE --images DIR] [--workers N] [--batch 8]
- *               [--resolution 312] [--processes N] [--json]
+ *               [--resolution 312] [--layout f32|u8] [--processes N] [--json]
  *
  * Both loaders walk one epoch of the same set in the same order; each batch goes
  * through ferry_transfer (host device) and every per-sample tensor of one path is
@@ -160,7 +160,7 @@ static void print_summary(const summary *s, int json) {
 
 static int usage(void) {
   fprintf(stderr, "usage: coco_parity [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
-                  "                   [--resolution R] [--processes N] [--json]\n");
+                  "                   [--resolution R] [--layout f32|u8] [--processes N] [--json]\n");
   return 2;
 }
 
@@ -172,7 +172,9 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (i + 1 >= argc) return usage();
     const char *v = argv[++i];
-    if (bench_common_flag(&o.data, a, v)) continue;
+    int common = bench_common_flag(&o.data, a, v);
+    if (common < 0) return usage();
+    if (common) continue;
     if (!strcmp(a, "--processes")) o.processes = atoi(v);
     else return usage();
   }

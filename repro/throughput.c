@@ -2,7 +2,7 @@
  *
  *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
- *              [--device host|cuda] [--json]
+ *              [--layout f32|u8] [--device host|cuda] [--dct] [--json]
  *
  * Paths: `previous` (packed batch, whole-batch device copy then per-sample clones),
  * `direct` (packed batch, per-sample allocations straight from the arena) and
@@ -106,10 +106,12 @@ static int measure_decode_limit(void *arg, double *out) {
   return 0;
 }
 
+static const char *layout_name(ferry_image_layout l) { return l == FERRY_LAYOUT_U8_HWC ? "u8" : "f32"; }
+
 static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
-                  "                  [--device host|cuda] [--dct] [--json]\n");
+                  "                  [--layout f32|u8] [--device host|cuda] [--dct] [--json]\n");
   return 2;
 }
 
@@ -123,7 +125,9 @@ static int parse(int argc, char **argv, options *o) {
     if (!strcmp(a, "--help")) return usage(), -1;
     if (i + 1 >= argc) return usage(), -1;
     const char *v = argv[++i];
-    if (bench_common_flag(&o->data, a, v)) continue;
+    int common = bench_common_flag(&o->data, a, v);
+    if (common < 0) return usage(), -1;
+    if (common) continue;
     if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
@@ -160,14 +164,17 @@ int main(int argc, char **argv) {
     if (o.json)
       printf("{\"path\": \"%s\", \"workers\": %d, \"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
              "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f, "
-             "\"dct_scaling\": %d}\n",
-             runs[r].name, o.data.workers, x.median, x.min, x.max, limit.median, x.median / limit.median, o.dct);
+             "\"dct_scaling\": %d, \"layout\": \"%s\"}\n",
+             runs[r].name, o.data.workers, x.median, x.min, x.max, limit.median, x.median / limit.median, o.dct,
+             layout_name(o.data.layout));
     else
       printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f\n", runs[r].name, o.data.workers, x.median, x.min,
              x.max, limit.median, x.median / limit.median);
   }
   if (!o.json)
-    printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d processes, %d threads\n",
-           limit.median, limit.min, limit.max, o.processes, o.data.workers);
+    printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d processes, %d threads; "
+           "loader images as %s\n",
+           limit.median, limit.min, limit.max, o.processes, o.data.workers,
+           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised");
   return status;
 }
