@@ -46,24 +46,32 @@ static size_t total_taps(int in_size, int out_size) {
 }
 
 static size_t taps_bytes(int in_size, int out_size) {
-  return max_taps(in_size, out_size) * sizeof(double) + (size_t)out_size * 3 * sizeof(int) +
-         total_taps(in_size, out_size) * sizeof(int32_t) * 2;
+  return max_taps(in_size, out_size) * sizeof(double) + (size_t)out_size * 4 * sizeof(int) +
+         total_taps(in_size, out_size) * sizeof(int32_t);
 }
 
-/* The weights again at a fixed stride of the longest filter, zero past each
- * output's own taps. out * max_taps <= total_taps, so the table fits. */
-static void fill_padded(axis_taps *t, int out_size) {
-  int most = 0;
-  for (int i = 0; i < out_size; i++) most = t->count[i] > most ? t->count[i] : most;
-  t->padded_count = most;
-  for (int i = 0; i < out_size; i++)
-    for (int k = 0; k < most; k++)
-      t->padded[(size_t)i * most + k] = k < t->count[i] ? t->weights[t->offset[i] + k] : 0;
+/* Output indices by tap count, stably: a filter's counts take two values (plus
+ * smaller ones clipped at the edges), so the AVX2 horizontal kernel, taking the
+ * outputs in this order, runs one trip count for long stretches and predicts its
+ * branches. Counts spread wider than that are left in order (speed only). */
+static void order_by_count(axis_taps *t, int out_size) {
+  int lo = t->count[0], hi = lo;
+  for (int i = 0; i < out_size; i++) {
+    if (t->count[i] < lo) lo = t->count[i];
+    if (t->count[i] > hi) hi = t->count[i];
+  }
+  int k = 0;
+  if (hi - lo > 8) {
+    for (int i = 0; i < out_size; i++) t->by_count[i] = i;
+    return;
+  }
+  for (int c = lo; c <= hi; c++)
+    for (int i = 0; i < out_size; i++)
+      if (t->count[i] == c) t->by_count[k++] = i;
 }
 
-/* Lay the axis' arrays out in mem (taps_bytes long, 8-byte aligned) and fill them;
- * the padded table too when `padded` is set. */
-static void build_taps(axis_taps *t, int in_size, int out_size, void *mem, int padded) {
+/* Lay the axis' arrays out in mem (taps_bytes long, 8-byte aligned) and fill them. */
+static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   double scale = (double)in_size / out_size;
   double support = filter_scale(in_size, out_size); /* triangle support 1, widened */
   double inv_filter_scale = 1.0 / support;
@@ -71,9 +79,8 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem, int p
   t->first = (int *)(w + max_taps(in_size, out_size));
   t->count = t->first + out_size;
   t->offset = t->count + out_size;
-  t->weights = (int32_t *)(t->offset + out_size);
-  t->padded = t->weights + total_taps(in_size, out_size);
-  t->padded_count = 0;
+  t->by_count = t->offset + out_size;
+  t->weights = (int32_t *)(t->by_count + out_size);
   int next = 0;
   for (int i = 0; i < out_size; i++) {
     double center = (i + 0.5) * scale;
@@ -95,7 +102,7 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem, int p
     t->offset[i] = next;
     next += hi - lo;
   }
-  if (padded) fill_padded(t, out_size);
+  order_by_count(t, out_size);
 }
 
 static uint8_t clip8(int32_t acc) {
@@ -308,7 +315,7 @@ static scratch_plan plan_scratch(int width, int height, int size) {
   p.h_taps = align_to(taps_bytes(height, size), 8);
   p.staging = p.h_taps + align_to(taps_bytes(width, size), 8);
   p.block = align_to(p.staging + (size_t)FERRY_RESIZE_BLOCK * size * 3 + FERRY_RESIZE_ROW_SLACK, 32);
-  p.total = p.block + ferry_resize_block_bytes(width, size, (int)max_taps(width, size)) + 32;
+  p.total = p.block + ferry_resize_block_bytes(width, size) + 32;
   return p;
 }
 
@@ -324,8 +331,8 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
                   .staging = mem + plan.staging, .block = (void *)block, .src_rows = height};
-  build_taps(&j.v, height, size, mem + plan.v_taps, 0);
-  build_taps(&j.h, width, size, mem + plan.h_taps, 1);
+  build_taps(&j.v, height, size, mem + plan.v_taps);
+  build_taps(&j.h, width, size, mem + plan.h_taps);
   int v_first = vertical_first(width, height, size);
   /* the intermediate image: size rows of the source width, or the source rows the
    * vertical filter reads at the output width */

@@ -102,15 +102,14 @@ static __m256i widen_word(const uint64_t *w) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
 }
 
-/* Output pixel x of the transposed block: R, G and B of all eight rows, each
- * sum over the padded taps (zero weights past the pixel's own). The 32 bytes
- * stored are R, G, B words and a spare the next pixel overwrites. */
+/* Output pixel x of the transposed block: R, G and B of all eight rows, each a
+ * sum over the pixel's taps, stored as three words of u. */
 static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int x, uint64_t *u) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const uint64_t *col = t + 3 * (size_t)h->first[x];
-  const int32_t *k = h->padded + (size_t)x * h->padded_count;
+  const int32_t *k = h->weights + h->offset[x];
   __m256i r = _mm256_set1_epi32(BIAS), g = r, b = r;
-  for (int i = 0; i < h->padded_count; i++, col += 3) {
+  for (int i = 0; i < h->count[x]; i++, col += 3) {
     __m256i w = _mm256_set1_epi32(k[i]);
     r = _mm256_add_epi32(r, _mm256_mullo_epi32(widen_word(col), w));
     g = _mm256_add_epi32(g, _mm256_mullo_epi32(widen_word(col + 1), w));
@@ -119,22 +118,24 @@ static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int 
   r = _mm256_srai_epi32(r, FERRY_RESIZE_WEIGHT_BITS);
   g = _mm256_srai_epi32(g, FERRY_RESIZE_WEIGHT_BITS);
   b = _mm256_srai_epi32(b, FERRY_RESIZE_WEIGHT_BITS);
-  __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(r, g), _mm256_packs_epi32(b, b));
-  _mm256_storeu_si256((__m256i *)(u + 3 * (size_t)x), _mm256_permutevar8x32_epi32(bytes, order));
+  /* after the permute: the R and G words in the low half, B twice in the high */
+  __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packus_epi16(_mm256_packs_epi32(r, g), _mm256_packs_epi32(b, b)), order);
+  _mm_storeu_si128((__m128i *)(u + 3 * (size_t)x), _mm256_castsi256_si128(bytes));
+  _mm_storel_epi64((__m128i *)(u + 3 * (size_t)x + 2), _mm256_extracti128_si256(bytes, 1));
 }
 
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
                             const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                             void *scratch) {
-  size_t in_bytes = (size_t)in_w * 3, pad = 3 * (size_t)h->padded_count;
-  uint64_t *t = scratch, *u = t + in_bytes + pad;
-  memset(t + in_bytes, 0, pad * sizeof *t); /* what the zero-weighted taps past the edge read */
+  size_t in_bytes = (size_t)in_w * 3;
+  uint64_t *t = scratch, *u = t + in_bytes;
   for (int y = 0; y < rows; y += FERRY_RESIZE_BLOCK) {
     int n = rows - y < FERRY_RESIZE_BLOCK ? rows - y : FERRY_RESIZE_BLOCK;
     const uint8_t *row[FERRY_RESIZE_BLOCK];
     for (int r = 0; r < FERRY_RESIZE_BLOCK; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
     transpose_in(row, in_bytes, t);
-    for (int x = 0; x < out_w; x++) convolve_columns(t, h, x, u);
+    for (int i = 0; i < out_w; i++) convolve_columns(t, h, h->by_count[i], u);
     transpose_out(u, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
   }
 }

@@ -19,14 +19,11 @@ enum { FERRY_RESIZE_WEIGHT_BITS = 22 };
 
 /* One axis' filter: output i reads `count[i]` inputs from `first[i]` with weights
  * weights[offset[i] .. +count[i]), fixed point with FERRY_RESIZE_WEIGHT_BITS.
- * For the horizontal axis, `padded` holds the same weights at a fixed stride:
- * padded_count per output, 0 past its own count (so the AVX2 kernel runs one
- * trip count for every output and its branches stay predictable). */
+ * by_count lists the outputs ordered by count (a kernel whose outputs are
+ * independent may take them in that order, for predictable loop trip counts). */
 typedef struct ferry_resize_axis {
-  int *first, *count, *offset;
+  int *first, *count, *offset, *by_count;
   int32_t *weights;
-  int32_t *padded;
-  int padded_count;
 } ferry_resize_axis;
 
 /* Normalisation, torchvision's to_tensor then normalize in float32 steps:
@@ -40,7 +37,7 @@ typedef struct ferry_resize_norm {
 typedef struct ferry_resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
    * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
-   * ferry_resize_block_bytes(in_w, out_w, h->padded_count) long. */
+   * ferry_resize_block_bytes(in_w, out_w) long. */
   void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w,
                      const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                      void *scratch);
@@ -59,10 +56,10 @@ typedef struct ferry_resize_kernels {
  * that one source column of the block is one 64-bit word. */
 enum { FERRY_RESIZE_BLOCK = 8 };
 
-/* Its scratch: the transposed input block (one word per source byte column,
- * plus zeroed columns for the padded taps to read) and the transposed output. */
-static inline size_t ferry_resize_block_bytes(int in_w, int out_w, int padded_count) {
-  return 8 * (3 * (size_t)in_w + 3 * (size_t)padded_count + 3 * (size_t)out_w + 4);
+/* Its scratch: the transposed input block (one word per source byte column) and
+ * the transposed output. */
+static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
+  return 8 * (3 * (size_t)in_w + 3 * (size_t)out_w);
 }
 
 /* Bytes of slack the normalize kernels may read past a row. */
