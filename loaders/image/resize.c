@@ -12,6 +12,7 @@
  * intermediate copy of the output.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "lib/status.h"
@@ -151,7 +152,7 @@ const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertica
 
 const ferry_resize_kernels *ferry_resize_best_kernels(void) {
 #if FERRY_HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2")) return &ferry_resize_avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &ferry_resize_avx2;
 #endif
   return &ferry_resize_portable;
 }
@@ -168,16 +169,43 @@ typedef struct resize_job {
   uint8_t *staging; /* FERRY_RESIZE_BLOCK rows of size pixels */
   void *block;      /* the horizontal kernel's scratch */
   int src_rows;     /* the source image's height */
-  ferry_resize_norm norm; /* F32_CHW */
+  const ferry_resize_norm *norm; /* F32_CHW */
 } resize_job;
 
-static void init_norm(ferry_resize_norm *n) {
+/* a / b as the AVX2 kernel may compute it: a product by the reciprocal, then one
+ * correction with the exact remainder fma gives. */
+static float divide_by_fma(float a, float b, float recip) {
+  float q = a * recip;
+  return fmaf(fmaf(-q, b, a), recip, q);
+}
+
+static ferry_resize_norm imagenet;
+static pthread_once_t imagenet_once = PTHREAD_ONCE_INIT;
+
+/* The table, and whether the fma division reproduces every entry bit for bit
+ * (it does for ImageNet's constants; checked, not assumed, so that the fast path
+ * can never change a value). */
+static void init_imagenet(void) {
   static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
+  ferry_resize_norm *n = &imagenet;
+  n->recip255 = 1.0f / 255.0f;
+  n->fma_exact = 1;
   for (int c = 0; c < 3; c++) {
     n->mean[c] = mean[c];
     n->std[c] = std[c];
-    for (int v = 0; v < 256; v++) n->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+    n->recip_std[c] = 1.0f / std[c];
+    for (int v = 0; v < 256; v++) {
+      n->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+      float q = divide_by_fma((float)v, 255.0f, n->recip255);
+      float f = divide_by_fma(q - mean[c], std[c], n->recip_std[c]);
+      if (memcmp(&f, &n->lut[c][v], sizeof f) != 0) n->fma_exact = 0;
+    }
   }
+}
+
+const ferry_resize_norm *ferry_resize_imagenet_norm(void) {
+  pthread_once(&imagenet_once, init_imagenet);
+  return &imagenet;
 }
 
 /* Where output rows y.. are written as RGB8 (rows of size pixels). */
@@ -191,7 +219,7 @@ static void rows_done(const resize_job *j, int y, int n) {
   if (j->layout == FERRY_LAYOUT_U8_HWC) return;
   size_t px = (size_t)j->size;
   for (int r = 0; r < n; r++)
-    j->k->normalize(j->staging + r * px * 3, px, &j->norm, (float *)j->dst + (size_t)(y + r) * px,
+    j->k->normalize(j->staging + r * px * 3, px, j->norm, (float *)j->dst + (size_t)(y + r) * px,
                     px * px);
 }
 
@@ -330,7 +358,8 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   uint8_t *mem = d->taps.data;
   uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
-                  .staging = mem + plan.staging, .block = (void *)block, .src_rows = height};
+                  .staging = mem + plan.staging, .block = (void *)block, .src_rows = height,
+                  .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry_resize_imagenet_norm() : NULL};
   build_taps(&j.v, height, size, mem + plan.v_taps);
   build_taps(&j.h, width, size, mem + plan.h_taps);
   int v_first = vertical_first(width, height, size);
@@ -341,7 +370,6 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
                                      : (size_t)window_rows(&j.v, size) * size * 3;
   st = ferry_scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
-  if (layout == FERRY_LAYOUT_F32_CHW) init_norm(&j.norm);
   if (v_first)
     resize_vertical_first(&j, src, width, d->rows.data);
   else

@@ -28,11 +28,18 @@ typedef struct ferry_resize_axis {
 
 /* Normalisation, torchvision's to_tensor then normalize in float32 steps:
  * lut[c][v] == ((float)v / 255 - mean[c]) / std[c], each operation rounded to
- * float. A kernel may look the value up or compute it with the same operations. */
+ * float. A kernel may look the value up or compute it with the same operations;
+ * when fma_exact is set, dividing by a product with the reciprocal and one fma
+ * correction (q = a*r; q += fma(-q, b, a) * r, fused) gives every entry too. */
 typedef struct ferry_resize_norm {
   float mean[3], std[3];
+  float recip255, recip_std[3];
+  int fma_exact;
   float lut[3][256];
 } ferry_resize_norm;
+
+/* The table for FERRY_IMAGENET_MEAN and _STD (built once). */
+const ferry_resize_norm *ferry_resize_imagenet_norm(void);
 
 typedef struct ferry_resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into

@@ -162,7 +162,8 @@ static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fa
 
 Test(image_resize, avx2_kernels_equal_the_portable_ones) {
 #if FERRY_HAVE_AVX2_KERNELS
-  if (!__builtin_cpu_supports("avx2")) cr_skip_test("this CPU has no AVX2");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    cr_skip_test("this CPU has no AVX2 and FMA");
   ferry_decoder *d = open_decoder();
   static const int shapes[][3] = {{640, 480, 312}, {480, 640, 312}, {427, 640, 312},
                                   {500, 375, 312}, {1, 1, 1},       {1, 1, 7},
@@ -178,6 +179,29 @@ Test(image_resize, avx2_kernels_equal_the_portable_ones) {
     compare_kernel_sets(d, &ferry_resize_avx2, w, h, size, r);
   }
   ferry_decoder_close(d);
+#else
+  cr_skip_test("no AVX2 kernels in this build");
+#endif
+}
+
+/* Both ways the AVX2 kernel normalises (fma division, plain division) against the
+ * table, for every byte value in every channel and rows that leave vector tails. */
+Test(image_resize, avx2_normalisation_equals_the_table) {
+#if FERRY_HAVE_AVX2_KERNELS
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    cr_skip_test("this CPU has no AVX2 and FMA");
+  ferry_resize_norm norm = *ferry_resize_imagenet_norm();
+  cr_assert(norm.fma_exact, "the fma division should reproduce ImageNet's table");
+  enum { N = 263 }; /* 3*N covers every byte value; N % 8 != 0 leaves a tail */
+  uint8_t rgb[3 * N + FERRY_RESIZE_ROW_SLACK];
+  for (int i = 0; i < 3 * N + FERRY_RESIZE_ROW_SLACK; i++) rgb[i] = (uint8_t)(i * 7 + i / 256);
+  for (int exact = 1; exact >= 0; exact--) {
+    norm.fma_exact = exact;
+    float want[3 * N], got[3 * N];
+    ferry_resize_portable.normalize(rgb, N, &norm, want, N);
+    ferry_resize_avx2.normalize(rgb, N, &norm, got, N);
+    cr_assert_eq(memcmp(want, got, sizeof want), 0, "fma_exact %d: planes differ", exact);
+  }
 #else
   cr_skip_test("no AVX2 kernels in this build");
 #endif
