@@ -148,9 +148,14 @@ static void normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_
 }
 
 const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
-                                                    normalize_portable};
+                                                    normalize_portable, 1};
 
 const ferry_resize_kernels *ferry_resize_best_kernels(void) {
+#if FERRY_HAVE_AVX512_KERNELS
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma"))
+    return &ferry_resize_avx512;
+#endif
 #if FERRY_HAVE_AVX2_KERNELS
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &ferry_resize_avx2;
 #endif
@@ -166,7 +171,7 @@ typedef struct resize_job {
   int size;
   ferry_image_layout layout;
   void *dst;
-  uint8_t *staging; /* FERRY_RESIZE_BLOCK rows of size pixels */
+  uint8_t *staging; /* FERRY_RESIZE_MAX_BLOCK rows of size pixels */
   void *block;      /* the horizontal kernel's scratch */
   int src_rows;     /* the source image's height */
   const ferry_resize_norm *norm; /* F32_CHW */
@@ -232,45 +237,59 @@ static void vertical_row(const resize_job *j, const uint8_t *rows, size_t n, int
 }
 
 /* Rows of the horizontal pass the vertical pass reads: a window sliding down the
- * image, so the intermediate stays a few rows (cache-resident) rather than a
- * whole image. Row i of buf is source row `first` + i, resampled to the output
- * width; `cap` rows fit. */
+ * image, so the intermediate stays a few dozen rows (cache-resident) rather than
+ * a whole image. Buffer rows start .. start+rows hold source rows first ..,
+ * resampled to the output width; when the window reaches the end of the buffer
+ * (cap rows), its rows move back to the front, which happens once every few
+ * dozen rows. */
 typedef struct row_window {
   uint8_t *buf;
   size_t row_bytes;
-  int first, rows, cap;
+  int first, start, rows, cap;
 } row_window;
 
-/* The longest vertical filter plus one block: after the rows output row y no
- * longer needs are dropped, a whole block always fits. */
+enum { WINDOW_SLACK_ROWS = 4 * FERRY_RESIZE_MAX_BLOCK };
+
+/* The longest vertical filter plus room to resample ahead: after the rows output
+ * row y no longer needs are dropped, a whole block always fits. */
 static int window_rows(const axis_taps *v, int size) {
   int most = 0;
   for (int y = 0; y < size; y++) most = v->count[y] > most ? v->count[y] : most;
-  return most + FERRY_RESIZE_BLOCK;
+  return most + WINDOW_SLACK_ROWS;
+}
+
+/* Make room for `n` more rows after the window's last. */
+static void window_make_room(row_window *w, int n) {
+  if (w->start + w->rows + n <= w->cap) return;
+  memmove(w->buf, w->buf + (size_t)w->start * w->row_bytes, (size_t)w->rows * w->row_bytes);
+  w->start = 0;
 }
 
 /* Make the window hold source rows [lo, hi): drop the rows above lo, resample the
- * missing ones below. Filters only move down, so lo never decreases. */
-static void window_cover(const resize_job *j, row_window *w, const uint8_t *src, int width,
-                         int lo, int hi) {
+ * missing ones below (a block at least, while the image lasts). Filters only
+ * move down, so lo never decreases. Returns source row lo. */
+static const uint8_t *window_cover(const resize_job *j, row_window *w, const uint8_t *src,
+                                   int width, int lo, int hi) {
   size_t in_row = (size_t)width * 3;
   int drop = lo - w->first;
   if (drop >= w->rows) {
-    w->rows = 0;
-  } else if (drop > 0) {
-    memmove(w->buf, w->buf + (size_t)drop * w->row_bytes, (size_t)(w->rows - drop) * w->row_bytes);
+    w->start = w->rows = 0;
+  } else {
+    w->start += drop;
     w->rows -= drop;
   }
   w->first = lo;
   while (w->first + w->rows < hi) {
     int r = w->first + w->rows, n = hi - r;
-    if (n < FERRY_RESIZE_BLOCK) n = FERRY_RESIZE_BLOCK; /* a whole block while it lasts */
-    if (n > w->cap - w->rows) n = w->cap - w->rows;
+    if (n < j->k->block_rows) n = j->k->block_rows;
     if (n > j->src_rows - r) n = j->src_rows - r;
+    if (n > w->cap - w->rows) n = w->cap - w->rows;
+    window_make_room(w, n);
     j->k->horizontal(src + (size_t)r * in_row, in_row, n, width, &j->h, j->size,
-                     w->buf + (size_t)w->rows * w->row_bytes, w->row_bytes, j->block);
+                     w->buf + (size_t)(w->start + w->rows) * w->row_bytes, w->row_bytes, j->block);
     w->rows += n;
   }
+  return w->buf + (size_t)w->start * w->row_bytes;
 }
 
 /* Horizontal, then vertical (Pillow's usual order). Only the source rows the
@@ -280,14 +299,11 @@ static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int
                                     uint8_t *tmp) {
   int size = j->size;
   size_t n = (size_t)size * 3;
-  row_window w = {tmp, n, 0, 0, window_rows(&j->v, size)};
+  row_window w = {tmp, n, 0, 0, 0, window_rows(&j->v, size)};
   for (int y = 0; y < size; y++) {
     int lo = j->v.first[y], hi = lo + j->v.count[y];
-    const uint8_t *rows = src + (size_t)lo * n; /* width == size: the source rows */
-    if (width != size) {
-      window_cover(j, &w, src, width, lo, hi);
-      rows = w.buf;
-    }
+    const uint8_t *rows = width == size ? src + (size_t)lo * n /* the source rows as they are */
+                                        : window_cover(j, &w, src, width, lo, hi);
     vertical_row(j, rows, n, lo, y, out_rows(j, y));
     rows_done(j, y, 1);
   }
@@ -299,8 +315,8 @@ static void resize_vertical_first(const resize_job *j, const uint8_t *src, int w
   int size = j->size;
   size_t n = (size_t)width * 3;
   for (int y = 0; y < size; y++) vertical_row(j, src, n, 0, y, tmp + (size_t)y * n);
-  for (int y = 0; y < size; y += FERRY_RESIZE_BLOCK) {
-    int rows = size - y < FERRY_RESIZE_BLOCK ? size - y : FERRY_RESIZE_BLOCK;
+  for (int y = 0; y < size; y += FERRY_RESIZE_MAX_BLOCK) {
+    int rows = size - y < FERRY_RESIZE_MAX_BLOCK ? size - y : FERRY_RESIZE_MAX_BLOCK;
     j->k->horizontal(tmp + (size_t)y * n, n, rows, width, &j->h, size, out_rows(j, y),
                      (size_t)size * 3, j->block);
     rows_done(j, y, rows);
@@ -342,7 +358,7 @@ static scratch_plan plan_scratch(int width, int height, int size) {
   p.v_taps = 0;
   p.h_taps = align_to(taps_bytes(height, size), 8);
   p.staging = p.h_taps + align_to(taps_bytes(width, size), 8);
-  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_BLOCK * size * 3 + FERRY_RESIZE_ROW_SLACK, 32);
+  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_MAX_BLOCK * size * 3 + FERRY_RESIZE_ROW_SLACK, 32);
   p.total = p.block + ferry_resize_block_bytes(width, size) + 32;
   return p;
 }

@@ -12,7 +12,7 @@
 
 #include "loaders/image/resize_kernels.h"
 
-enum { BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1) };
+enum { BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1), ROWS = 8 };
 
 /* The fixed-count loops over registers below must become straight code, or the
  * registers become stack arrays. */
@@ -26,7 +26,7 @@ static __m256i shift_and_saturate(__m256i acc) {
   return _mm256_packus_epi16(s, s);
 }
 
-/* The horizontal pass, FERRY_RESIZE_BLOCK rows at a time. Summing along a row
+/* The horizontal pass, ROWS (8) rows at a time. Summing along a row
  * gives every output pixel its own taps, which leaves vector lanes idle and
  * costs a reduction per pixel. Transposed, so that one source column of eight
  * rows is one 64-bit word, the pass becomes the vertical pass's shape: eight
@@ -130,10 +130,10 @@ static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int i
                             void *scratch) {
   size_t in_bytes = (size_t)in_w * 3;
   uint64_t *t = scratch, *u = t + in_bytes;
-  for (int y = 0; y < rows; y += FERRY_RESIZE_BLOCK) {
-    int n = rows - y < FERRY_RESIZE_BLOCK ? rows - y : FERRY_RESIZE_BLOCK;
-    const uint8_t *row[FERRY_RESIZE_BLOCK];
-    for (int r = 0; r < FERRY_RESIZE_BLOCK; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
+  for (int y = 0; y < rows; y += ROWS) {
+    int n = rows - y < ROWS ? rows - y : ROWS;
+    const uint8_t *row[ROWS];
+    for (int r = 0; r < ROWS; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
     transpose_in(row, in_bytes, t);
     for (int i = 0; i < out_w; i++) convolve_columns(t, h, h->by_count[i], u);
     transpose_out(u, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
@@ -203,8 +203,8 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
  * which vector units round exactly as scalar ones do; the divisions by fma where
  * that is exact for every byte value (two fmas and a product cost less than a
  * divide). This is faster than a gather from the table. */
-static void normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm, float *dst,
-                           size_t plane_stride) {
+void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+                                 float *dst, size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
   const __m256 k255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(norm->recip255);
   __m256 mean[3], std[3], rstd[3];
@@ -228,4 +228,5 @@ static void normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm
   if (vec < n) ferry_resize_portable.normalize(rgb + 3 * vec, n - vec, norm, dst + vec, plane_stride);
 }
 
-const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2, normalize_avx2};
+const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2,
+                                                ferry_resize_normalize_avx2, ROWS};

@@ -57,16 +57,20 @@ typedef struct ferry_resize_kernels {
    * FERRY_RESIZE_ROW_SLACK bytes past 3*n. */
   void (*normalize)(const uint8_t *rgb, size_t n, const struct ferry_resize_norm *norm, float *dst,
                     size_t plane_stride);
+  /* Rows the horizontal kernel works on at once (callers hand it at least this
+   * many where they can; at most FERRY_RESIZE_MAX_BLOCK). */
+  int block_rows;
 } ferry_resize_kernels;
 
-/* The AVX2 horizontal kernel works on blocks of this many rows, transposed so
- * that one source column of the block is one 64-bit word. */
-enum { FERRY_RESIZE_BLOCK = 8 };
+/* The vector horizontal kernels work on blocks of rows transposed, so that one
+ * source column of the block is one word: 8 rows (8 bytes) for AVX2, 16 for
+ * AVX-512. */
+enum { FERRY_RESIZE_MAX_BLOCK = 16 };
 
-/* Its scratch: the transposed input block (one word per source byte column) and
- * the transposed output. */
+/* Their scratch: the transposed input block (one word per source byte column)
+ * and the transposed output. */
 static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
-  return 8 * (3 * (size_t)in_w + 3 * (size_t)out_w);
+  return FERRY_RESIZE_MAX_BLOCK * (3 * (size_t)in_w + 3 * (size_t)out_w);
 }
 
 /* Bytes of slack the normalize kernels may read past a row. */
@@ -75,6 +79,11 @@ enum { FERRY_RESIZE_ROW_SLACK = 4 };
 extern const ferry_resize_kernels ferry_resize_portable;
 #if FERRY_HAVE_AVX2_KERNELS
 extern const ferry_resize_kernels ferry_resize_avx2;
+void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+                                 float *dst, size_t plane_stride);
+#endif
+#if FERRY_HAVE_AVX512_KERNELS
+extern const ferry_resize_kernels ferry_resize_avx512;
 #endif
 
 /* The fastest set this CPU runs. */

@@ -160,27 +160,43 @@ static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fa
   free(src);
 }
 
-Test(image_resize, avx2_kernels_equal_the_portable_ones) {
-#if FERRY_HAVE_AVX2_KERNELS
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-    cr_skip_test("this CPU has no AVX2 and FMA");
+/* Every shape through `fast` and the portable kernels. */
+static void compare_on_shapes(const ferry_resize_kernels *fast) {
   ferry_decoder *d = open_decoder();
   static const int shapes[][3] = {{640, 480, 312}, {480, 640, 312}, {427, 640, 312},
                                   {500, 375, 312}, {1, 1, 1},       {1, 1, 7},
                                   {3, 2, 1},       {5, 900, 40},    {900, 5, 40},
                                   {33, 17, 64},    {640, 480, 640}, {641, 479, 33}};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-    compare_kernel_sets(d, &ferry_resize_avx2, shapes[i][0], shapes[i][1], shapes[i][2], (unsigned)i);
+    compare_kernel_sets(d, fast, shapes[i][0], shapes[i][1], shapes[i][2], (unsigned)i);
   unsigned r = 99;
   for (int i = 0; i < 300; i++) {
     int w = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 300;
     int h = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 300;
     int size = 1 + (int)((r = r * 1664525u + 1013904223u) >> 23) % 200;
-    compare_kernel_sets(d, &ferry_resize_avx2, w, h, size, r);
+    compare_kernel_sets(d, fast, w, h, size, r);
   }
   ferry_decoder_close(d);
+}
+
+Test(image_resize, avx2_kernels_equal_the_portable_ones) {
+#if FERRY_HAVE_AVX2_KERNELS
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    cr_skip_test("this CPU has no AVX2 and FMA");
+  compare_on_shapes(&ferry_resize_avx2);
 #else
   cr_skip_test("no AVX2 kernels in this build");
+#endif
+}
+
+Test(image_resize, avx512_kernels_equal_the_portable_ones) {
+#if FERRY_HAVE_AVX512_KERNELS
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+      !__builtin_cpu_supports("fma"))
+    cr_skip_test("this CPU has no AVX-512F");
+  compare_on_shapes(&ferry_resize_avx512);
+#else
+  cr_skip_test("no AVX-512 kernels in this build");
 #endif
 }
 
