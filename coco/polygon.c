@@ -116,13 +116,41 @@ static int next_reaching(const edge *e, int lo, int hi, int64_t bound, int risin
   return hi + 1;
 }
 
+/* Make point d the walk's previous point without visiting it: for points that
+ * cannot record a crossing. */
+static void skip_to(crossing_walk *wk, const edge *e, int d) {
+  edge_point(e, d, &wk->prev_u, &wk->prev_v);
+  wk->has_prev = 1;
+}
+
+static int mod5(int x) { return (x % 5 + 5) % 5; }
+
+/* Points a..b of an x-major edge (point a visited first). There u moves one
+ * column every step, and a step records a crossing only when the lower of its
+ * two columns is a pixel centre, 5k+2 (walk_point): one step in five. Those
+ * steps are visited, each with the point before it; the points between are
+ * skipped over, which changes nothing, as none of them could record one. */
+static ferry_status walk_x_major(crossing_walk *wk, const edge *e, int a, int b) {
+  ferry_status st = emit(wk, e, a);
+  /* step d's lower column: xs + d - 1 rising, xs + n - d falling */
+  int phase = e->flip ? e->xs + e->n - 2 : 3 - e->xs;
+  int last = a;
+  for (int d = a + 1 + mod5(phase - (a + 1)); d <= b && st == FERRY_OK; d += 5) {
+    if (d - 1 > last) skip_to(wk, e, d - 1);
+    st = emit(wk, e, d);
+    last = d;
+  }
+  if (st == FERRY_OK && last < b) skip_to(wk, e, b);
+  return st;
+}
+
 /* Only a step between two grid columns in [1, 5w-1] can record a crossing (the
  * column it reads, the lower of the two, must be a pixel centre 5k+2 with k < w), and
  * u moves one unit a step, so the points before and after that band, and the points
  * of the y-major stretches where u stays put, are walked over without being visited:
  * the crossings, and the previous point each visited point is compared with, are
  * those of the full walk, at a cost bounded by the image width rather than by how
- * far the vertices lie outside it. */
+ * far the vertices lie outside it. x-major edges visit one step in five. */
 static ferry_status walk_band(crossing_walk *wk, const edge *e) {
   int u0 = edge_u(e, 0), un = edge_u(e, e->n), rising = un >= u0;
   int64_t lo_u = 1, hi_u = (int64_t)GRID_SCALE * wk->w - 1;
@@ -135,16 +163,18 @@ static ferry_status walk_band(crossing_walk *wk, const edge *e) {
   a = a > 0 ? a - 1 : 0;
   b = b < e->n ? b + 1 : e->n;
   ferry_status st = a > 0 ? emit(wk, e, 0) : FERRY_OK;
+  if (e->x_major) {
+    if (st == FERRY_OK) st = walk_x_major(wk, e, a, b);
+    return st == FERRY_OK && b < e->n ? emit(wk, e, e->n) : st;
+  }
   for (int d = a; d <= b && st == FERRY_OK;) {
     st = emit(wk, e, d);
     if (st != FERRY_OK || d == b) break;
-    int next = d + 1;
-    if (!e->x_major) {  /* jump to the step where u changes, visiting the point before it */
-      int u = edge_u(e, d);
-      next = next_reaching(e, d + 1, b, rising ? (int64_t)u + 1 : (int64_t)u - 1, rising);
-      if (next > b) next = b;
-      else if (next - 1 > d && (st = emit(wk, e, next - 1)) != FERRY_OK) break;
-    }
+    /* jump to the step where u changes, visiting the point before it */
+    int u = edge_u(e, d);
+    int next = next_reaching(e, d + 1, b, rising ? (int64_t)u + 1 : (int64_t)u - 1, rising);
+    if (next > b) next = b;
+    else if (next - 1 > d && (st = emit(wk, e, next - 1)) != FERRY_OK) break;
     d = next;
   }
   if (st == FERRY_OK && b < e->n) st = emit(wk, e, e->n);
