@@ -30,6 +30,7 @@ struct ferry_decoder {
   ferry_scratch aux;      /* CMYK samples; the EXIF-rotated image */
   ferry_scratch rows;     /* resize: horizontally resampled rows */
   ferry_scratch taps;     /* resize: filter bounds and weights */
+  int taps_shape[3];      /* width, height, size the filters in taps are for (0: none) */
 };
 
 /* One decoded image, RGB8 with row stride 3*width, in the decoder's scratch. */

@@ -71,17 +71,22 @@ static void order_by_count(axis_taps *t, int out_size) {
       if (t->count[i] == c) t->by_count[k++] = i;
 }
 
-/* Lay the axis' arrays out in mem (taps_bytes long, 8-byte aligned) and fill them. */
+/* Point the axis' arrays into mem (taps_bytes long, 8-byte aligned). */
+static void layout_taps(axis_taps *t, int in_size, int out_size, void *mem) {
+  t->first = (int *)((double *)mem + max_taps(in_size, out_size));
+  t->count = t->first + out_size;
+  t->offset = t->count + out_size;
+  t->by_count = t->offset + out_size;
+  t->weights = (int32_t *)(t->by_count + out_size);
+}
+
+/* Lay the axis out in mem and fill it. */
 static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   double scale = (double)in_size / out_size;
   double support = filter_scale(in_size, out_size); /* triangle support 1, widened */
   double inv_filter_scale = 1.0 / support;
   double *w = mem; /* one output's float weights */
-  t->first = (int *)(w + max_taps(in_size, out_size));
-  t->count = t->first + out_size;
-  t->offset = t->count + out_size;
-  t->by_count = t->offset + out_size;
-  t->weights = (int32_t *)(t->by_count + out_size);
+  layout_taps(t, in_size, out_size, mem);
   int next = 0;
   for (int i = 0; i < out_size; i++) {
     double center = (i + 0.5) * scale;
@@ -369,15 +374,27 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   ferry_status st = check_resize_args(src, width, height, size, layout, dst);
   if (st < 0) return st;
   scratch_plan plan = plan_scratch(width, height, size);
+  size_t cap_before = d->taps.cap;
   st = ferry_scratch_reserve(&d->taps, plan.total, "image resize");
   if (st < 0) return st;
   uint8_t *mem = d->taps.data;
+  /* Datasets repeat a few image sizes: the filters of the last resize are kept in
+   * the scratch and reused when the sizes match (and the scratch did not grow,
+   * which loses its contents). */
+  const int shape[3] = {width, height, size};
+  int reuse = d->taps.cap == cap_before && memcmp(shape, d->taps_shape, sizeof shape) == 0;
   uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
                   .staging = mem + plan.staging, .block = (void *)block, .src_rows = height,
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry_resize_imagenet_norm() : NULL};
-  build_taps(&j.v, height, size, mem + plan.v_taps);
-  build_taps(&j.h, width, size, mem + plan.h_taps);
+  if (reuse) {
+    layout_taps(&j.v, height, size, mem + plan.v_taps);
+    layout_taps(&j.h, width, size, mem + plan.h_taps);
+  } else {
+    build_taps(&j.v, height, size, mem + plan.v_taps);
+    build_taps(&j.h, width, size, mem + plan.h_taps);
+    memcpy(d->taps_shape, shape, sizeof shape);
+  }
   int v_first = vertical_first(width, height, size);
   /* the intermediate image: size rows of the source width, or the source rows the
    * vertical filter reads at the output width */
