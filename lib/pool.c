@@ -129,10 +129,14 @@ static ferry_arena *oldest_pending(ferry_pool *p) {
   return oldest;
 }
 
-/* Make a free arena at least `bytes` large; counted as growth if it had memory. */
+/* Make a free arena at least `bytes` large; counted as growth if it had memory.
+ * An arena sized on demand gets a quarter more than asked: batch sizes wander (a
+ * loader's batches differ in instance counts), and each growth is a fresh pinned
+ * allocation whose pages fault in as they are first written. */
 static ferry_status ensure_capacity(ferry_pool *p, ferry_arena *a, size_t bytes) {
   if (a->capacity >= bytes) return FERRY_OK;
-  size_t want = (bytes + GROW_QUANTUM - 1) / GROW_QUANTUM * GROW_QUANTUM;
+  size_t ask = bytes <= SIZE_MAX - bytes / 4 ? bytes + bytes / 4 : bytes;
+  size_t want = (ask + GROW_QUANTUM - 1) / GROW_QUANTUM * GROW_QUANTUM;
   void *data = NULL;
   ferry_status st = ferry_device_host_alloc(p->device, want, &data);
   if (st != FERRY_OK) return ferry_error_prefix(st, "pool: growing an arena to %zu bytes: ", want);
