@@ -6,7 +6,6 @@
 #include "coco/rle_internal.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
-#include "lib/transpose.h"
 
 /* Longest run of characters one count may take: 7 x 5 bits hold any delta of two
  * uint32 counts with its sign, which is all rleToString ever writes. */
@@ -103,36 +102,19 @@ static uint64_t first_output_at(uint64_t s, uint32_t src, uint32_t dst) {
   return (s * dst + src - 1) / src;
 }
 
+/* Set output rows [first_output_at(a), first_output_at(b)) of column j. */
+static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t a, uint64_t b,
+                             uint32_t src_h, uint32_t dst_h) {
+  uint64_t i0 = first_output_at(a, src_h, dst_h), i1 = first_output_at(b, src_h, dst_h);
+  for (uint64_t i = i0; i < i1; i++) out[i * dst_w + j] = 1;
+}
+
 static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
   if (!rle) return ferry_fail(FERRY_EINVAL, "%s: NULL RLE", fn);
   if (rle->m > 0 && !rle->counts) return ferry_fail(FERRY_EINVAL, "%s: RLE without counts", fn);
   return FERRY_OK;
 }
 
-/* Output column j (source column sx) into col (dst_h bytes): the runs crossing the
- * source column, each mapped to the output rows it covers. `run`/`run_start`
- * carry the first run that can cross it from one column to the next. */
-static void decode_column(const ferry_rle *rle, uint32_t sx, uint32_t dst_h, size_t *run,
-                          uint64_t *run_start, uint8_t *col) {
-  uint32_t h = rle->h;
-  uint64_t col_start = (uint64_t)sx * h, col_end = col_start + h;
-  while (*run < rle->m && *run_start + rle->counts[*run] <= col_start) *run_start += rle->counts[(*run)++];
-  uint64_t p = *run_start;
-  for (size_t q = *run; q < rle->m && p < col_end; q++) {
-    uint64_t e = p + rle->counts[q];
-    uint64_t a = (p > col_start ? p : col_start) - col_start;
-    uint64_t b = (e < col_end ? e : col_end) - col_start;
-    uint64_t i0 = first_output_at(a, h, dst_h), i1 = first_output_at(b, h, dst_h);
-    if (i1 > i0) memset(col + i0, (int)(q & 1), (size_t)(i1 - i0));
-    p = e;
-  }
-}
-
-/* Runs go down columns and the output is row-major: each column is written
- * whole and in order into a column-major copy, then the copy is transposed
- * (one pass of sequential writes each way, where writing straight into the
- * output would scatter a byte per row). The runs cover every pixel, so every
- * byte is written once. */
 ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
                                       uint32_t dst_h, uint32_t dst_w) {
   ferry_status st = check_rle_arg(rle, "ferry_rle_decode_resized");
@@ -141,29 +123,34 @@ ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t
   if (need > out_size || (need > 0 && !out))
     return ferry_fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
                       out_size, (unsigned long long)need);
+  if (need) memset(out, 0, (size_t)need);
   uint32_t h = rle->h, w = rle->w;
-  if (need == 0) return FERRY_OK;
-  if (h == 0 || w == 0) {
-    memset(out, 0, (size_t)need);
-    return FERRY_OK;
-  }
+  if (need == 0 || h == 0 || w == 0) return FERRY_OK;
   if ((st = ferry_rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
-  uint8_t *cols = ferry_malloc((size_t)need);
-  if (!cols) return ferry_fail(FERRY_ENOMEM, "out of memory decoding a %ux%u mask", dst_h, dst_w);
-  size_t run = 0;
+
+  size_t run = 0;            /* first run that ends after the current column's start */
   uint64_t run_start = 0;
   uint32_t prev_sx = UINT32_MAX;
   for (uint32_t j = 0; j < dst_w; j++) {
-    uint8_t *col = cols + (size_t)j * dst_h;
     uint32_t sx = (uint32_t)((uint64_t)j * w / dst_w);
-    if (sx == prev_sx) /* upsampling repeats a source column */
-      memcpy(col, col - dst_h, dst_h);
-    else
-      decode_column(rle, sx, dst_h, &run, &run_start, col);
+    if (sx == prev_sx) {     /* upsampling repeats a source column: copy the last one */
+      for (uint32_t i = 0; i < dst_h; i++) out[(size_t)i * dst_w + j] = out[(size_t)i * dst_w + j - 1];
+      continue;
+    }
     prev_sx = sx;
+    uint64_t col_start = (uint64_t)sx * h, col_end = col_start + h;
+    while (run < rle->m && run_start + rle->counts[run] <= col_start) run_start += rle->counts[run++];
+    uint64_t p = run_start;
+    for (size_t q = run; q < rle->m && p < col_end; q++) {
+      uint64_t e = p + rle->counts[q];
+      if (q & 1) {
+        uint64_t a = (p > col_start ? p : col_start) - col_start;
+        uint64_t b = (e < col_end ? e : col_end) - col_start;
+        if (b > a) fill_column_rows(out, dst_w, j, a, b, h, dst_h);
+      }
+      p = e;
+    }
   }
-  ferry_transpose_u8(cols, dst_w, dst_h, dst_h, out, dst_w);
-  ferry_free(cols);
   return FERRY_OK;
 }
 

@@ -9,7 +9,6 @@
  */
 #include <immintrin.h>
 
-#include "lib/transpose.h"
 #include "loaders/image/resize_kernels.h"
 
 enum { BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1), ROWS = 16 };
@@ -22,6 +21,31 @@ static __m128i finish16(__m512i acc) {
   return _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
 }
 
+/* A 16x16 byte matrix, one row per register, transposed in place: four rounds
+ * of interleaving, each doubling the width of what moves together. */
+__attribute__((always_inline)) static inline void transpose_16x16(__m128i m[16]) {
+  __m128i b[16], c[16], d[16];
+  UNROLL for (int k = 0; k < 16; k += 2) { /* 16-bit: rows k, k+1 */
+    b[k] = _mm_unpacklo_epi8(m[k], m[k + 1]);     /* columns 0..7 */
+    b[k + 1] = _mm_unpackhi_epi8(m[k], m[k + 1]); /* 8..15 */
+  }
+  UNROLL for (int q = 0; q < 16; q += 4) { /* 32-bit: rows q..q+3 */
+    c[q] = _mm_unpacklo_epi16(b[q], b[q + 2]);         /* columns 0..3 */
+    c[q + 1] = _mm_unpackhi_epi16(b[q], b[q + 2]);     /* 4..7 */
+    c[q + 2] = _mm_unpacklo_epi16(b[q + 1], b[q + 3]); /* 8..11 */
+    c[q + 3] = _mm_unpackhi_epi16(b[q + 1], b[q + 3]); /* 12..15 */
+  }
+  UNROLL for (int h = 0; h < 16; h += 8) /* 64-bit: rows h..h+7, two columns each */
+    UNROLL for (int g = 0; g < 4; g++) {
+      d[h + 2 * g] = _mm_unpacklo_epi32(c[h + g], c[h + 4 + g]);     /* columns 4g, 4g+1 */
+      d[h + 2 * g + 1] = _mm_unpackhi_epi32(c[h + g], c[h + 4 + g]); /* 4g+2, 4g+3 */
+    }
+  UNROLL for (int p = 0; p < 8; p++) { /* all 16 rows of columns 2p, 2p+1 */
+    m[2 * p] = _mm_unpacklo_epi64(d[p], d[8 + p]);
+    m[2 * p + 1] = _mm_unpackhi_epi64(d[p], d[8 + p]);
+  }
+}
+
 /* The block (rows past the last repeat it) into words: t[j] is source byte
  * column j of all 16 rows; bytes past the last whole 16 one at a time. */
 static void transpose_in(const uint8_t *const row[ROWS], size_t bytes, __m128i *t) {
@@ -29,7 +53,7 @@ static void transpose_in(const uint8_t *const row[ROWS], size_t bytes, __m128i *
   for (; j + 16 <= bytes; j += 16) {
     __m128i m[16];
     UNROLL for (int r = 0; r < 16; r++) m[r] = _mm_loadu_si128((const __m128i *)(row[r] + j));
-    ferry_transpose_16x16(m);
+    transpose_16x16(m);
     UNROLL for (int k = 0; k < 16; k++) _mm_store_si128(t + j + k, m[k]);
   }
   for (; j < bytes; j++) {
@@ -45,7 +69,7 @@ static void transpose_out(const __m128i *u, size_t bytes, uint8_t *out, size_t s
   for (; j + 16 <= bytes; j += 16) {
     __m128i m[16];
     UNROLL for (int k = 0; k < 16; k++) m[k] = _mm_load_si128(u + j + k);
-    ferry_transpose_16x16(m);
+    transpose_16x16(m);
     for (int r = 0; r < rows; r++) _mm_storeu_si128((__m128i *)(out + r * stride + j), m[r]);
   }
   for (; j < bytes; j++) {
