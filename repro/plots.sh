@@ -2,7 +2,8 @@
 # repro/plots.sh BUILD_DIR [--replot]: measure (unless --replot), then draw docs/img/throughput.png (images/s per
 # path and worker count, with the decode-only limit) and docs/img/peak.png (extra
 # device peak per mask size, previous vs direct path). Data lands in docs/data/.
-# Run by `./run plots`. Takes a few minutes: every figure is a median of 3 processes.
+# Run by `./run plots`. Takes a few minutes: every figure is a median of 3 rounds, each
+# round one process per path and one for the decode-only limit.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +22,7 @@ python3 - "$data" <<'PY'
 import json, sys
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/throughput.jsonl") if l.strip()]
-paths = ["previous", "direct", "unpacked"]
+paths = ["loader", "previous", "direct", "unpacked"]
 with open(f"{d}/throughput.dat", "w") as out:
     out.write("workers " + " ".join(f"{p} {p}_min {p}_max" for p in paths) + " limit\n")
     for w in sorted({r["workers"] for r in rows}):
@@ -41,13 +42,13 @@ PY
 gnuplot <<GP
 set terminal pngcairo size 900,520 font "sans,11"
 set output "$img/throughput.png"
-set title "Loader throughput at 312x312 with masks (medians of 3 processes; ranges in benchmarks.md)"
+set title "Loader throughput at 312x312 with masks (medians of 3 rounds; ranges in benchmarks.md)"
 set ylabel "images/s"; set xlabel "workers"; set key top left; set grid ytics
 set style data histogram; set style histogram clustered gap 2; set style fill solid 0.6 border -1
 set yrange [0:*]
-plot "$data/throughput.dat" using 2:xtic(1) title "previous", \
-     "" using 5 title "direct", "" using 8 title "unpacked", \
-     "" using 11 title "decode-only limit" fs pattern 4
+plot "$data/throughput.dat" using 2:xtic(1) title "loader (no transfer)", \
+     "" using 5 title "previous", "" using 8 title "direct", "" using 11 title "unpacked", \
+     "" using 14 title "decode-only limit" fs pattern 4
 set output "$img/peak.png"
 set title "Extra device peak beyond the returned tensors (host backend)"
 set ylabel "MiB"; set xlabel "mask batch"; set style histogram clustered gap 2
