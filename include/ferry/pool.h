@@ -3,7 +3,8 @@
  * The pool owns `count` arenas of pinned memory (cudaHostAlloc under CUDA,
  * page-aligned memory under host). ferry_pool_acquire hands out a free arena at
  * least as large as asked, growing it only when a batch needs more than it has
- * (each growth is counted). When every arena is in use, acquire blocks until one
+ * (each growth is counted, and gives the arena a quarter more than asked, so
+ * batches of wandering sizes stop regrowing it). When every arena is in use, acquire blocks until one
  * comes back: that is the backpressure that keeps memory bounded.
  *
  * An arena released with ferry_arena_release_after stays out of use until its

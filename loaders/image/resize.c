@@ -8,8 +8,10 @@
  *    vertical pass from those rows; only the source rows the vertical filter
  *    touches are resampled horizontally.
  * The second pass writes the final values straight into the caller's buffer in the
- * requested layout (through one staging row for f32), so there is no full-size
- * intermediate copy of the output.
+ * requested layout (through staging rows for f32), so there is no full-size
+ * intermediate copy of the output. This file plans a resize (filters, pass order,
+ * scratch, the row window) and holds the portable kernels; the vector kernel sets
+ * (resize_kernels.h) compute the same bytes faster.
  */
 #include <math.h>
 #include <pthread.h>
@@ -135,6 +137,22 @@ static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, i
       out[3 * x + 1] = clip8(g);
       out[3 * x + 2] = clip8(b);
     }
+}
+
+void ferry_resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+                                    size_t in_stride, int rows, int in_w,
+                                    const axis_taps *h, int out_w, uint8_t *out,
+                                    size_t out_stride, void *scratch) {
+  size_t in_bytes = (size_t)in_w * 3;
+  uint8_t *words = scratch, *out_words = words + in_bytes * (size_t)ops->rows;
+  for (int y = 0; y < rows; y += ops->rows) {
+    int n = rows - y < ops->rows ? rows - y : ops->rows;
+    const uint8_t *row[FERRY_RESIZE_MAX_BLOCK];
+    for (int r = 0; r < ops->rows; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
+    ops->transpose_in(row, in_bytes, words);
+    ops->convolve(words, h, out_w, out_words);
+    ops->transpose_out(out_words, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
+  }
 }
 
 static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t *k, int count,

@@ -1,5 +1,5 @@
-/* loaders/image/resize_avx2.c - the resize kernels with AVX2 (built with -mavx2,
- * run only where the CPU has it; see resize_kernels.h).
+/* loaders/image/resize_avx2.c - the resize kernels with AVX2 and FMA (built with
+ * -mavx2 -mfma, run only where the CPU has both; see resize_kernels.h).
  *
  * They compute exactly what the portable kernels compute: 32-bit products of
  * u8 pixels and 22-bit weights, summed (the order of an exact integer sum cannot
@@ -35,7 +35,7 @@ static __m256i shift_and_saturate(__m256i acc) {
 
 /* Eight rows of 16 bytes from column j -> words t[j .. j+16): word c holds
  * column c's byte of row r in its byte r. Three rounds of interleaving. */
-static void transpose_in_16(const uint8_t *const row[8], size_t j, uint64_t *t) {
+static void transpose_in_16(const uint8_t *const *row, size_t j, uint64_t *t) {
   __m128i a[8], b[8], c[8];
   UNROLL for (int r = 0; r < 8; r++) a[r] = _mm_loadu_si128((const __m128i *)(row[r] + j));
   UNROLL for (int r = 0; r < 8; r += 2) {
@@ -57,7 +57,8 @@ static void transpose_in_16(const uint8_t *const row[8], size_t j, uint64_t *t) 
 
 /* The source block (rows beyond the last repeat it) into words, bytes past the
  * last whole 16 one at a time. */
-static void transpose_in(const uint8_t *const row[8], size_t bytes, uint64_t *t) {
+static void transpose_in(const uint8_t *const *row, size_t bytes, void *words) {
+  uint64_t *t = words;
   size_t j = 0;
   for (; j + 16 <= bytes; j += 16) transpose_in_16(row, j, t);
   for (; j < bytes; j++) {
@@ -90,7 +91,8 @@ static void transpose_out_16(const uint64_t *u, size_t j, uint8_t *out, size_t s
   }
 }
 
-static void transpose_out(const uint64_t *u, size_t bytes, uint8_t *out, size_t stride, int rows) {
+static void transpose_out(const void *words, size_t bytes, uint8_t *out, size_t stride, int rows) {
+  const uint64_t *u = words;
   size_t j = 0;
   for (; j + 16 <= bytes; j += 16) transpose_out_16(u, j, out, stride, rows);
   for (; j < bytes; j++)
@@ -125,19 +127,16 @@ static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int 
   _mm_storel_epi64((__m128i *)(u + 3 * (size_t)x + 2), _mm256_extracti128_si256(bytes, 1));
 }
 
+static void convolve_block(const void *words, const ferry_resize_axis *h, int out_w, void *out_words) {
+  for (int i = 0; i < out_w; i++) convolve_columns(words, h, h->by_count[i], out_words);
+}
+
+static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
+
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
                             const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                             void *scratch) {
-  size_t in_bytes = (size_t)in_w * 3;
-  uint64_t *t = scratch, *u = t + in_bytes;
-  for (int y = 0; y < rows; y += ROWS) {
-    int n = rows - y < ROWS ? rows - y : ROWS;
-    const uint8_t *row[ROWS];
-    for (int r = 0; r < ROWS; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
-    transpose_in(row, in_bytes, t);
-    for (int i = 0; i < out_w; i++) convolve_columns(t, h, h->by_count[i], u);
-    transpose_out(u, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
-  }
+  ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
 /* Sum of rows[t*stride + i .. +8) * k[t] over the taps, plus the rounding bias. */

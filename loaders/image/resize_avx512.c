@@ -48,7 +48,8 @@ __attribute__((always_inline)) static inline void transpose_16x16(__m128i m[16])
 
 /* The block (rows past the last repeat it) into words: t[j] is source byte
  * column j of all 16 rows; bytes past the last whole 16 one at a time. */
-static void transpose_in(const uint8_t *const row[ROWS], size_t bytes, __m128i *t) {
+static void transpose_in(const uint8_t *const *row, size_t bytes, void *words) {
+  __m128i *t = words;
   size_t j = 0;
   for (; j + 16 <= bytes; j += 16) {
     __m128i m[16];
@@ -64,7 +65,8 @@ static void transpose_in(const uint8_t *const row[ROWS], size_t bytes, __m128i *
 }
 
 /* Words u -> the first `rows` output rows. */
-static void transpose_out(const __m128i *u, size_t bytes, uint8_t *out, size_t stride, int rows) {
+static void transpose_out(const void *words, size_t bytes, uint8_t *out, size_t stride, int rows) {
+  const __m128i *u = words;
   size_t j = 0;
   for (; j + 16 <= bytes; j += 16) {
     __m128i m[16];
@@ -97,19 +99,16 @@ static void convolve_columns(const __m128i *t, const ferry_resize_axis *h, int x
   _mm_store_si128(u + 3 * (size_t)x + 2, finish16(b));
 }
 
+static void convolve_block(const void *words, const ferry_resize_axis *h, int out_w, void *out_words) {
+  for (int i = 0; i < out_w; i++) convolve_columns(words, h, h->by_count[i], out_words);
+}
+
+static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
+
 static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w,
                               const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                               void *scratch) {
-  size_t in_bytes = (size_t)in_w * 3;
-  __m128i *t = scratch, *u = t + in_bytes;
-  for (int y = 0; y < rows; y += ROWS) {
-    int n = rows - y < ROWS ? rows - y : ROWS;
-    const uint8_t *row[ROWS];
-    for (int r = 0; r < ROWS; r++) row[r] = in + (size_t)(y + (r < n ? r : n - 1)) * in_stride;
-    transpose_in(row, in_bytes, t);
-    for (int i = 0; i < out_w; i++) convolve_columns(t, h, h->by_count[i], u);
-    transpose_out(u, (size_t)out_w * 3, out + (size_t)y * out_stride, out_stride, n);
-  }
+  ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
 /* Sum of rows[t*stride + i .. +16) * k[t] over the taps, plus the rounding bias. */

@@ -67,6 +67,26 @@ typedef struct ferry_resize_kernels {
  * AVX-512. */
 enum { FERRY_RESIZE_MAX_BLOCK = 16 };
 
+/* A vector set's three steps for one block; ferry_resize_horizontal_blocks runs
+ * them over the rows. Words are `rows` bytes: byte r of word j is row r's byte j. */
+typedef struct ferry_resize_block_ops {
+  int rows;
+  /* row[0..rows) (the last rows of a short block repeat its last row), `bytes`
+   * bytes each, into words[0..bytes) */
+  void (*transpose_in)(const uint8_t *const *row, size_t bytes, void *words);
+  /* every output pixel of the block: words -> out_words[0 .. 3*out_w) */
+  void (*convolve)(const void *words, const ferry_resize_axis *h, int out_w, void *out_words);
+  /* out_words[0..bytes) back into the first `rows` rows of out */
+  void (*transpose_out)(const void *out_words, size_t bytes, uint8_t *out, size_t stride, int rows);
+} ferry_resize_block_ops;
+
+/* The horizontal kernel of a vector set, in blocks of ops->rows rows (the
+ * `horizontal` signature otherwise). */
+void ferry_resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+                                    size_t in_stride, int rows, int in_w,
+                                    const ferry_resize_axis *h, int out_w, uint8_t *out,
+                                    size_t out_stride, void *scratch);
+
 /* Their scratch: the transposed input block (one word per source byte column)
  * and the transposed output. */
 static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
