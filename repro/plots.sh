@@ -24,14 +24,14 @@ d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/throughput.jsonl") if l.strip()]
 paths = ["loader", "previous", "direct", "unpacked"]
 with open(f"{d}/throughput.dat", "w") as out:
-    out.write("workers " + " ".join(f"{p} {p}_min {p}_max" for p in paths) + " limit\n")
+    out.write("# workers " + " ".join(f"{p} {p}_min {p}_max" for p in paths) + " limit\n")
     for w in sorted({r["workers"] for r in rows}):
         by = {r["path"]: r for r in rows if r["workers"] == w}
         cells = " ".join(f'{by[p]["images_per_s_median"]} {by[p]["images_per_s_min"]} {by[p]["images_per_s_max"]}' for p in paths)
         out.write(f'{w} {cells} {by["direct"]["decode_limit_images_per_s"]}\n')
 peak = [json.loads(l) for l in open(f"{d}/peak.jsonl") if l.strip()]
 with open(f"{d}/peak.dat", "w") as out:
-    out.write("size mask_mib previous_mib direct_mib\n")
+    out.write("# size mask_mib previous_mib direct_mib\n")
     for r in peak:
         if r["backend"] != "host" or r["path"] != "previous":
             continue
