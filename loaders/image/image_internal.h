@@ -2,7 +2,9 @@
  *
  * image.c owns the decoder and the public calls; jpeg.c and png.c decode one
  * format into the decoder's scratch; exif.c finds and applies the orientation;
- * resize.c is the Pillow-compatible resampler writing the output layouts.
+ * resize.c is the Pillow-compatible resampler writing the output layouts, its
+ * inner loops in kernel sets (resize_kernels.h: portable, resize_avx2.c,
+ * resize_avx512.c); normalize.c holds the f32 normalisation table.
  */
 #ifndef FERRY_LOADERS_IMAGE_INTERNAL_H
 #define FERRY_LOADERS_IMAGE_INTERNAL_H

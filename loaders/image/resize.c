@@ -14,7 +14,6 @@
  * (resize_kernels.h) compute the same bytes faster.
  */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "lib/status.h"
@@ -118,7 +117,7 @@ static uint8_t clip8(int32_t acc) {
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* The portable kernels: plain loops, the reference the AVX2 ones must equal. */
+/* The portable kernels: plain loops, the reference the vector ones must equal. */
 
 static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, int in_w,
                                 const axis_taps *h, int out_w, uint8_t *out, size_t out_stride,
@@ -164,14 +163,8 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
   }
 }
 
-static void normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm, float *dst,
-                               size_t plane_stride) {
-  for (int c = 0; c < 3; c++)
-    for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];
-}
-
 const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
-                                                    normalize_portable, 1};
+                                                    ferry_resize_normalize_portable, 1};
 
 const ferry_resize_kernels *ferry_resize_best_kernels(void) {
 #if FERRY_HAVE_AVX512_KERNELS
@@ -187,7 +180,7 @@ const ferry_resize_kernels *ferry_resize_best_kernels(void) {
 
 /* One resize in progress: the kernels, both filters, scratch for the horizontal
  * kernel, and where finished output rows go (straight into dst for U8_HWC; for
- * F32_CHW through staging rows that row_done spreads, normalised, over the planes). */
+ * F32_CHW through staging rows that rows_done spreads, normalised, over the planes). */
 typedef struct resize_job {
   const ferry_resize_kernels *k;
   axis_taps h, v;
@@ -199,42 +192,6 @@ typedef struct resize_job {
   int src_rows;     /* the source image's height */
   const ferry_resize_norm *norm; /* F32_CHW */
 } resize_job;
-
-/* a / b as the AVX2 kernel may compute it: a product by the reciprocal, then one
- * correction with the exact remainder fma gives. */
-static float divide_by_fma(float a, float b, float recip) {
-  float q = a * recip;
-  return fmaf(fmaf(-q, b, a), recip, q);
-}
-
-static ferry_resize_norm imagenet;
-static pthread_once_t imagenet_once = PTHREAD_ONCE_INIT;
-
-/* The table, and whether the fma division reproduces every entry bit for bit
- * (it does for ImageNet's constants; checked, not assumed, so that the fast path
- * can never change a value). */
-static void init_imagenet(void) {
-  static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
-  ferry_resize_norm *n = &imagenet;
-  n->recip255 = 1.0f / 255.0f;
-  n->fma_exact = 1;
-  for (int c = 0; c < 3; c++) {
-    n->mean[c] = mean[c];
-    n->std[c] = std[c];
-    n->recip_std[c] = 1.0f / std[c];
-    for (int v = 0; v < 256; v++) {
-      n->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
-      float q = divide_by_fma((float)v, 255.0f, n->recip255);
-      float f = divide_by_fma(q - mean[c], std[c], n->recip_std[c]);
-      if (memcmp(&f, &n->lut[c][v], sizeof f) != 0) n->fma_exact = 0;
-    }
-  }
-}
-
-const ferry_resize_norm *ferry_resize_imagenet_norm(void) {
-  pthread_once(&imagenet_once, init_imagenet);
-  return &imagenet;
-}
 
 /* Where output rows y.. are written as RGB8 (rows of size pixels). */
 static uint8_t *out_rows(const resize_job *j, int y) {

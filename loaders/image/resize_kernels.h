@@ -97,6 +97,8 @@ static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
 enum { FERRY_RESIZE_ROW_SLACK = 4 };
 
 extern const ferry_resize_kernels ferry_resize_portable;
+void ferry_resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+                                     float *dst, size_t plane_stride);
 #if FERRY_HAVE_AVX2_KERNELS
 extern const ferry_resize_kernels ferry_resize_avx2;
 void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,

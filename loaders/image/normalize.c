@@ -1,0 +1,53 @@
+/* loaders/image/normalize.c - the normalisation table and its portable kernel.
+ *
+ * F32_CHW images are torchvision's to_tensor then normalize, in float32 steps:
+ * ((float)v / 255 - mean) / std per channel. 256 values per channel, so a table;
+ * the vector kernels compute the same operations instead (resize_kernels.h).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "loaders/image/resize_kernels.h"
+
+/* a / b as the AVX2 kernel may compute it: a product by the reciprocal, then one
+ * correction with the exact remainder fma gives. */
+static float divide_by_fma(float a, float b, float recip) {
+  float q = a * recip;
+  return fmaf(fmaf(-q, b, a), recip, q);
+}
+
+static ferry_resize_norm imagenet;
+static pthread_once_t imagenet_once = PTHREAD_ONCE_INIT;
+
+/* The table, and whether the fma division reproduces every entry bit for bit
+ * (it does for ImageNet's constants; checked, not assumed, so that the fast path
+ * can never change a value). */
+static void init_imagenet(void) {
+  static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
+  ferry_resize_norm *n = &imagenet;
+  n->recip255 = 1.0f / 255.0f;
+  n->fma_exact = 1;
+  for (int c = 0; c < 3; c++) {
+    n->mean[c] = mean[c];
+    n->std[c] = std[c];
+    n->recip_std[c] = 1.0f / std[c];
+    for (int v = 0; v < 256; v++) {
+      n->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+      float q = divide_by_fma((float)v, 255.0f, n->recip255);
+      float f = divide_by_fma(q - mean[c], std[c], n->recip_std[c]);
+      if (memcmp(&f, &n->lut[c][v], sizeof f) != 0) n->fma_exact = 0;
+    }
+  }
+}
+
+const ferry_resize_norm *ferry_resize_imagenet_norm(void) {
+  pthread_once(&imagenet_once, init_imagenet);
+  return &imagenet;
+}
+
+void ferry_resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+                                     float *dst, size_t plane_stride) {
+  for (int c = 0; c < 3; c++)
+    for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];
+}
