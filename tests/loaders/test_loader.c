@@ -73,11 +73,11 @@ static void check_shards(int world, int drop_last) {
   size_t covered = 0;
   for (int i = 0; i < N; i++) covered += seen[i] > 0;
   if (drop_last) {
-    cr_assert_eq(per_rank, N / world);
+    cr_assert_eq(per_rank, (size_t)(N / world));
     cr_assert_leq(total, N);
     for (int i = 0; i < N; i++) cr_assert_leq(seen[i], 1, "image %d twice", i);
   } else {
-    cr_assert_eq(per_rank, (N + world - 1) / world);
+    cr_assert_eq(per_rank, (size_t)((N + world - 1) / world));
     cr_assert_eq(covered, N, "every image is seen");
     cr_assert_eq(total, per_rank * (size_t)world, "ranks are padded to equal length");
     int twice = 0;
