@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
   ferry_loader_config_default(&c);
   int epochs = 1;
   const char *device_name = "host";
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return usage();
     if (!strcmp(a, "--annotations")) c.annotations = v;
@@ -54,7 +54,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--epochs")) epochs = atoi(v);
     else if (!strcmp(a, "--device")) device_name = v;
     else return usage();
-    i++;
   }
   if (!c.annotations || !c.images) return usage();
   ferry_device *device;
