@@ -1,10 +1,11 @@
 /* loaders/image/resize_kernels.h - the resize's inner loops (internal).
  *
  * resize.c plans a resize (filter tables, pass order, scratch) and runs it through
- * one of these kernel sets: the portable one (resize.c) or, on x86-64 CPUs that
- * have it, the AVX2 one (resize_avx2.c). Every sum is an exact integer and every
- * float step is the same IEEE operation, so both sets write identical bytes; the
- * choice is speed only, and test_image_resize holds them to that.
+ * one of these kernel sets: the portable one (resize.c, normalize.c) or, on
+ * x86-64 CPUs that have them, the AVX2 + FMA one (resize_avx2.c) or the AVX-512
+ * one (resize_avx512.c). Every sum is an exact integer and every float step is the
+ * same IEEE operation, so all sets write identical bytes; the choice is speed
+ * only, and test_image_resize holds them to that.
  */
 #ifndef FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
 #define FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
