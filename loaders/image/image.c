@@ -57,6 +57,7 @@ void ferry_decoder_close(ferry_decoder *d) {
   ferry_scratch_free(&d->aux);
   ferry_scratch_free(&d->rows);
   ferry_scratch_free(&d->taps);
+  ferry_scratch_free(&d->plan);
   ferry_free(d);
 }
 

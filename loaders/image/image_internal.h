@@ -33,6 +33,9 @@ struct ferry_decoder {
   ferry_scratch rows;     /* resize: horizontally resampled rows */
   ferry_scratch taps;     /* resize: filter bounds and weights */
   int taps_shape[3];      /* width, height, size the filters in taps are for (0: none) */
+  ferry_scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
+  int plan_shape[2];      /* width, size the plan is for */
+  const void *plan_kernels; /* the kernel set that laid it out (NULL: none) */
 };
 
 /* One decoded image, RGB8 with row stride 3*width, in the decoder's scratch. */

@@ -121,7 +121,7 @@ static uint8_t clip8(int32_t acc) {
 
 static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, int in_w,
                                 const axis_taps *h, int out_w, uint8_t *out, size_t out_stride,
-                                void *scratch) {
+                                void *scratch, const void *plan) {
   for (int y = 0; y < rows; y++, in += in_stride, out += out_stride)
     for (int x = 0; x < out_w; x++) {
       const int32_t *k = h->weights + h->offset[x];
@@ -164,9 +164,15 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
 }
 
 const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
-                                                    ferry_resize_normalize_portable, 1};
+                                                    ferry_resize_normalize_portable, 1, NULL};
 
 const ferry_resize_kernels *ferry_resize_best_kernels(void) {
+#if FERRY_HAVE_VBMI_KERNELS
+  if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma"))
+    return &ferry_resize_vbmi;
+#endif
 #if FERRY_HAVE_AVX512_KERNELS
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma"))
@@ -189,6 +195,7 @@ typedef struct resize_job {
   void *dst;
   uint8_t *staging; /* FERRY_RESIZE_MAX_BLOCK rows of size pixels */
   void *block;      /* the horizontal kernel's scratch */
+  const void *plan; /* and its plan for j->h */
   int src_rows;     /* the source image's height */
   const ferry_resize_norm *norm; /* F32_CHW */
 } resize_job;
@@ -266,7 +273,8 @@ static const uint8_t *window_cover(const resize_job *j, row_window *w, const uin
     if (n > w->cap - w->rows) n = w->cap - w->rows;
     window_make_room(w, n);
     j->k->horizontal(src + (size_t)r * in_row, in_row, n, width, &j->h, j->size,
-                     w->buf + (size_t)(w->start + w->rows) * w->row_bytes, w->row_bytes, j->block);
+                     w->buf + (size_t)(w->start + w->rows) * w->row_bytes, w->row_bytes, j->block,
+                     j->plan);
     w->rows += n;
   }
   return w->buf + (size_t)w->start * w->row_bytes;
@@ -298,7 +306,7 @@ static void resize_vertical_first(const resize_job *j, const uint8_t *src, int w
   for (int y = 0; y < size; y += FERRY_RESIZE_MAX_BLOCK) {
     int rows = size - y < FERRY_RESIZE_MAX_BLOCK ? size - y : FERRY_RESIZE_MAX_BLOCK;
     j->k->horizontal(tmp + (size_t)y * n, n, rows, width, &j->h, size, out_rows(j, y),
-                     (size_t)size * 3, j->block);
+                     (size_t)size * 3, j->block, j->plan);
     rows_done(j, y, rows);
   }
 }
@@ -333,6 +341,11 @@ typedef struct scratch_plan {
 
 static size_t align_to(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
+static void *aligned_plan(const ferry_decoder *d) {
+  uintptr_t p = (uintptr_t)d->plan.data;
+  return (void *)((p + FERRY_RESIZE_PLAN_ALIGN - 1) & ~(uintptr_t)(FERRY_RESIZE_PLAN_ALIGN - 1));
+}
+
 static scratch_plan plan_scratch(int width, int height, int size) {
   scratch_plan p;
   p.v_taps = 0;
@@ -343,14 +356,34 @@ static scratch_plan plan_scratch(int width, int height, int size) {
   return p;
 }
 
+/* The kernel set's plan for the horizontal filter h (resize_kernels.h), kept in
+ * the decoder and laid out again only when the shape or the set changes. */
+static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder *d,
+                                    const axis_taps *h, int width, int size, const void **plan) {
+  *plan = NULL;
+  if (!k->plan_horizontal) return FERRY_OK;
+  const int shape[2] = {width, size};
+  if (d->plan_kernels != k || memcmp(shape, d->plan_shape, sizeof shape) != 0) {
+    d->plan_kernels = NULL;
+    size_t bytes = k->plan_horizontal(h, width, size, NULL) + FERRY_RESIZE_PLAN_ALIGN;
+    ferry_status st = ferry_scratch_reserve(&d->plan, bytes, "image resize");
+    if (st < 0) return st;
+    k->plan_horizontal(h, width, size, aligned_plan(d));
+    d->plan_kernels = k;
+    memcpy(d->plan_shape, shape, sizeof shape);
+  }
+  *plan = aligned_plan(d);
+  return FERRY_OK;
+}
+
 ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,
                                      ferry_image_layout layout, void *dst) {
   ferry_status st = check_resize_args(src, width, height, size, layout, dst);
   if (st < 0) return st;
-  scratch_plan plan = plan_scratch(width, height, size);
+  scratch_plan parts = plan_scratch(width, height, size);
   size_t cap_before = d->taps.cap;
-  st = ferry_scratch_reserve(&d->taps, plan.total, "image resize");
+  st = ferry_scratch_reserve(&d->taps, parts.total, "image resize");
   if (st < 0) return st;
   uint8_t *mem = d->taps.data;
   /* Datasets repeat a few image sizes: the filters of the last resize are kept in
@@ -358,18 +391,20 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
    * which loses its contents). */
   const int shape[3] = {width, height, size};
   int reuse = d->taps.cap == cap_before && memcmp(shape, d->taps_shape, sizeof shape) == 0;
-  uintptr_t block = ((uintptr_t)(mem + plan.block) + 31) & ~(uintptr_t)31;
+  uintptr_t block = ((uintptr_t)(mem + parts.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
-                  .staging = mem + plan.staging, .block = (void *)block, .src_rows = height,
+                  .staging = mem + parts.staging, .block = (void *)block, .src_rows = height,
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry_resize_imagenet_norm() : NULL};
   if (reuse) {
-    layout_taps(&j.v, height, size, mem + plan.v_taps);
-    layout_taps(&j.h, width, size, mem + plan.h_taps);
+    layout_taps(&j.v, height, size, mem + parts.v_taps);
+    layout_taps(&j.h, width, size, mem + parts.h_taps);
   } else {
-    build_taps(&j.v, height, size, mem + plan.v_taps);
-    build_taps(&j.h, width, size, mem + plan.h_taps);
+    build_taps(&j.v, height, size, mem + parts.v_taps);
+    build_taps(&j.h, width, size, mem + parts.h_taps);
     memcpy(d->taps_shape, shape, sizeof shape);
   }
+  st = horizontal_plan(k, d, &j.h, width, size, &j.plan);
+  if (st < 0) return st;
   int v_first = vertical_first(width, height, size);
   /* the intermediate image: size rows of the source width, or the source rows the
    * vertical filter reads at the output width */

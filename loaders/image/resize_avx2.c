@@ -135,7 +135,7 @@ static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block
 
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
                             const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                            void *scratch) {
+                            void *scratch, const void *plan) {
   ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
@@ -228,4 +228,4 @@ void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resiz
 }
 
 const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2,
-                                                ferry_resize_normalize_avx2, ROWS};
+                                                ferry_resize_normalize_avx2, ROWS, NULL};

@@ -107,7 +107,7 @@ static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block
 
 static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w,
                               const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                              void *scratch) {
+                              void *scratch, const void *plan) {
   ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
@@ -123,8 +123,8 @@ static __m512i vertical_sum16(const uint8_t *rows, size_t stride, const int32_t 
 
 /* 64 outputs per step in four independent sums, then 16, then the AVX2 kernel
  * for what is left. */
-static void vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
-                            uint8_t *out) {
+void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+                                  size_t n, uint8_t *out) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64)
     UNROLL for (int q = 0; q < 4; q++)
@@ -135,5 +135,5 @@ static void vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k
   if (i < n) ferry_resize_avx2.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
-const ferry_resize_kernels ferry_resize_avx512 = {horizontal_avx512, vertical_avx512,
-                                                  ferry_resize_normalize_avx2, ROWS};
+const ferry_resize_kernels ferry_resize_avx512 = {horizontal_avx512, ferry_resize_vertical_avx512,
+                                                  ferry_resize_normalize_avx2, ROWS, NULL};

@@ -2,10 +2,12 @@
  *
  * resize.c plans a resize (filter tables, pass order, scratch) and runs it through
  * one of these kernel sets: the portable one (resize.c, normalize.c) or, on
- * x86-64 CPUs that have them, the AVX2 + FMA one (resize_avx2.c) or the AVX-512
- * one (resize_avx512.c). Every sum is an exact integer and every float step is the
- * same IEEE operation, so all sets write identical bytes; the choice is speed
- * only, and test_image_resize holds them to that.
+ * x86-64 CPUs that have them, the AVX2 + FMA one (resize_avx2.c), the AVX-512
+ * one (resize_avx512.c), or that one with a horizontal pass that gathers bytes
+ * along the row instead of transposing (resize_vbmi.c, AVX-512 VBMI). Every sum
+ * is an exact integer and every float step is the same IEEE operation, so all
+ * sets write identical bytes; the choice is speed only, and test_image_resize
+ * holds them to that.
  */
 #ifndef FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
 #define FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
@@ -45,10 +47,11 @@ const ferry_resize_norm *ferry_resize_imagenet_norm(void);
 typedef struct ferry_resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
    * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
-   * ferry_resize_block_bytes(in_w, out_w) long. */
+   * ferry_resize_block_bytes(in_w, out_w) long; `plan` is what plan_horizontal
+   * laid out for this filter (NULL for a set without one). */
   void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w,
                      const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                     void *scratch);
+                     void *scratch, const void *plan);
   /* out[i] = clip8(bias + sum_t rows[t*stride + i] * k[t]) for i < n: one output
    * row of the vertical pass. */
   void (*vertical)(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
@@ -61,7 +64,15 @@ typedef struct ferry_resize_kernels {
   /* Rows the horizontal kernel works on at once (callers hand it at least this
    * many where they can; at most FERRY_RESIZE_MAX_BLOCK). */
   int block_rows;
+  /* NULL, or the layout of tables the horizontal kernel derives from its filter
+   * once per shape rather than once per call: returns their size in bytes and,
+   * when mem is not NULL, writes them there (FERRY_RESIZE_PLAN_ALIGN-aligned).
+   * resize.c keeps the plan with the filters, so it is rebuilt only when the
+   * shape or the kernel set changes. */
+  size_t (*plan_horizontal)(const ferry_resize_axis *h, int in_w, int out_w, void *mem);
 } ferry_resize_kernels;
+
+enum { FERRY_RESIZE_PLAN_ALIGN = 64 };
 
 /* The vector horizontal kernels work on blocks of rows transposed, so that one
  * source column of the block is one word: 8 rows (8 bytes) for AVX2, 16 for
@@ -107,6 +118,11 @@ void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resiz
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
 extern const ferry_resize_kernels ferry_resize_avx512;
+void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+                                  size_t n, uint8_t *out);
+#endif
+#if FERRY_HAVE_VBMI_KERNELS
+extern const ferry_resize_kernels ferry_resize_vbmi;
 #endif
 
 /* The fastest set this CPU runs. */

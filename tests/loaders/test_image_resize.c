@@ -200,6 +200,18 @@ Test(image_resize, avx512_kernels_equal_the_portable_ones) {
 #endif
 }
 
+Test(image_resize, vbmi_kernels_equal_the_portable_ones) {
+#if FERRY_HAVE_VBMI_KERNELS
+  if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+      !__builtin_cpu_supports("fma"))
+    cr_skip_test("this CPU has no AVX-512 VBMI");
+  compare_on_shapes(&ferry_resize_vbmi);
+#else
+  cr_skip_test("no VBMI kernels in this build");
+#endif
+}
+
 /* Both ways the AVX2 kernel normalises (fma division, plain division) against the
  * table, for every byte value in every channel and rows that leave vector tails. */
 Test(image_resize, avx2_normalisation_equals_the_table) {
