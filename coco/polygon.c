@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "coco/rle_internal.h"
 #include "lib/alloc.h"
@@ -204,9 +205,29 @@ static ferry_status walk_edge(crossing_walk *wk, int xs, int ys, int xe, int ye)
   return walk_band(wk, &e);
 }
 
-static int compare_u32(const void *a, const void *b) {
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  return x > y ? 1 : x < y ? -1 : 0;
+/* Sort the crossings: an LSD radix sort a byte at a time, skipping the bytes all
+ * keys share. (qsort's comparison calls cost more than the walk that found them.) */
+static ferry_status sort_crossings(uint32_t *a, size_t k) {
+  uint32_t count[4][256] = {{0}};
+  for (size_t j = 0; j < k; j++)
+    for (int b = 0; b < 4; b++) count[b][a[j] >> (8 * b) & 255]++;
+  uint32_t *tmp = NULL, *src = a;
+  for (int b = 0; b < 4; b++) {
+    if (count[b][src[0] >> (8 * b) & 255] == k) continue;
+    if (!tmp && !(tmp = ferry_malloc(k * sizeof *tmp)))
+      return ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+    uint32_t *dst = src == a ? tmp : a, pos = 0;
+    for (int d = 0; d < 256; d++) {
+      uint32_t c = count[b][d];
+      count[b][d] = pos;
+      pos += c;
+    }
+    for (size_t j = 0; j < k; j++) dst[count[b][src[j] >> (8 * b) & 255]++] = src[j];
+    src = dst;
+  }
+  if (src != a) memcpy(a, src, k * sizeof *a);
+  ferry_free(tmp);
+  return FERRY_OK;
 }
 
 /* Sorted crossings (with h*w appended) -> runs. Crossings at one position cancel in
@@ -216,7 +237,8 @@ static ferry_status crossings_to_rle(crossing_walk *wk, ferry_rle *out) {
   if (st < 0) return st;
   uint32_t *a = wk->crossings;
   size_t k = wk->n;
-  qsort(a, k, sizeof *a, compare_u32);
+  st = sort_crossings(a, k);
+  if (st < 0) return st;
   uint32_t prev = 0;
   for (size_t j = 0; j < k; j++) {
     uint32_t t = a[j];
