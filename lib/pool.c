@@ -107,16 +107,18 @@ void ferry_pool_close(ferry_pool *pool) {
   ferry_free(pool);
 }
 
-/* A free arena, preferring one that is already big enough; NULL if none is free. */
+/* A free arena, NULL if none is free: one already big enough, and of those the
+ * one released last, whose lines are likeliest still in cache (writing a batch
+ * into cold memory costs the workers more than anything but decoding). */
 static ferry_arena *pick_free(ferry_pool *p, size_t bytes) {
-  ferry_arena *any = NULL;
+  ferry_arena *fit = NULL, *any = NULL;
   for (size_t i = 0; i < p->count; i++) {
     ferry_arena *a = &p->arenas[i];
     if (a->state != ARENA_FREE) continue;
-    if (a->capacity >= bytes) return a;
+    if (a->capacity >= bytes && (!fit || a->pending_since > fit->pending_since)) fit = a;
     if (!any || a->capacity > any->capacity) any = a;
   }
-  return any;
+  return fit ? fit : any;
 }
 
 static ferry_arena *oldest_pending(ferry_pool *p) {

@@ -77,6 +77,30 @@ Test(pool, a_full_pool_pushes_back) {
   ferry_device_close(d);
 }
 
+/* Of the free arenas that fit, the one released last comes back first (its
+ * lines are the likeliest to be in cache); a bigger need still takes the biggest. */
+Test(pool, the_arena_released_last_is_reused_first) {
+  ferry_device *d = open_or_skip("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 3, 4096, &p), FERRY_OK);
+  ferry_arena *a, *b, *c, *again;
+  cr_assert_eq(ferry_pool_acquire(p, 100, &a), FERRY_OK);
+  cr_assert_eq(ferry_pool_acquire(p, 100, &b), FERRY_OK);
+  cr_assert_eq(ferry_pool_acquire(p, 100, &c), FERRY_OK);
+  ferry_arena_release(b);
+  ferry_arena_release(c);
+  ferry_arena_release(a);
+  cr_assert_eq(ferry_pool_acquire(p, 100, &again), FERRY_OK);
+  cr_assert_eq(again, a, "the last released arena is taken first");
+  ferry_arena *next;
+  cr_assert_eq(ferry_pool_acquire(p, 100, &next), FERRY_OK);
+  cr_assert_eq(next, c, "then the one released before it");
+  ferry_arena_release(next);
+  ferry_arena_release(again);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
 typedef struct {
   ferry_pool *pool;
   ferry_status status;
