@@ -164,7 +164,7 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
 }
 
 const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
-                                                    ferry_resize_normalize_portable, 1, NULL};
+                                                    ferry_resize_normalize_portable, 1, NULL, NULL};
 
 const ferry_resize_kernels *ferry_resize_best_kernels(void) {
 #if FERRY_HAVE_VBMI_KERNELS
@@ -417,6 +417,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
     resize_vertical_first(&j, src, width, d->rows.data);
   else
     resize_horizontal_first(&j, src, width, d->rows.data);
+  if (k->drain) k->drain();
   return FERRY_OK;
 }
 

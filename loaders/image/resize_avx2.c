@@ -201,10 +201,17 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
  * channels, then the table's own float operations (divide, subtract, divide),
  * which vector units round exactly as scalar ones do; the divisions by fma where
  * that is exact for every byte value (two fmas and a product cost less than a
- * divide). This is faster than a gather from the table. */
+ * divide). This is faster than a gather from the table.
+ *
+ * The planes go to a batch arena that was last written a few batches ago and is
+ * out of cache: an ordinary store would first read each line in, so where the
+ * planes are 32-byte aligned the stores are non-temporal (about 2.5x faster into
+ * cold memory, the same into warm). They are ordered by ferry_resize_drain_avx2,
+ * once per image; a fence per row would wait on every row's writes. */
 void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                  float *dst, size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
+  int stream = (((uintptr_t)dst | plane_stride * sizeof(float)) & 31) == 0;
   const __m256 k255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(norm->recip255);
   __m256 mean[3], std[3], rstd[3];
   UNROLL for (int c = 0; c < 3; c++) {
@@ -221,11 +228,15 @@ void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resiz
         f = divide_by_fma(_mm256_sub_ps(divide_by_fma(v, k255, r255), mean[c]), std[c], rstd[c]);
       else
         f = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(v, k255), mean[c]), std[c]);
-      _mm256_storeu_ps(dst + c * plane_stride + x, f);
+      if (stream) _mm256_stream_ps(dst + c * plane_stride + x, f);
+      else _mm256_storeu_ps(dst + c * plane_stride + x, f);
     }
   }
   if (vec < n) ferry_resize_portable.normalize(rgb + 3 * vec, n - vec, norm, dst + vec, plane_stride);
 }
 
+void ferry_resize_drain_avx2(void) { _mm_sfence(); }
+
 const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2,
-                                                ferry_resize_normalize_avx2, ROWS, NULL};
+                                                ferry_resize_normalize_avx2, ROWS, NULL,
+                                                ferry_resize_drain_avx2};

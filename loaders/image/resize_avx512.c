@@ -136,4 +136,5 @@ void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int3
 }
 
 const ferry_resize_kernels ferry_resize_avx512 = {horizontal_avx512, ferry_resize_vertical_avx512,
-                                                  ferry_resize_normalize_avx2, ROWS, NULL};
+                                                  ferry_resize_normalize_avx2, ROWS, NULL,
+                                                  ferry_resize_drain_avx2};

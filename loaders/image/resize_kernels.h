@@ -70,6 +70,10 @@ typedef struct ferry_resize_kernels {
    * resize.c keeps the plan with the filters, so it is rebuilt only when the
    * shape or the kernel set changes. */
   size_t (*plan_horizontal)(const ferry_resize_axis *h, int in_w, int out_w, void *mem);
+  /* NULL, or what orders the kernels' non-temporal stores before anything that
+   * follows (an sfence): resize.c calls it once an image is written, so the
+   * image is complete before whatever hands it to another thread. */
+  void (*drain)(void);
 } ferry_resize_kernels;
 
 enum { FERRY_RESIZE_PLAN_ALIGN = 64 };
@@ -115,6 +119,7 @@ void ferry_resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_r
 extern const ferry_resize_kernels ferry_resize_avx2;
 void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                  float *dst, size_t plane_stride);
+void ferry_resize_drain_avx2(void);
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
 extern const ferry_resize_kernels ferry_resize_avx512;

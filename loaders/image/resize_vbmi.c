@@ -177,4 +177,4 @@ static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int i
 
 const ferry_resize_kernels ferry_resize_vbmi = {horizontal_vbmi, ferry_resize_vertical_avx512,
                                                 ferry_resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
-                                                plan_vbmi};
+                                                plan_vbmi, ferry_resize_drain_avx2};
