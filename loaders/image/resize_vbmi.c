@@ -142,6 +142,7 @@ __attribute__((always_inline)) static inline void group_rows(const plan_line *g,
   in += info->base;
   out += info->first_out;
   for (int y = 0; y < rows; y++, in += in_stride, out += out_stride) {
+    _mm_prefetch((const char *)in + 2 * WINDOW, _MM_HINT_T0);
     __m512i window = _mm512_maskz_loadu_epi8(info->window_mask, in);
     __m512i lo = _mm512_set1_epi32(BIAS), hi = _mm512_setzero_si512();
     for (int q = 0; q < pairs; q++) add_pair(window, g + 1 + 3 * q, &lo, &hi);
