@@ -78,22 +78,23 @@ static int pick_group_pixels(const ferry_resize_axis *h, int out_w) {
   return 0;
 }
 
-/* Pair `pair` of the group at x0 (n pixels): lane j is pixel x0 + j/3, channel
- * j%3; its taps 2*pair and 2*pair+1 go to the lane's bytes 0 and 2 (the low
- * bytes of its two words), with their weights split across lo and hi. Taps a
- * pixel does not have get index 0 and weight 0. */
+/* Pair `pair` of the group at x0 (n pixels) into v[0] (byte indices), v[1] (low
+ * weights) and v[2] (high weights): lane j is pixel x0 + j/3, channel j%3; its
+ * taps 2*pair and 2*pair+1 go to the lane's bytes 0 and 2 (the low bytes of its
+ * two words), with their weights split across v[1] and v[2]. Taps a pixel does
+ * not have get index 0 and weight 0. */
 static void fill_pair(const ferry_resize_axis *h, int x0, int n, int base, int pair,
-                      plan_line *idx, plan_line *lo, plan_line *hi) {
-  memset(idx, 0, 3 * sizeof *idx);
+                      plan_line v[3]) {
+  memset(v, 0, 3 * sizeof *v);
   for (int j = 0; j < 3 * n; j++) {
     int x = x0 + j / 3;
     for (int s = 0; s < 2; s++) {
       int t = 2 * pair + s;
       if (t >= h->count[x]) continue;
       int32_t w = h->weights[h->offset[x] + t];
-      idx->bytes[4 * j + 2 * s] = (uint8_t)(3 * (h->first[x] + t) + j % 3 - base);
-      hi->words[2 * j + s] = (int16_t)(w >> LO_BITS);
-      lo->words[2 * j + s] = (int16_t)(w - (w >> LO_BITS) * (1 << LO_BITS));
+      v[0].bytes[4 * j + 2 * s] = (uint8_t)(3 * (h->first[x] + t) + j % 3 - base);
+      v[1].words[2 * j + s] = (int16_t)(w - (w >> LO_BITS) * (1 << LO_BITS));
+      v[2].words[2 * j + s] = (int16_t)(w >> LO_BITS);
     }
   }
 }
@@ -112,10 +113,9 @@ static size_t plan_vbmi(const ferry_resize_axis *h, int in_w, int out_w, void *m
     if (line) {
       plan_line *info = line + lines;
       memset(info, 0, sizeof *info);
-      info->info = (group_info){left >= WINDOW ? ~0ull : (1ull << left) - 1, base, pairs, 3 * n,
-                                3 * x0};
-      for (int q = 0; q < pairs; q++)
-        fill_pair(h, x0, n, base, q, info + 1 + 3 * q, info + 2 + 3 * q, info + 3 + 3 * q);
+      uint64_t mask = left >= WINDOW ? ~0ull : left > 0 ? (1ull << left) - 1 : 0;
+      info->info = (group_info){mask, base, pairs, 3 * n, 3 * x0};
+      for (int q = 0; q < pairs; q++) fill_pair(h, x0, n, base, q, info + 1 + 3 * q);
     }
     lines += 1 + 3 * (size_t)pairs;
   }
