@@ -84,20 +84,14 @@ Test(pool, the_arena_released_last_is_reused_first) {
   ferry_device *d = open_or_skip("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 3, 4096, &p), FERRY_OK);
-  ferry_arena *a, *b, *c, *again;
-  cr_assert_eq(ferry_pool_acquire(p, 100, &a), FERRY_OK);
-  cr_assert_eq(ferry_pool_acquire(p, 100, &b), FERRY_OK);
-  cr_assert_eq(ferry_pool_acquire(p, 100, &c), FERRY_OK);
-  ferry_arena_release(b);
-  ferry_arena_release(c);
-  ferry_arena_release(a);
-  cr_assert_eq(ferry_pool_acquire(p, 100, &again), FERRY_OK);
-  cr_assert_eq(again, a, "the last released arena is taken first");
-  ferry_arena *next;
-  cr_assert_eq(ferry_pool_acquire(p, 100, &next), FERRY_OK);
-  cr_assert_eq(next, c, "then the one released before it");
-  ferry_arena_release(next);
-  ferry_arena_release(again);
+  ferry_arena *held[3], *again[2];
+  for (int i = 0; i < 3; i++) cr_assert_eq(ferry_pool_acquire(p, 100, &held[i]), FERRY_OK);
+  static const int release_order[3] = {1, 2, 0};
+  for (int i = 0; i < 3; i++) ferry_arena_release(held[release_order[i]]);
+  for (int i = 0; i < 2; i++) cr_assert_eq(ferry_pool_acquire(p, 100, &again[i]), FERRY_OK);
+  cr_assert_eq(again[0], held[0], "the last released arena is taken first");
+  cr_assert_eq(again[1], held[2], "then the one released before it");
+  for (int i = 0; i < 2; i++) ferry_arena_release(again[i]);
   ferry_pool_close(p);
   ferry_device_close(d);
 }
