@@ -1,6 +1,6 @@
 /* loaders/image/resize_vbmi.c - the horizontal pass with AVX-512 VBMI and BW
- * (built with -mavx512f -mavx512bw -mavx512vbmi, run only where the CPU has
- * them; see resize_kernels.h).
+ * (built with -mavx512f -mavx512bw -mavx512vl -mavx512vbmi, run only where the
+ * CPU has them; see resize_kernels.h).
  *
  * The transposing kernels (resize_avx2.c, resize_avx512.c) spend about as long
  * moving bytes into columns and back as they spend multiplying, and pay two
@@ -26,8 +26,7 @@ enum {
   BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1),
   LO_BITS = 15,            /* the weight split */
   WINDOW = 64,             /* source bytes one vpermb reads */
-  LANES = 16,              /* int32 lanes: five pixels' channels, the 16th idle */
-  MAX_GROUP_PIXELS = 5,
+  MAX_GROUP_PIXELS = 5,    /* 15 of the 16 int32 lanes */
   LINE = 64,               /* plan records are whole vectors */
 };
 
@@ -142,6 +141,8 @@ __attribute__((always_inline)) static inline void group_rows(const plan_line *g,
   in += info->base;
   out += info->first_out;
   for (int y = 0; y < rows; y++, in += in_stride, out += out_stride) {
+    /* going down the rows, the hardware prefetcher misses where the next groups'
+     * windows lie; the decoded image is no longer all in L2 by now */
     _mm_prefetch((const char *)in + 2 * WINDOW, _MM_HINT_T0);
     __m512i window = _mm512_maskz_loadu_epi8(info->window_mask, in);
     __m512i lo = _mm512_set1_epi32(BIAS), hi = _mm512_setzero_si512();
