@@ -341,9 +341,10 @@ typedef struct scratch_plan {
 
 static size_t align_to(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
+static void *align_pointer(void *p, size_t a) { return (void *)align_to((uintptr_t)p, a); }
+
 static void *aligned_plan(const ferry_decoder *d) {
-  uintptr_t p = (uintptr_t)d->plan.data;
-  return (void *)((p + FERRY_RESIZE_PLAN_ALIGN - 1) & ~(uintptr_t)(FERRY_RESIZE_PLAN_ALIGN - 1));
+  return align_pointer(d->plan.data, FERRY_RESIZE_PLAN_ALIGN);
 }
 
 static scratch_plan plan_scratch(int width, int height, int size) {
@@ -391,9 +392,9 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
    * which loses its contents). */
   const int shape[3] = {width, height, size};
   int reuse = d->taps.cap == cap_before && memcmp(shape, d->taps_shape, sizeof shape) == 0;
-  uintptr_t block = ((uintptr_t)(mem + parts.block) + 31) & ~(uintptr_t)31;
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
-                  .staging = mem + parts.staging, .block = (void *)block, .src_rows = height,
+                  .staging = mem + parts.staging, .block = align_pointer(mem + parts.block, 32),
+                  .src_rows = height,
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry_resize_imagenet_norm() : NULL};
   if (reuse) {
     layout_taps(&j.v, height, size, mem + parts.v_taps);
@@ -403,7 +404,8 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
     build_taps(&j.h, width, size, mem + parts.h_taps);
     memcpy(d->taps_shape, shape, sizeof shape);
   }
-  st = horizontal_plan(k, d, &j.h, width, size, &j.plan);
+  /* a width that already matches is never resampled horizontally */
+  st = width == size ? FERRY_OK : horizontal_plan(k, d, &j.h, width, size, &j.plan);
   if (st < 0) return st;
   int v_first = vertical_first(width, height, size);
   /* the intermediate image: size rows of the source width, or the source rows the
