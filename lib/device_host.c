@@ -6,12 +6,14 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "lib/status.h"
+#include "lib/thread.h"
 
 enum { HOST_ALIGN = 64, PAGE = 4096, HUGE_PAGE = 2 << 20 };
 
@@ -70,6 +72,7 @@ static void run_op(host_op *op) {
 
 static void *stream_main(void *arg) {
   host_stream *s = arg;
+  ferry_thread_name("ferry-stream", SIZE_MAX);
   pthread_mutex_lock(&s->lock);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->lock);

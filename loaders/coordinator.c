@@ -1,9 +1,18 @@
 /* loaders/coordinator.c - lays batches out ahead of the consumer and commits them
- * in order (see loader_internal.h for the plan protocol). */
+ * in order (see loader_internal.h for the plan protocol).
+ *
+ * Invariants: plans in flight are in cursor order and contiguous (each starts where
+ * the previous one ended); only the head plan is ever committed; at most
+ * `prefetch` plans are in flight or ready, and at most `arenas` batches exist; a
+ * plan's memory goes back to the spare list only once no worker can touch it
+ * (pending == 0). Everything here runs on the coordinator thread with the lock held,
+ * except plan_create, which may block in the pool and runs without it.
+ */
 #include <stdio.h>
 #include <string.h>
 
 #include "lib/alloc.h"
+#include "lib/thread.h"
 #include "loaders/loader_internal.h"
 
 /* Per-epoch bookkeeping that only the coordinator touches. */
@@ -18,13 +27,36 @@ typedef struct epoch_run {
 
 static void plan_free(plan *p) {
   if (!p) return;
+  ferry_free(p->item);
   ferry_free(p->dataset_index);
   ferry_free(p->position);
   ferry_free(p->status);
   ferry_free(p->message);
-  ferry_free(p->tasks);
-  ferry_free(p->item);
+  ferry_free(p->rows);
   ferry_free(p);
+}
+
+/* A plan with arrays for a full batch, NULL when out of memory. */
+static plan *plan_new(size_t batch_size, size_t nfields) {
+  plan *p = ferry_calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->dataset_index = ferry_calloc(batch_size, sizeof *p->dataset_index);
+  p->position = ferry_calloc(batch_size, sizeof *p->position);
+  p->status = ferry_calloc(batch_size, sizeof *p->status);
+  p->message = ferry_calloc(batch_size, sizeof *p->message);
+  p->rows = ferry_calloc(nfields * batch_size + 1, sizeof *p->rows);
+  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows) {
+    plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Back to the spare list; the caller holds the lock and no worker holds a slot. */
+static void plan_put(ferry_loader *l, plan *p) {
+  p->batch = NULL;
+  p->next = l->spare_plans;
+  l->spare_plans = p;
 }
 
 /* Give a batch back on the coordinator's side, without the consumer's hook. */
@@ -32,33 +64,16 @@ static void discard_batch(ferry_loader *l, ferry_batch *b) {
   ferry_batch_set_release_hook(b, NULL, NULL);
   ferry_batch_release(b);
   l->outstanding--;
-  pthread_cond_broadcast(&l->changed);
 }
 
-static ferry_status plan_alloc(plan *p, size_t n) {
-  p->dataset_index = ferry_calloc(n, sizeof *p->dataset_index);
-  p->position = ferry_calloc(n, sizeof *p->position);
-  p->status = ferry_calloc(n, sizeof *p->status);
-  p->message = ferry_calloc(n, sizeof *p->message);
-  p->tasks = ferry_calloc(n, sizeof *p->tasks);
-  p->item = ferry_calloc(1, sizeof *p->item);
-  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->tasks || !p->item)
-    return ferry_fail(FERRY_ENOMEM, "loader: out of memory laying out a batch");
-  return FERRY_OK;
-}
-
-/* Choose the samples of the batch starting at run->next_start, lay it out and
- * take its memory. FERRY_EEND when no (complete enough) batch is left. Called
+/* Choose the samples of the batch starting at run->next_start, lay it out in `p`
+ * and take its memory. FERRY_EEND when no (complete enough) batch is left. Called
  * without the lock: it may block in the pool. */
-static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan **out) {
+static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) {
   const ferry_sampler *s = &l->sampler;
   size_t B = l->config.batch_size;
-  plan *p = ferry_calloc(1, sizeof *p);
-  if (!p || plan_alloc(p, B) != FERRY_OK) {
-    plan_free(p);
-    return ferry_fail(FERRY_ENOMEM, "loader: out of memory laying out a batch");
-  }
   uint64_t pos = run->next_start;
+  p->count = 0;
   while (p->count < B && pos < s->per_rank) {
     if (!run->failed[pos]) {
       p->position[p->count] = pos;
@@ -70,26 +85,15 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan **ou
   p->end = pos;
   p->epoch = run->epoch;
   p->generation = run->generation;
-  if (p->count == 0 || (p->count < B && l->config.drop_last)) {
-    plan_free(p);
-    return FERRY_EEND;
-  }
-  int64_t *rows = ferry_calloc(l->nfields * p->count, sizeof *rows);
-  if (!rows) {
-    plan_free(p);
-    return ferry_fail(FERRY_ENOMEM, "loader: out of memory for row counts");
-  }
+  p->canceled = 0;
+  p->batch = NULL;
+  if (p->count == 0 || (p->count < B && l->config.drop_last)) return FERRY_EEND;
   for (size_t f = 0; f < l->nfields; f++)
-    for (size_t i = 0; i < p->count; i++) rows[f * p->count + i] = l->instances[p->dataset_index[i]];
-  ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, rows, &p->batch)
-                            : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, rows, &p->batch);
-  ferry_free(rows);
-  if (st != FERRY_OK) {
-    plan_free(p);
-    return st;
-  }
+    for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
+  ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
+                            : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
+  if (st != FERRY_OK) return st;
   ferry_batch_set_release_hook(p->batch, ferry_loader_release_hook, l);
-  *out = p;
   return FERRY_OK;
 }
 
@@ -99,7 +103,7 @@ static void push_item(ferry_loader *l, ready_item *item) {
   else l->ready_head = item;
   l->ready_tail = item;
   l->ready++;
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_signal(&l->ready_cv);
 }
 
 /* The coordinator cannot go on (out of memory for its own bookkeeping): every later
@@ -108,23 +112,22 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
   l->coordinator_failed = 1;
   l->fatal_status = status;
   snprintf(l->fatal_message, sizeof l->fatal_message, "%s", message);
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_broadcast(&l->ready_cv);
 }
 
 /* An end-of-epoch or error item. Without memory for it the consumer would wait
- * forever, so the coordinator keeps one in reserve (see begin_epoch). */
+ * forever, so the spare list keeps one in reserve (see begin_epoch). */
 static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_status status,
                         const char *message) {
-  ready_item *item = ferry_calloc(1, sizeof *item);
+  ready_item *item = ferry_loader_item_get(l);
   if (!item) {
-    item = l->spare_item;
-    l->spare_item = NULL;
+    item = l->reserve_item;
+    l->reserve_item = NULL;
   }
   if (!item) {
     fail_fatally(l, FERRY_ENOMEM, "loader: out of memory ending an epoch");
     return;
   }
-  memset(item, 0, sizeof *item);
   item->kind = kind;
   item->generation = run->generation;
   item->epoch = run->epoch;
@@ -134,16 +137,20 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
   push_item(l, item);
 }
 
-/* Cancel every plan in flight, wait for their workers, give their memory back. */
+/* Cancel every plan in flight, wait for the slots workers already hold, give the
+ * memory back. */
 static void cancel_inflight(ferry_loader *l) {
-  for (plan *p = l->inflight_head; p; p = p->next) p->canceled = 1;
+  for (plan *p = l->inflight_head; p; p = p->next) {
+    p->canceled = 1;
+    ferry_loader_withdraw(l, p);
+  }
   for (plan *p = l->inflight_head; p; p = p->next)
-    while (p->pending) pthread_cond_wait(&l->changed, &l->lock);
+    while (p->pending) pthread_cond_wait(&l->coord_cv, &l->lock);
   while (l->inflight_head) {
     plan *p = l->inflight_head;
     l->inflight_head = p->next;
     discard_batch(l, p->batch);
-    plan_free(p);
+    plan_put(l, p);
   }
   l->inflight_tail = NULL;
   l->inflight = 0;
@@ -162,8 +169,7 @@ static void drop_stale_items(ferry_loader *l, uint64_t generation) {
     }
     *link = item->next;
     if (item->batch) discard_batch(l, item->batch);
-    ferry_free(item->message);
-    ferry_free(item);
+    ferry_loader_item_put(l, item);
     l->ready--;
   }
 }
@@ -175,34 +181,35 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
   run->exhausted = 0;
   run->skipped = 0;
   memset(run->failed, 0, l->sampler.per_rank);
-  if (!l->spare_item) l->spare_item = ferry_calloc(1, sizeof *l->spare_item);
+  if (!l->reserve_item) l->reserve_item = ferry_calloc(1, sizeof *l->reserve_item);
   if (ferry_sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
     fail_fatally(l, FERRY_ENOMEM, ferry_last_error());
 }
 
-/* The head plan is complete: hand it out, or learn from its failures. */
-static void commit_head(ferry_loader *l, epoch_run *run) {
+/* The head plan is complete and good: hand its batch out, in the item it was
+ * laid out with (so that committing needs no memory). */
+static void deliver_head(ferry_loader *l, epoch_run *run) {
   plan *head = l->inflight_head;
-  size_t bad = head->count;
-  for (size_t i = 0; i < head->count && bad == head->count; i++)
-    if (head->status[i] != FERRY_OK) bad = i;
-  if (bad == head->count) {
-    l->inflight_head = head->next;
-    if (!l->inflight_head) l->inflight_tail = NULL;
-    l->inflight--;
-    ready_item *item = head->item;
-    head->item = NULL;
-    item->kind = ITEM_BATCH;
-    item->generation = head->generation;
-    item->epoch = head->epoch;
-    item->cursor_after = head->end;
-    item->count = head->count;
-    item->skipped = run->skipped;
-    item->batch = head->batch;
-    plan_free(head);
-    push_item(l, item);
-    return;
-  }
+  ready_item *item = head->item;
+  head->item = NULL;
+  l->inflight_head = head->next;
+  if (!l->inflight_head) l->inflight_tail = NULL;
+  l->inflight--;
+  item->kind = ITEM_BATCH;
+  item->generation = head->generation;
+  item->epoch = head->epoch;
+  item->cursor_after = head->end;
+  item->count = head->count;
+  item->skipped = run->skipped;
+  item->batch = head->batch;
+  plan_put(l, head);
+  push_item(l, item);
+}
+
+/* The head plan has failed samples: under the skip policy, forget them and lay the
+ * rest out again; else end the epoch with the first failure. */
+static void learn_from_failures(ferry_loader *l, epoch_run *run) {
+  plan *head = l->inflight_head;
   if (l->config.on_error == FERRY_ON_ERROR_SKIP) {
     for (size_t i = 0; i < head->count; i++)
       if (head->status[i] != FERRY_OK) {
@@ -216,6 +223,8 @@ static void commit_head(ferry_loader *l, epoch_run *run) {
     cancel_inflight(l);
     return;
   }
+  size_t bad = 0;
+  while (head->status[bad] == FERRY_OK) bad++;
   char message[FERRY_ERROR_MAX];
   memcpy(message, head->message[bad], sizeof message);
   ferry_status status = head->status[bad];
@@ -224,20 +233,61 @@ static void commit_head(ferry_loader *l, epoch_run *run) {
   begin_epoch(l, run, run->epoch + 1, 0);
 }
 
+/* The head plan is complete: hand it out, or learn from its failures. */
+static void commit_head(ferry_loader *l, epoch_run *run) {
+  if (l->inflight_head->failures) learn_from_failures(l, run);
+  else deliver_head(l, run);
+}
+
+/* A plan to lay out, with the item it will be delivered in: a spare one, or a new
+ * one made without the lock. NULL when out of memory. */
+static plan *plan_get(ferry_loader *l) {
+  plan *p = l->spare_plans;
+  if (p) {
+    l->spare_plans = p->next;
+    p->next = NULL;
+  } else {
+    pthread_mutex_unlock(&l->lock);
+    p = plan_new(l->config.batch_size, l->nfields);
+    pthread_mutex_lock(&l->lock);
+    if (!p) return NULL;
+  }
+  if (!p->item) p->item = ferry_loader_item_get(l);
+  if (!p->item) {
+    plan_put(l, p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Queue a laid-out plan behind the others and hand its slots to the workers. */
+static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
+  p->next = NULL;
+  if (l->inflight_tail) l->inflight_tail->next = p;
+  else l->inflight_head = p;
+  l->inflight_tail = p;
+  l->inflight++;
+  run->next_start = p->end;
+  ferry_loader_dispatch(l, p);
+}
+
 /* Lay out one more plan if the pipeline has room. 1 if it did something. */
 static int plan_ahead(ferry_loader *l, epoch_run *run) {
-  if (run->exhausted || l->inflight + l->ready >= l->config.prefetch || l->outstanding >= l->arenas)
+  if (run->exhausted || l->inflight + l->ready >= l->prefetch || l->outstanding >= l->arenas)
     return 0;
   l->outstanding++; /* reserved before blocking, so the count never overshoots */
-  pthread_mutex_unlock(&l->lock);
-  plan *p = NULL;
-  ferry_status st = plan_create(l, run, &p);
-  char message[FERRY_ERROR_MAX];
-  if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);
-  pthread_mutex_lock(&l->lock);
+  plan *p = plan_get(l);
+  ferry_status st = FERRY_ENOMEM;
+  char message[FERRY_ERROR_MAX] = "loader: out of memory laying out a batch";
+  if (p) {
+    pthread_mutex_unlock(&l->lock);
+    st = plan_create(l, run, p);
+    if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);
+    pthread_mutex_lock(&l->lock);
+  }
   if (st != FERRY_OK) {
+    if (p) plan_put(l, p);
     l->outstanding--;
-    pthread_cond_broadcast(&l->changed);
     if (st == FERRY_EEND) run->exhausted = 1;
     else if (!l->stopping && run->generation == l->generation) {
       push_marker(l, run, ITEM_ERROR, st, message);
@@ -247,20 +297,16 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   }
   if (l->stopping || run->generation != l->generation) {
     discard_batch(l, p->batch);
-    plan_free(p);
+    plan_put(l, p);
     return 1;
   }
-  if (l->inflight_tail) l->inflight_tail->next = p;
-  else l->inflight_head = p;
-  l->inflight_tail = p;
-  l->inflight++;
-  run->next_start = p->end;
-  ferry_loader_dispatch(l, p);
+  append_plan(l, run, p);
   return 1;
 }
 
 void *ferry_loader_coordinate(void *arg) {
   ferry_loader *l = arg;
+  ferry_thread_name("ferry-coord", SIZE_MAX);
   epoch_run run = {0};
   run.failed = ferry_calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
@@ -283,10 +329,15 @@ void *ferry_loader_coordinate(void *arg) {
       begin_epoch(l, &run, run.epoch + 1, 0);
       continue;
     }
-    pthread_cond_wait(&l->changed, &l->lock);
+    pthread_cond_wait(&l->coord_cv, &l->lock);
   }
   cancel_inflight(l);
   drop_stale_items(l, UINT64_MAX);
+  while (l->spare_plans) {
+    plan *p = l->spare_plans;
+    l->spare_plans = p->next;
+    plan_free(p);
+  }
   pthread_mutex_unlock(&l->lock);
   ferry_free(run.failed);
   return NULL;

@@ -1,5 +1,12 @@
-/* loaders/loader.c - the public loader: configuration, open/close, next, state. */
+/* loaders/loader.c - the public loader: configuration, open/close, next, state.
+ *
+ * Owns the consumer's side of the pipeline (ferry_loader_next, the release hook)
+ * and sizing at open: the worker count, the prefetch depth and the pool. The
+ * coordinator and workers are in coordinator.c and workers.c; the lock and the
+ * three condition variables they share are described in loader_internal.h.
+ */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/alloc.h"
@@ -8,8 +15,9 @@
 void ferry_loader_config_default(ferry_loader_config *c) {
   memset(c, 0, sizeof *c);
   c->batch_size = 8;
-  c->prefetch = 2;
+  c->prefetch = 0;
   c->max_outstanding = 2;
+  c->max_pinned_bytes = FERRY_LOADER_PINNED_BUDGET_DEFAULT;
   c->shuffle = 1;
   c->rank = c->world_size = -1;
   c->resolution = 312;
@@ -24,8 +32,11 @@ void ferry_loader_config_default(ferry_loader_config *c) {
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry_fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
-  if (c->batch_size == 0 || c->prefetch == 0 || c->max_outstanding == 0)
-    return ferry_fail(FERRY_EINVAL, "loader: batch_size, prefetch and max_outstanding must be at least 1");
+  if (c->batch_size == 0 || c->max_outstanding == 0)
+    return ferry_fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
+  if (c->prefetch > FERRY_LOADER_MAX_PREFETCH)
+    return ferry_fail(FERRY_EINVAL, "loader: prefetch %zu is more than %d batches", c->prefetch,
+                      FERRY_LOADER_MAX_PREFETCH);
   if (c->resolution < 1 || c->resolution > 8192)
     return ferry_fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
   if (c->workers > 1024) return ferry_fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
@@ -109,8 +120,53 @@ static ferry_status open_sampler(ferry_loader *l) {
                             l->config.shuffle, l->config.drop_last, l->config.seed);
 }
 
+static size_t resolve_workers(const ferry_loader_config *c) {
+  if (c->workers) return c->workers;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 ? (size_t)cores : 1;
+}
+
+/* The bytes of a batch of mean instance counts, plus the quarter of headroom the
+ * pool gives an arena: what one arena costs in the steady state. */
+static size_t typical_arena_bytes(const ferry_loader *l) {
+  size_t n = ferry_coco_num_images(l->coco), B = l->config.batch_size;
+  int64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += l->instances[i];
+  int64_t mean = n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+  int64_t rows[FERRY_MAX_FIELDS];
+  for (size_t f = 0; f < l->nfields; f++) rows[f] = mean;
+  size_t per_sample = 0;
+  for (size_t f = 0; f < l->nfields; f++) {
+    size_t one;
+    if (ferry_batch_layout_bytes(1, 1, &l->fields[f], &rows[f], &one) != FERRY_OK) return SIZE_MAX;
+    per_sample += one;
+  }
+  return per_sample > SIZE_MAX / 2 / B ? SIZE_MAX : per_sample * B + per_sample * B / 4;
+}
+
+/* Batches in flight: what the config asks for, or enough that every worker has a
+ * sample to fill and another waiting (a batch is done only when its slowest sample
+ * is, so with just `workers` samples in flight the early finishers would idle),
+ * within the pinned budget. */
+static size_t resolve_prefetch(const ferry_loader *l) {
+  const ferry_loader_config *c = &l->config;
+  if (c->prefetch) return c->prefetch;
+  size_t want = (2 * l->workers + c->batch_size - 1) / c->batch_size;
+  if (want < 2) want = 2;
+  if (want > FERRY_LOADER_MAX_PREFETCH) want = FERRY_LOADER_MAX_PREFETCH;
+  if (c->max_pinned_bytes && c->packed) {
+    size_t arena = typical_arena_bytes(l);
+    size_t fit = arena ? c->max_pinned_bytes / arena : want + c->max_outstanding;
+    size_t room = fit > c->max_outstanding ? fit - c->max_outstanding : 1;
+    if (room < want) want = room;
+  }
+  return want;
+}
+
 static ferry_status open_memory(ferry_loader *l) {
-  l->arenas = l->config.prefetch + l->config.max_outstanding;
+  l->prefetch = resolve_prefetch(l);
+  l->arenas = l->prefetch + l->config.max_outstanding;
+  l->stats.prefetch = l->prefetch;
   l->stats.arenas = l->arenas;
   l->device = l->config.device;
   if (!l->device) {
@@ -123,13 +179,7 @@ static ferry_status open_memory(ferry_loader *l) {
 }
 
 static ferry_status start_threads(ferry_loader *l) {
-  size_t workers = l->config.workers;
-  if (workers == 0) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    workers = cores > 0 ? (size_t)cores : 1;
-  }
-  l->stats.workers = workers;
-  ferry_status st = ferry_loader_start_workers(l, workers);
+  ferry_status st = ferry_loader_start_workers(l, l->workers);
   if (st != FERRY_OK) return st;
   if (pthread_create(&l->coordinator, NULL, ferry_loader_coordinate, l) != 0)
     return ferry_fail(FERRY_ENOMEM,
@@ -146,8 +196,11 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   ferry_loader *l = ferry_calloc(1, sizeof *l);
   if (!l) return ferry_fail(FERRY_ENOMEM, "loader: out of memory");
   l->config = *config;
+  l->workers = l->stats.workers = resolve_workers(config);
   pthread_mutex_init(&l->lock, NULL);
-  pthread_cond_init(&l->changed, NULL);
+  pthread_cond_init(&l->work_cv, NULL);
+  pthread_cond_init(&l->coord_cv, NULL);
+  pthread_cond_init(&l->ready_cv, NULL);
   l->annotations_path = ferry_strdup(config->annotations);
   l->images_dir = ferry_strdup(config->images);
   l->state.seed = config->seed;
@@ -177,8 +230,34 @@ void ferry_loader_release_hook(ferry_batch *batch, void *arg) {
       break;
     }
   l->outstanding--;
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_signal(&l->coord_cv); /* room for one more batch */
   pthread_mutex_unlock(&l->lock);
+}
+
+ready_item *ferry_loader_item_get(ferry_loader *l) {
+  ready_item *item = l->spare_items;
+  if (item) l->spare_items = item->next;
+  else item = ferry_calloc(1, sizeof *item);
+  if (item) memset(item, 0, sizeof *item);
+  return item;
+}
+
+void ferry_loader_item_put(ferry_loader *l, ready_item *item) {
+  if (!item) return;
+  ferry_free(item->message);
+  item->message = NULL;
+  item->batch = NULL;
+  item->next = l->spare_items;
+  l->spare_items = item;
+}
+
+static void free_items(ready_item *item) {
+  while (item) {
+    ready_item *next = item->next;
+    ferry_free(item->message);
+    ferry_free(item);
+    item = next;
+  }
 }
 
 /* Wait for the next current-generation item; NULL with the status set if none can come. */
@@ -197,7 +276,7 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
       l->ready_head = item->next;
       if (!l->ready_head) l->ready_tail = NULL;
       l->ready--;
-      pthread_cond_broadcast(&l->changed);
+      pthread_cond_signal(&l->coord_cv); /* room to plan one more */
       return item;
     }
     if (!item && l->nheld >= l->arenas) {
@@ -205,7 +284,7 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
     }
-    pthread_cond_wait(&l->changed, &l->lock);
+    pthread_cond_wait(&l->ready_cv, &l->lock);
   }
 }
 
@@ -240,11 +319,8 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
     next_epoch_view(l, item->epoch);
     st = item->kind == ITEM_END ? FERRY_EEND : ferry_error_restore(item->status, item->message);
   }
+  ferry_loader_item_put(l, item);
   pthread_mutex_unlock(&l->lock);
-  if (item) {
-    ferry_free(item->message);
-    ferry_free(item);
-  }
   if (st == FERRY_EEND) ferry_fail(FERRY_EEND, "end of epoch");
   if (*out && l->config.progress) l->config.progress(&progress, l->config.progress_user);
   return st;
@@ -260,7 +336,7 @@ static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t de
   l->state.batches_delivered = delivered;
   l->state.cursor = cursor;
   l->samples_in_epoch = l->skipped_in_epoch = 0;
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_signal(&l->coord_cv);
   pthread_mutex_unlock(&l->lock);
 }
 
@@ -290,11 +366,23 @@ ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s
   return FERRY_OK;
 }
 
+/* CPU time of the coordinator thread so far: the serial part of the pipeline that
+ * repro/throughput reports per batch (0 before it starts). */
+static uint64_t coordinator_cpu_ns(const ferry_loader *l) {
+  clockid_t clock;
+  struct timespec ts;
+  if (!l->coordinator_started || pthread_getcpuclockid(l->coordinator, &clock) != 0 ||
+      clock_gettime(clock, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
   pthread_mutex_lock(&l->lock);
   *out = l->stats;
   pthread_mutex_unlock(&l->lock);
+  out->coordinator_cpu_ns = coordinator_cpu_ns(l);
   if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
   return FERRY_OK;
 }
@@ -311,7 +399,8 @@ void ferry_loader_close(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->stopping = 1;
   l->generation++;
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_broadcast(&l->coord_cv);
+  pthread_cond_broadcast(&l->ready_cv);
   pthread_mutex_unlock(&l->lock);
   if (l->pool) ferry_pool_cancel(l->pool);
   if (l->coordinator_started) pthread_join(l->coordinator, NULL);
@@ -321,7 +410,8 @@ void ferry_loader_close(ferry_loader *l) {
     ferry_batch_release(l->held[i]);
   }
   ferry_free(l->held);
-  ferry_free(l->spare_item);
+  free_items(l->spare_items);
+  ferry_free(l->reserve_item);
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
   ferry_sampler_destroy(&l->sampler);
@@ -329,7 +419,9 @@ void ferry_loader_close(ferry_loader *l) {
   ferry_coco_close(l->coco);
   ferry_free(l->annotations_path);
   ferry_free(l->images_dir);
-  pthread_cond_destroy(&l->changed);
+  pthread_cond_destroy(&l->work_cv);
+  pthread_cond_destroy(&l->coord_cv);
+  pthread_cond_destroy(&l->ready_cv);
   pthread_mutex_destroy(&l->lock);
   ferry_free(l);
 }

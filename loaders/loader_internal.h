@@ -7,6 +7,21 @@
  * policy, the failing plan and every plan after it are cancelled and laid out
  * again without that sample, so batch k stays a pure function of the data and the
  * config, whatever the timing.
+ *
+ * Serial work per batch is what bounds a many-core node (issue #14), so the one
+ * lock guards only O(1) steps in steady state:
+ *   - workers claim samples as (plan, slot) from a queue of plans with unclaimed
+ *     slots (`work_head`): queueing a plan links one node, whatever the batch size;
+ *   - each role sleeps on its own condition variable and is woken only when
+ *     something it waits for happened: workers on `work_cv` (as many signals as
+ *     there are new samples and idle workers), the coordinator on `coord_cv` (its
+ *     head plan is complete, or there is room to plan ahead), the consumer on
+ *     `ready_cv` (a batch or marker is ready);
+ *   - a plan counts its failures, so committing a good plan reads one counter;
+ *   - plans and ready items are recycled through free lists: no allocation per
+ *     batch once the pipeline is full.
+ * Lock order: loader->lock, then the pool's lock (the coordinator never holds the
+ * loader's lock while it waits for an arena).
  */
 #ifndef FERRY_LOADERS_LOADER_INTERNAL_H
 #define FERRY_LOADERS_LOADER_INTERNAL_H
@@ -37,30 +52,29 @@ typedef struct fill_context {
   field_slots slots;
 } fill_context;
 
-typedef struct plan plan;
+struct ready_item;
 
-typedef struct task {
-  plan *owner;
-  size_t slot;
-  struct task *next;
-} task;
-
-struct plan {
+/* One batch being filled. The arrays hold batch_size entries (count are used);
+ * they are allocated once and reused when the plan is recycled. */
+typedef struct plan {
   uint64_t start, end;     /* the cursor range of this rank's order it consumed */
   size_t count;            /* samples in the batch */
   size_t *dataset_index;   /* [count] */
   uint64_t *position;      /* [count] cursor positions */
   ferry_status *status;    /* [count], written by workers */
-  char (*message)[FERRY_ERROR_MAX];
-  task *tasks;             /* [count] */
-  struct ready_item *item; /* allocated up front, so committing cannot fail */
-  size_t pending;          /* tasks not yet finished */
+  char (*message)[FERRY_ERROR_MAX]; /* [count], written only for a failed sample */
+  int64_t *rows;           /* [nfields * count]: the layout's row counts */
+  size_t claimed;          /* slots handed to workers so far (under the lock) */
+  size_t pending;          /* slots not yet finished */
+  size_t failures;         /* slots that finished with an error */
   int canceled;
   int64_t epoch;
   uint64_t generation;
   ferry_batch *batch;
-  plan *next;
-};
+  struct ready_item *item; /* what it is delivered in, taken up front so committing cannot fail */
+  struct plan *next;       /* the in-flight list, or the spare list */
+  struct plan *next_work;  /* the work queue: plans with unclaimed slots */
+} plan;
 
 /* An entry of the queue between coordinator and consumer. */
 typedef enum { ITEM_BATCH, ITEM_END, ITEM_ERROR } item_kind;
@@ -85,6 +99,8 @@ struct ferry_loader {
   int owns_device;
   ferry_pool *pool;            /* packed mode */
   size_t arenas;
+  size_t prefetch;             /* batches in flight or ready: config.prefetch, or sized at open */
+  size_t workers;              /* threads that fill samples */
   ferry_field_spec fields[FERRY_MAX_FIELDS];
   size_t nfields;
   fill_context fill;
@@ -93,7 +109,9 @@ struct ferry_loader {
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
 
   pthread_mutex_t lock;
-  pthread_cond_t changed;      /* any state below changed */
+  pthread_cond_t work_cv;      /* workers: a plan with unclaimed slots was queued, or stop */
+  pthread_cond_t coord_cv;     /* coordinator: head complete, room ahead, restart or stop */
+  pthread_cond_t ready_cv;     /* consumer: an item is ready, a fatal error, or stop */
   int stopping;
   uint64_t generation;         /* bumped by set_epoch/state_set/close */
   /* the coordinator's view */
@@ -102,15 +120,19 @@ struct ferry_loader {
   int coordinator_failed;      /* out of memory for its own bookkeeping: see fatal_* */
   ferry_status fatal_status;
   char fatal_message[FERRY_ERROR_MAX];
-  struct ready_item *spare_item; /* so an end or error marker can always be queued */
+  ready_item *spare_items;     /* recycled items */
+  ready_item *reserve_item;    /* so an end or error marker can always be queued */
+  plan *spare_plans;           /* recycled plans */
   plan *inflight_head, *inflight_tail;
   size_t inflight;
   int64_t restart_epoch;
   uint64_t restart_cursor;
   /* workers */
   pthread_t *worker_threads;
+  struct worker_start *worker_starts; /* [nworkers]: each thread's loader and index */
   size_t nworkers, workers_started;
-  task *queue_head, *queue_tail;
+  plan *work_head, *work_tail; /* plans with unclaimed slots, oldest first */
+  size_t idle_workers;         /* workers waiting on work_cv */
   int workers_stop;
   /* between coordinator and consumer */
   ready_item *ready_head, *ready_tail;
@@ -131,11 +153,22 @@ ferry_status ferry_loader_fill_sample(const fill_context *ctx, ferry_decoder *de
 /* Worker threads (workers.c). */
 ferry_status ferry_loader_start_workers(ferry_loader *loader, size_t count);
 void ferry_loader_stop_workers(ferry_loader *loader);
-/* Queue every task of a plan; the caller holds loader->lock. */
+/* Queue a plan's slots for the workers and wake the idle ones it needs; O(1) but
+ * for the wake-ups. The caller holds loader->lock. */
 void ferry_loader_dispatch(ferry_loader *loader, plan *p);
+/* Take a plan's unclaimed slots back from the workers (it is being cancelled).
+ * The caller holds loader->lock. */
+void ferry_loader_withdraw(ferry_loader *loader, plan *p);
 
 /* The coordinator (coordinator.c). */
 void *ferry_loader_coordinate(void *loader);
+
+/* Recycling (loader.c): a ready item from the spare list or the heap (NULL when out
+ * of memory), and its return. The caller holds loader->lock. */
+ready_item *ferry_loader_item_get(ferry_loader *loader);
+void ferry_loader_item_put(ferry_loader *loader, ready_item *item);
+
+/* The consumer's release hook (loader.c): a delivered batch was released. */
 void ferry_loader_release_hook(ferry_batch *batch, void *loader);
 
 #endif

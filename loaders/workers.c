@@ -1,63 +1,108 @@
-/* loaders/workers.c - the threads that fill samples, one decoder each. */
+/* loaders/workers.c - the threads that fill samples, one decoder each.
+ *
+ * Owns the work queue: plans with unclaimed slots, oldest first. A worker claims
+ * the next slot of the head plan under the loader's lock, fills it without the
+ * lock, then retakes the lock once to record the result and claim its next slot.
+ * Invariants: a slot is claimed by exactly one worker; a plan leaves the queue when
+ * its last slot is claimed (or it is withdrawn); `pending` counts claimed-or-not
+ * slots whose result is not recorded yet, and the plan is not freed before it is 0.
+ */
 #include <stdio.h>
+
 #include "lib/alloc.h"
+#include "lib/thread.h"
 #include "loaders/loader_internal.h"
 
+/* Wake as many idle workers as there are new slots, and no more: a broadcast would
+ * wake every worker for each batch, and on a node with 64 of them the wake-ups and
+ * the lock they all retake become the serial cost the pipeline is bounded by. */
+static void wake_workers(ferry_loader *l, size_t slots) {
+  if (slots >= l->idle_workers) {
+    if (l->idle_workers) pthread_cond_broadcast(&l->work_cv);
+    return;
+  }
+  for (size_t i = 0; i < slots; i++) pthread_cond_signal(&l->work_cv);
+}
+
 void ferry_loader_dispatch(ferry_loader *l, plan *p) {
-  for (size_t i = 0; i < p->count; i++) {
-    task *t = &p->tasks[i];
-    t->owner = p;
-    t->slot = i;
-    t->next = NULL;
-    if (l->queue_tail) l->queue_tail->next = t;
-    else l->queue_head = t;
-    l->queue_tail = t;
-  }
+  p->claimed = 0;
   p->pending = p->count;
-  pthread_cond_broadcast(&l->changed);
+  p->failures = 0;
+  p->next_work = NULL;
+  if (l->work_tail) l->work_tail->next_work = p;
+  else l->work_head = p;
+  l->work_tail = p;
+  wake_workers(l, p->count);
 }
 
-/* Take the next task, or NULL once the workers are told to stop. */
-static task *take_task(ferry_loader *l) {
-  while (!l->queue_head && !l->workers_stop) pthread_cond_wait(&l->changed, &l->lock);
-  task *t = l->queue_head;
-  if (t) {
-    l->queue_head = t->next;
-    if (!l->queue_head) l->queue_tail = NULL;
+void ferry_loader_withdraw(ferry_loader *l, plan *p) {
+  plan **link = &l->work_head, *prev = NULL;
+  while (*link && *link != p) {
+    prev = *link;
+    link = &(*link)->next_work;
   }
-  return t;
+  if (*link) {
+    *link = p->next_work;
+    if (l->work_tail == p) l->work_tail = prev;
+  }
+  p->pending -= p->count - p->claimed;
+  p->claimed = p->count;
 }
 
-static void run_task(ferry_loader *l, ferry_decoder *decoder, task *t) {
-  plan *p = t->owner;
-  size_t slot = t->slot;
-  ferry_status st = FERRY_ECANCELED;
-  if (!p->canceled) { /* read under the lock by the caller's protocol: see worker_main */
-    pthread_mutex_unlock(&l->lock);
-    st = ferry_loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
-    if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
-    pthread_mutex_lock(&l->lock);
-    l->stats.samples_decoded++;
+/* Claim the next slot: its plan in *out, the slot returned. SIZE_MAX once the
+ * workers are told to stop. */
+static size_t claim(ferry_loader *l, plan **out) {
+  while (!l->work_head && !l->workers_stop) {
+    l->idle_workers++;
+    pthread_cond_wait(&l->work_cv, &l->lock);
+    l->idle_workers--;
   }
+  plan *p = l->work_head;
+  if (!p) return SIZE_MAX;
+  size_t slot = p->claimed++;
+  if (p->claimed == p->count) {
+    l->work_head = p->next_work;
+    if (!l->work_head) l->work_tail = NULL;
+  }
+  *out = p;
+  return slot;
+}
+
+/* Record a slot's result. The coordinator waits only for its head plan (to commit
+ * it) and for cancelled plans (to free them), so only those wake it. */
+static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   p->status[slot] = st;
-  if (--p->pending == 0) pthread_cond_broadcast(&l->changed);
+  if (st != FERRY_OK) p->failures++;
+  if (--p->pending == 0 && (p == l->inflight_head || p->canceled)) pthread_cond_signal(&l->coord_cv);
 }
+
+typedef struct worker_start {
+  ferry_loader *loader;
+  size_t index;
+} worker_start;
 
 static void *worker_main(void *arg) {
-  ferry_loader *l = arg;
+  worker_start *start = arg;
+  ferry_loader *l = start->loader;
+  ferry_thread_name("ferry-worker-", start->index);
   ferry_decoder *decoder = NULL;
   ferry_status open_status = ferry_decoder_open(&decoder);
+  char open_message[FERRY_ERROR_MAX];
+  if (open_status != FERRY_OK) snprintf(open_message, sizeof open_message, "worker: %s", ferry_last_error());
   pthread_mutex_lock(&l->lock);
-  for (task *t; (t = take_task(l));) {
-    if (open_status != FERRY_OK) {
-      /* Without a decoder every sample fails, with the reason. */
-      plan *p = t->owner;
-      p->status[t->slot] = open_status;
-      snprintf(p->message[t->slot], FERRY_ERROR_MAX, "worker: %s", ferry_last_error());
-      if (--p->pending == 0) pthread_cond_broadcast(&l->changed);
-      continue;
+  plan *p;
+  for (size_t slot; (slot = claim(l, &p)) != SIZE_MAX;) {
+    ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
+    pthread_mutex_unlock(&l->lock);
+    if (st == FERRY_OK) {
+      st = ferry_loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+      if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
+    } else {
+      snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
     }
-    run_task(l, decoder, t);
+    pthread_mutex_lock(&l->lock);
+    if (open_status == FERRY_OK) l->stats.samples_decoded++;
+    finish(l, p, slot, st);
   }
   pthread_mutex_unlock(&l->lock);
   ferry_decoder_close(decoder);
@@ -66,10 +111,16 @@ static void *worker_main(void *arg) {
 
 ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
   l->worker_threads = ferry_calloc(count, sizeof *l->worker_threads);
-  if (!l->worker_threads) return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
+  worker_start *starts = ferry_calloc(count, sizeof *starts);
+  if (!l->worker_threads || !starts) {
+    ferry_free(starts);
+    return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
+  }
+  l->worker_starts = starts;
   l->nworkers = count;
   for (size_t i = 0; i < count; i++) {
-    if (pthread_create(&l->worker_threads[i], NULL, worker_main, l) != 0)
+    starts[i] = (worker_start){l, i};
+    if (pthread_create(&l->worker_threads[i], NULL, worker_main, &starts[i]) != 0)
       return ferry_fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
                         i + 1, count);
     l->workers_started++;
@@ -80,10 +131,12 @@ ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
 void ferry_loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
-  pthread_cond_broadcast(&l->changed);
+  pthread_cond_broadcast(&l->work_cv);
   pthread_mutex_unlock(&l->lock);
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
   l->workers_started = 0;
   ferry_free(l->worker_threads);
+  ferry_free(l->worker_starts);
   l->worker_threads = NULL;
+  l->worker_starts = NULL;
 }

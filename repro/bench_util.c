@@ -15,6 +15,12 @@ double bench_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double bench_thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -89,7 +95,7 @@ int bench_cores(void) {
 }
 
 void bench_common_default(bench_common *c) {
-  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW};
+  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW, 0};
 }
 
 int bench_common_flag(bench_common *c, const char *flag, const char *value) {
@@ -98,6 +104,7 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   else if (!strcmp(flag, "--workers")) c->workers = atoi(value);
   else if (!strcmp(flag, "--batch")) c->batch = atoi(value);
   else if (!strcmp(flag, "--resolution")) c->resolution = atoi(value);
+  else if (!strcmp(flag, "--prefetch")) c->prefetch = atoi(value);
   else if (!strcmp(flag, "--layout")) {
     if (!strcmp(value, "f32")) c->layout = FERRY_LAYOUT_F32_CHW;
     else if (!strcmp(value, "u8")) c->layout = FERRY_LAYOUT_U8_HWC;
@@ -117,4 +124,5 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->packed = packed;
   config->device = device;
   config->layout = c->layout;
+  config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
 }

@@ -12,20 +12,23 @@ typedef struct bench_common {
   const char *annotations, *images;
   int workers, batch, resolution;
   ferry_image_layout layout;
+  int prefetch; /* 0: the loader's default depth */
 } bench_common;
 
 /* Defaults: no dataset yet, one worker per core, batch 8, resolution 312, images
- * as normalised f32 CHW (the loader's default layout). */
+ * as normalised f32 CHW (the loader's default layout), the default prefetch. */
 void bench_common_default(bench_common *c);
 /* Consume `flag value` if it is one of --annotations, --images, --workers, --batch,
- * --resolution, --layout (f32 or u8): 1 if it was, 0 if not, -1 if the value is
- * not one it takes. */
+ * --resolution, --layout (f32 or u8), --prefetch: 1 if it was, 0 if not, -1 if the
+ * value is not one it takes. */
 int bench_common_flag(bench_common *c, const char *flag, const char *value);
 /* A loader config for these flags on `device`, packed or unpacked. */
 void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
                          int packed);
 
 double bench_now(void);
+/* CPU seconds the calling thread has used (user and system). */
+double bench_thread_cpu(void);
 
 typedef struct bench_range {
   double median, min, max;

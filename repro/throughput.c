@@ -2,7 +2,7 @@
  *
  *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
- *              [--layout f32|u8] [--device host|cuda] [--dct] [--json]
+ *              [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct] [--json]
  *
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
  * transfer), `previous` (packed batch, whole-batch device copy then per-sample
@@ -16,6 +16,13 @@
  * over the limit measured in the same round (what docs/benchmarks.md records).
  * --dct lets the loader decode JPEGs at a reduced DCT scale (not Pillow-exact; the
  * limit stays a full decode), to show what that option buys.
+ *
+ * Serial time: per delivered batch, the CPU time of the loader's coordinator thread
+ * plus that of the consumer (this program's main thread: next, the transfer,
+ * release). Work that only one thread can do bounds the rate whatever the number
+ * of workers, so `batch / serial time` is the ceiling those threads predict for a
+ * node with unlimited cores (`predicted_ceiling_images_per_s`). Both are medians
+ * over rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +35,9 @@
 #include "repro/decode_limit.h"
 
 enum { PATHS = 4, MAX_ROUNDS = 15 };
+
+/* What one path's child process measures. */
+enum { RATE, SERIAL_US, DEPTH, VALUES };
 
 typedef struct options {
   bench_common data;
@@ -73,6 +83,11 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
   return st;
 }
 
+static uint64_t coordinator_ns(ferry_loader *l) {
+  ferry_loader_stats st;
+  return ferry_loader_stats_get(l, &st) == FERRY_OK ? st.coordinator_cpu_ns : 0;
+}
+
 static int measure_path(void *arg, double *out) {
   const path_run *run = arg;
   const options *o = run->opt;
@@ -89,10 +104,15 @@ static int measure_path(void *arg, double *out) {
   for (int k = 0; k < o->warmup; k++)
     if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
   images = 0;
-  double t0 = bench_now();
+  uint64_t coord0 = coordinator_ns(l);
+  double t0 = bench_now(), cpu0 = bench_thread_cpu();
   for (int k = 0; k < o->batches; k++)
     if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
-  out[0] = (double)images / (bench_now() - t0);
+  double consumer = bench_thread_cpu() - cpu0;
+  out[RATE] = (double)images / (bench_now() - t0);
+  out[SERIAL_US] = (consumer + (double)(coordinator_ns(l) - coord0) * 1e-9) * 1e6 / o->batches;
+  ferry_loader_stats st;
+  out[DEPTH] = ferry_loader_stats_get(l, &st) == FERRY_OK ? (double)st.prefetch : 0;
   ferry_stream_close(s);
   ferry_loader_close(l);
   ferry_device_close(dev);
@@ -121,7 +141,8 @@ static const char *layout_name(ferry_image_layout l) { return l == FERRY_LAYOUT_
 static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
-                  "                  [--layout f32|u8] [--device host|cuda] [--dct] [--json]\n");
+                  "                  [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct]\n"
+                  "                  [--json]\n");
   return 2;
 }
 
@@ -152,28 +173,41 @@ static int parse(int argc, char **argv, options *o) {
 
 /* One round: the decode-only limit, then every path, each in a fresh process, so
  * that a ratio compares measurements taken minutes apart at most (these machines
- * drift by more than the differences measured). rates[0] is the limit. */
-static int run_round(const options *o, const path_run *runs, double rates[1 + PATHS]) {
-  if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, rates) != 0) return -1;
+ * drift by more than the differences measured). limit: that round's limit;
+ * paths[r]: path r's RATE, SERIAL_US and DEPTH. */
+static int run_round(const options *o, const path_run *runs, double *limit, double paths[PATHS][VALUES]) {
+  if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
   int failed = 0;
   for (int r = 0; r < PATHS; r++)
-    if (bench_in_processes(1, measure_path, (void *)&runs[r], 1, rates + 1 + r) != 0) {
-      rates[1 + r] = 0;
+    if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
+      memset(paths[r], 0, sizeof paths[r]);
       failed = 1;
     }
   return failed ? -1 : 0;
 }
 
-static void print_row(const options *o, const char *name, bench_range rate, double limit, bench_range ratio) {
+/* A path's figures over the rounds. */
+typedef struct path_summary {
+  bench_range rate, ratio, serial_us;
+  int depth;
+} path_summary;
+
+static void print_row(const options *o, const char *name, const path_summary *p, double limit) {
+  double ceiling = p->serial_us.median > 0 ? o->data.batch * 1e6 / p->serial_us.median : 0;
   if (o->json)
-    printf("{\"path\": \"%s\", \"workers\": %d, \"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
+    printf("{\"path\": \"%s\", \"workers\": %d, \"batch\": %d, \"prefetch\": %d, "
+           "\"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
            "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f, "
-           "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"dct_scaling\": %d, \"layout\": \"%s\"}\n",
-           name, o->data.workers, rate.median, rate.min, rate.max, limit, ratio.median, ratio.min, ratio.max,
-           o->dct, layout_name(o->data.layout));
+           "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"serial_us_per_batch\": %.2f, "
+           "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"predicted_ceiling_images_per_s\": %.1f, "
+           "\"dct_scaling\": %d, \"layout\": \"%s\"}\n",
+           name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
+           p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
+           p->serial_us.max, ceiling, o->dct, layout_name(o->data.layout));
   else
-    printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f]\n", name, o->data.workers, rate.median,
-           rate.min, rate.max, limit, ratio.median, ratio.min, ratio.max);
+    printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %12.0f\n", name,
+           o->data.workers, p->rate.median, p->rate.min, p->rate.max, limit, p->ratio.median, p->ratio.min,
+           p->ratio.max, p->serial_us.median, ceiling);
 }
 
 int main(int argc, char **argv) {
@@ -184,33 +218,38 @@ int main(int argc, char **argv) {
                                 {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
                                 {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
                                 {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
-  double rates[MAX_ROUNDS][1 + PATHS];
+  double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)
-    if (run_round(&o, runs, rates[p]) != 0) status = 1;
+    if (run_round(&o, runs, &limits[p], paths[p]) != 0) status = 1;
   if (status) {
     fprintf(stderr, "throughput: a measurement failed (see above)\n");
     return 1;
   }
-  double limits[MAX_ROUNDS];
-  for (int p = 0; p < o.processes; p++) limits[p] = rates[p][0];
+  double ratios[MAX_ROUNDS][PATHS];
+  for (int p = 0; p < o.processes; p++)
+    for (int r = 0; r < PATHS; r++) ratios[p][r] = paths[p][r][RATE] / limits[p];
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
   if (!o.json)
-    printf("%-9s %7s %14s %21s %12s %8s  %s\n", "path", "workers", "images/s med", "[min, max]",
-           "decode limit", "ratio", "[min, max] (per round)");
+    printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %12s\n", "path", "workers", "images/s med", "[min, max]",
+           "decode limit", "ratio", "[min, max] (per round)", "serial us", "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
-    double v[MAX_ROUNDS], q[MAX_ROUNDS];
+    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
-      v[p] = rates[p][1 + r];
-      q[p] = rates[p][1 + r] / rates[p][0];
+      v[p] = paths[p][r][RATE];
+      q[p] = ratios[p][r];
+      us[p] = paths[p][r][SERIAL_US];
     }
-    print_row(&o, runs[r].name, bench_summarise(v, (size_t)o.processes), limit.median,
-              bench_summarise(q, (size_t)o.processes));
+    path_summary sum = {bench_summarise(v, (size_t)o.processes), bench_summarise(q, (size_t)o.processes),
+                        bench_summarise(us, (size_t)o.processes), (int)paths[0][r][DEPTH]};
+    print_row(&o, runs[r].name, &sum, limit.median);
   }
   if (!o.json)
     printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d rounds, %d threads; "
-           "loader images as %s; ratio: the median over rounds of path / limit of that round\n",
+           "loader images as %s; ratio: the median over rounds of path / limit of that round;\n"
+           "serial us: coordinator + consumer CPU per batch; ceiling/s: batch / serial time; "
+           "prefetch %d batches\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
-           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised");
+           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][0][DEPTH]);
   return 0;
 }

@@ -21,7 +21,8 @@
  * filled in place by the workers. Batch k of (seed, epoch, rank, world_size) is
  * always the same samples in the same order, whatever the number of workers and
  * their timing. Memory is bounded: `prefetch + max_outstanding` arenas, and a
- * consumer that holds on to batches makes the workers wait.
+ * consumer that holds on to batches makes the workers wait. By default the prefetch
+ * depth follows the worker count (docs/tuning.md), within `max_pinned_bytes`.
  */
 #ifndef FERRY_LOADER_H
 #define FERRY_LOADER_H
@@ -73,6 +74,11 @@ typedef struct ferry_loader_progress {
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
 
+/* The pinned budget ferry_loader_config_default sets (1 GiB), and the deepest
+ * prefetch a loader takes (a bound on its bookkeeping, far past any need). */
+#define FERRY_LOADER_PINNED_BUDGET_DEFAULT ((size_t)1 << 30)
+#define FERRY_LOADER_MAX_PREFETCH 4096
+
 /* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
 void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
@@ -82,7 +88,9 @@ typedef struct ferry_loader_config {
   const char *images;          /* folder that file_name is relative to (required) */
   size_t batch_size;           /* 8 */
   size_t workers;              /* 0: one per core */
-  size_t prefetch;             /* batches being filled ahead of the consumer: 2 */
+  size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
+                                  enough that 2 x workers samples are in flight, at least 2,
+                                  within max_pinned_bytes */
   size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
   int shuffle;                 /* 1: a permutation per epoch from seed + epoch */
   uint64_t seed;               /* 0 */
@@ -102,6 +110,10 @@ typedef struct ferry_loader_config {
   ferry_device *device;        /* pins arenas for this device; NULL: plain host memory */
   ferry_progress_fn progress;  /* called on the consumer's thread after each batch */
   void *progress_user;
+  size_t max_pinned_bytes;     /* bound on the pinned pool when prefetch is 0: the depth is
+                                  cut so that prefetch + max_outstanding arenas of a batch of
+                                  mean instance counts fit (at least 1 batch ahead); 0: no
+                                  bound. Default FERRY_LOADER_PINNED_BUDGET_DEFAULT */
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are
@@ -122,6 +134,8 @@ typedef struct ferry_loader_stats {
   size_t arenas;
   int rank, world_size;
   ferry_pool_stats pool;      /* the pinned pool (zeros when unpacked) */
+  size_t prefetch;            /* the depth in use (config.prefetch, or the one sized at open) */
+  uint64_t coordinator_cpu_ns; /* CPU time of the thread that lays batches out, since open */
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */

@@ -12,8 +12,8 @@ enum { MAXB = 64, N = LOADER_TEST_IMAGES, NBATCH = (N + 3) / 4 };
 Test(loader, batches_do_not_depend_on_the_number_of_workers, .timeout = 120) {
   uint64_t ref[MAXB], got[MAXB];
   size_t nref = 0;
-  const size_t workers[] = {1, 2, 4};
-  for (size_t w = 0; w < 3; w++) {
+  const size_t workers[] = {1, 2, 4, 16};
+  for (size_t w = 0; w < 4; w++) {
     ferry_loader_config c;
     test_config(&c);
     c.workers = workers[w];
