@@ -40,10 +40,10 @@ with open(f"{d}/peak.dat", "w") as out:
 PY
 
 gnuplot <<GP
-set terminal pngcairo size 900,520 font "sans,11"
+load "$root/repro/plot_style.gp"
 set output "$img/throughput.png"
 set title "Loader throughput at 312x312 with masks (medians of 3 rounds; ranges in benchmarks.md)"
-set ylabel "images/s"; set xlabel "workers"; set key top left; set grid ytics
+set ylabel "images/s"; set xlabel "workers"; set key top left
 set style data histogram; set style histogram clustered gap 2; set style fill solid 0.6 border -1
 set yrange [0:*]
 plot "$data/throughput.dat" using 2:xtic(1) title "loader (no transfer)", \

@@ -1,13 +1,21 @@
 /* repro/synth_coco.c - a synthetic, deterministic, COCO val2017-shaped data set.
  *
- *   synth_coco --out DIR [--images N] [--seed S] [--threads T]
+ *   synth_coco --out DIR [--images N] [--seed S] [--threads T] [--max-side M]
  *
  * writes DIR/val2017/000000xxxxxx.jpg (quality 90, 4:2:0) and
  * DIR/annotations/instances_val2017.json. Benchmarks and parity checks need a full
  * 5,000-image set with val2017's shape (sizes, instances per image, polygons, crowd
  * RLE, category gaps, sparse ids) that any machine can make without downloading
  * COCO. Every image is drawn from random streams keyed by (seed, image index), so
- * the bytes do not depend on the thread count: same seed, identical files.
+ * the bytes do not depend on the thread count: same seed and options, identical files.
+ *
+ * --max-side M makes a tiny set (for benchmarks of the loader's per-batch overhead
+ * rather than of decoding): each planned val2017 size is shrunk, aspect kept, to a
+ * longer side of at most M before anything is drawn, so the scene, its polygons,
+ * boxes, areas and crowd RLE are made, painted and encoded at the small size and
+ * match the pixels exactly. Object radii keep their pixel floor (MIN_RADIUS in
+ * synth_scene.c), so tiny images hold relatively larger objects than val2017. Without
+ * the option the plan, hence every byte, is what it was before the option existed.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -28,13 +36,16 @@
 #define JPEG_QUALITY 90
 #define MAX_IMAGES 1000000
 #define MAX_THREADS 256
+#define MIN_MAX_SIDE 16 /* shorter side >= 8 (aspects within 2:1): above 3 / 0.45, where
+                           synth_scene.c's smallest object radius passes its largest */
+#define MAX_MAX_SIDE 4096
 #define CROWD_ID_BASE 900000000000ll /* COCO's crowd ids are also large, past 32 bits */
 
 static const char usage_text[] =
-  "usage: synth_coco --out DIR [--images N] [--seed S] [--threads T]\n"
+  "usage: synth_coco --out DIR [--images N] [--seed S] [--threads T] [--max-side M]\n"
   "\n"
   "Writes a synthetic COCO val2017-shaped data set, identical byte for byte for the\n"
-  "same seed (whatever the thread count):\n"
+  "same seed and options (whatever the thread count):\n"
   "  DIR/val2017/000000xxxxxx.jpg            N JPEGs, quality 90, 4:2:0, COCO's sizes\n"
   "  DIR/annotations/instances_val2017.json  images, polygon and crowd-RLE instances,\n"
   "                                          COCO's 80 categories (ids 1-90 with gaps)\n"
@@ -45,6 +56,10 @@ static const char usage_text[] =
   "  --images N     number of images, 1 to 1000000 (default 5000)\n"
   "  --seed S       unsigned 64-bit seed (default 1)\n"
   "  --threads T    worker threads, 1 to 256 (default 2); does not change the output\n"
+  "  --max-side M   tiny images: each val2017 size is shrunk, aspect ratio kept, to a\n"
+  "                 longer side of at most M pixels, 16 to 4096 (640x480 becomes 80x60\n"
+  "                 with 80); the annotations are drawn at that size (default: none,\n"
+  "                 val2017's sizes)\n"
   "  --help         this text\n"
   "\n"
   "Prints a summary: images, annotations, crowd, instances per image (mean, median,\n"
@@ -54,6 +69,7 @@ static const char usage_text[] =
 typedef struct options {
   const char *out;
   uint64_t images, seed, threads;
+  uint64_t max_side; /* 0: val2017's sizes */
 } options;
 
 /* What the main thread decides for each image before the workers start. */
@@ -97,7 +113,7 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 
 /* Returns 0 to run, 1 after --help, 2 on a bad argument (message printed). */
 static int parse_args(int argc, char **argv, options *opt) {
-  *opt = (options){NULL, 5000, 1, 2};
+  *opt = (options){NULL, 5000, 1, 2, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -105,7 +121,7 @@ static int parse_args(int argc, char **argv, options *opt) {
       return 1;
     }
     int known = !strcmp(a, "--out") || !strcmp(a, "--images") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--threads");
+                !strcmp(a, "--threads") || !strcmp(a, "--max-side");
     if (!known) {
       fprintf(stderr, "synth_coco: unknown argument '%s' (see --help)\n", a);
       return 2;
@@ -122,8 +138,10 @@ static int parse_args(int argc, char **argv, options *opt) {
       bad = parse_u64(v, 1, MAX_IMAGES, &opt->images);
     else if (!strcmp(a, "--seed"))
       bad = parse_u64(v, 0, UINT64_MAX, &opt->seed);
-    else
+    else if (!strcmp(a, "--threads"))
       bad = parse_u64(v, 1, MAX_THREADS, &opt->threads);
+    else
+      bad = parse_u64(v, MIN_MAX_SIDE, MAX_MAX_SIDE, &opt->max_side);
     if (bad) {
       fprintf(stderr, "synth_coco: %s: invalid value '%s' (see --help)\n", a, v);
       return 2;
@@ -225,6 +243,17 @@ static void random_size(synth_rng *r, int *w, int *h) {
   *h = landscape ? shorter : longer;
 }
 
+/* Shrinks w x h so that its longer side is max_side (0: no limit), rounding the
+ * shorter side to the nearest pixel. Never enlarges: a limit past 640 leaves val2017's
+ * sizes, and a tiny set's sizes are the full set's scaled, which the tests predict. */
+static void fit_max_side(int *w, int *h, uint64_t max_side) {
+  long long longer = *w > *h ? *w : *h, side = (long long)max_side;
+  if (max_side == 0 || longer <= side)
+    return;
+  *w = (int)((*w * side + longer / 2) / longer); /* >= side / 2: aspects stay within 2:1 */
+  *h = (int)((*h * side + longer / 2) / longer);
+}
+
 /* Sparse increasing ids like val2017's (139, 285, 632, ... up to ~580,000). */
 static void make_plans(const options *opt, image_plan *plans) {
   long long id = 0;
@@ -235,6 +264,7 @@ static void make_plans(const options *opt, image_plan *plans) {
     id += 1 + synth_below(&r, 230);
     p->id = id;
     random_size(&r, &p->w, &p->h);
+    fit_max_side(&p->w, &p->h, opt->max_side);
     p->license = 1 + synth_below(&r, 8);
     int field[5]; /* drawn in order: argument evaluation order is unspecified */
     static const int span[5] = {12, 28, 24, 60, 60}, first[5] = {1, 1, 0, 0, 0};
@@ -480,9 +510,11 @@ static json_t *images_json(const job *jb) {
 }
 
 static int write_annotations(const job *jb, const char *ann_dir) {
-  char contributor[96];
-  snprintf(contributor, sizeof contributor, "ferry repro/synth_coco, seed %llu, %llu images",
-           (unsigned long long)jb->opt->seed, (unsigned long long)jb->opt->images);
+  char contributor[128], tiny[48] = "";
+  if (jb->opt->max_side) /* said only when given, so the default file stays as it was */
+    snprintf(tiny, sizeof tiny, ", longer side <= %llu", (unsigned long long)jb->opt->max_side);
+  snprintf(contributor, sizeof contributor, "ferry repro/synth_coco, seed %llu, %llu images%s",
+           (unsigned long long)jb->opt->seed, (unsigned long long)jb->opt->images, tiny);
   json_t *info = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s}", "description",
                            "Synthetic COCO val2017-shaped data set", "url", "", "version", "1.0",
                            "year", 2017, "contributor", contributor, "date_created", "2017/09/01");

@@ -15,7 +15,12 @@ Runs the generator on small sets and verifies, independently of its code:
     width and height the JSON states;
   - statistics over 300 images near val2017's (instances per image, crowd share,
     bytes per pixel);
-  - argument errors exit 2, an output path that cannot be a folder exits 1.
+  - argument errors exit 2, an output path that cannot be a folder exits 1;
+  - tiny mode (--max-side M): each image is the full-size set's image of the same id
+    shrunk to a longer side of M (aspect kept), and passes every structural check
+    above at that size (JPEG size = JSON size, boxes and polygons inside, crowd
+    counts summing to h*w); identical files whatever the thread count; a limit no
+    image reaches changes no JPEG and no annotation.
 With Pillow, every JPEG is also decoded; with pycocotools, crowd areas and boxes are
 recomputed by maskUtils and polygon areas compared with annToMask. Without them those
 checks are skipped, unless the CI environment variable is set: then it is a failure.
@@ -57,9 +62,9 @@ def run(exe, *args):
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
 
 
-def generate(exe, out, images, seed, threads):
+def generate(exe, out, images, seed, threads, *extra):
     p = run(exe, "--out", out, "--images", str(images), "--seed", str(seed),
-            "--threads", str(threads))
+            "--threads", str(threads), *extra)
     if p.returncode != 0:
         print(p.stdout + p.stderr)
         raise SystemExit(f"synth_coco exited {p.returncode} for {out}")
@@ -276,7 +281,8 @@ def check_arguments(exe, tmp):
     check(run(exe, "--help").returncode == 0, "--help exits 0")
     for args in (["--images", "3"], ["--out", tmp, "--images", "0"],
                  ["--out", tmp, "--images", "x"], ["--out", tmp, "--seed", "-1"],
-                 ["--out", tmp, "--threads", "0"], ["--out", tmp, "--bogus"], ["--out"]):
+                 ["--out", tmp, "--threads", "0"], ["--out", tmp, "--bogus"], ["--out"],
+                 ["--out", tmp, "--max-side", "15"], ["--out", tmp, "--max-side", "4097"]):
         p = run(exe, *args)
         check(p.returncode == 2 and "synth_coco:" in p.stderr, f"{args}: exit 2 with a message")
     blocker = os.path.join(tmp, "a_file")
@@ -285,6 +291,48 @@ def check_arguments(exe, tmp):
     p = run(exe, "--out", os.path.join(blocker, "set"), "--images", "1")
     check(p.returncode == 1 and "cannot create directory" in p.stderr,
           "an output path under a file exits 1 naming the folder")
+
+
+def shrunk(w, h, side):
+    """The size val2017-shaped w x h should have with --max-side side."""
+    longer = max(w, h)
+    if longer <= side:
+        return w, h
+    return tuple((2 * v * side + longer) // (2 * longer) for v in (w, h))  # nearest, exactly
+
+
+def check_tiny_sizes(tiny, full, side):
+    sizes = {im["id"]: (im["width"], im["height"]) for im in full["images"]}
+    check([im["id"] for im in tiny["images"]] == list(sizes), f"max side {side}: same image ids")
+    for im in tiny["images"]:
+        w, h = im["width"], im["height"]
+        check(max(w, h) <= side, f"max side {side}: image {im['id']} is {w}x{h}")
+        check((w, h) == shrunk(*sizes[im["id"]], side),
+              f"max side {side}: image {im['id']} {w}x{h} is not {sizes[im['id']]} shrunk")
+
+
+def check_tiny(exe, tmp, decode):
+    """--max-side: shrunk val2017 sizes, annotations consistent at the small size."""
+    full, tiny, tiny3, edge, loose = (os.path.join(tmp, d) for d in
+                                      ("full", "tiny", "tiny3", "edge", "loose"))
+    generate(exe, full, 300, 12, 2)
+    generate(exe, tiny, 300, 12, 1, "--max-side", "80")
+    generate(exe, tiny3, 300, 12, 3, "--max-side", "80")
+    check(tree_bytes(tiny) == tree_bytes(tiny3), "max side 80, 1 or 3 threads: identical files")
+    coco = load(tiny)
+    check_tiny_sizes(coco, load(full), 80)
+    check(sum(a["iscrowd"] for a in coco["annotations"]) > 0, "max side 80: some crowds to check")
+    check_structure(coco, tiny, decode)
+    generate(exe, edge, 300, 12, 2, "--max-side", "16")
+    check_tiny_sizes(load(edge), load(full), 16)
+    check_structure(load(edge), edge, None)
+    # 640 is val2017's longest side: a limit of 640 shrinks nothing
+    generate(exe, loose, 300, 12, 2, "--max-side", "640")
+    tf, tl = tree_bytes(full), tree_bytes(loose)
+    check(all(tf[k] == tl[k] for k in tf if k.endswith(".jpg")), "max side 640: same JPEGs")
+    full_coco, loose_coco = load(full), load(loose)
+    check(all(full_coco[k] == loose_coco[k] for k in ("images", "annotations")),
+          "max side 640: same images and annotations")
 
 
 def main():
@@ -322,6 +370,7 @@ def main():
         check(0.35 <= bpp <= 0.8, f"bytes per pixel {bpp}")
         if have_pycocotools:
             check_with_pycocotools(big)
+        check_tiny(exe, tmp, decode)
         check_arguments(exe, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
