@@ -205,9 +205,26 @@ static ferry_status walk_edge(crossing_walk *wk, int xs, int ys, int xe, int ye)
   return walk_band(wk, &e);
 }
 
+/* Below this many crossings an insertion sort is cheaper than clearing and
+ * scanning the radix sort's 4 x 256 counters (small polygons, small images). */
+enum { INSERTION_SORT_MAX = 48 };
+
+static void insertion_sort(uint32_t *a, size_t k) {
+  for (size_t j = 1; j < k; j++) {
+    uint32_t key = a[j];
+    size_t i = j;
+    for (; i > 0 && a[i - 1] > key; i--) a[i] = a[i - 1];
+    a[i] = key;
+  }
+}
+
 /* Sort the crossings: an LSD radix sort a byte at a time, skipping the bytes all
  * keys share. (qsort's comparison calls cost more than the walk that found them.) */
 static ferry_status sort_crossings(uint32_t *a, size_t k) {
+  if (k <= INSERTION_SORT_MAX) {
+    insertion_sort(a, k);
+    return FERRY_OK;
+  }
   uint32_t count[4][256] = {{0}};
   for (size_t j = 0; j < k; j++)
     for (int b = 0; b < 4; b++) count[b][a[j] >> (8 * b) & 255]++;

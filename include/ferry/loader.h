@@ -89,7 +89,7 @@ typedef struct ferry_loader_config {
   size_t batch_size;           /* 8 */
   size_t workers;              /* 0: one per core */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
-                                  enough that 2 x workers samples are in flight, at least 2,
+                                  enough that 4 x workers samples are in flight, at least 2,
                                   within max_pinned_bytes */
   size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
   int shuffle;                 /* 1: a permutation per epoch from seed + epoch */

@@ -17,10 +17,10 @@ static ferry_loader_stats stats_after_open(ferry_loader_config *c) {
   return s;
 }
 
-Test(pipeline, default_depth_keeps_two_samples_per_worker_in_flight) {
+Test(pipeline, default_depth_keeps_four_samples_per_worker_in_flight) {
   ferry_loader_config c;
   test_config(&c); /* batches of 4 */
-  const size_t workers[] = {1, 2, 4, 8, 16, 64}, depth[] = {2, 2, 2, 4, 8, 32};
+  const size_t workers[] = {1, 2, 3, 4, 8, 16, 64}, depth[] = {2, 2, 3, 4, 8, 16, 64};
   for (size_t i = 0; i < sizeof workers / sizeof *workers; i++) {
     c.workers = workers[i];
     c.prefetch = 0;
@@ -47,10 +47,10 @@ Test(pipeline, an_explicit_prefetch_is_kept) {
 Test(pipeline, the_pinned_budget_cuts_the_default_depth) {
   ferry_loader_config c;
   test_config(&c);
-  c.workers = 64; /* wants 32 batches ahead */
+  c.workers = 64; /* wants 64 batches ahead */
   c.max_pinned_bytes = 0;
   size_t unbounded = stats_after_open(&c).prefetch;
-  cr_assert_eq(unbounded, 32);
+  cr_assert_eq(unbounded, 64);
   c.max_pinned_bytes = 1;
   cr_assert_eq(stats_after_open(&c).prefetch, 1, "a budget too small still lets one batch be filled");
   size_t last = 1;
@@ -61,7 +61,7 @@ Test(pipeline, the_pinned_budget_cuts_the_default_depth) {
     cr_assert_leq(s.prefetch, unbounded);
     last = s.prefetch;
   }
-  cr_assert_eq(last, unbounded, "64 MiB holds 34 arenas of these small batches");
+  cr_assert_eq(last, unbounded, "64 MiB holds 66 arenas of these small batches");
 }
 
 Test(pipeline, a_budgeted_pool_stays_near_its_budget, .timeout = 120) {
@@ -74,7 +74,7 @@ Test(pipeline, a_budgeted_pool_stays_near_its_budget, .timeout = 120) {
   epoch_digests(l, d, MAXB);
   ferry_loader_stats s;
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
-  cr_assert_lt(s.prefetch, 32);
+  cr_assert_lt(s.prefetch, 64);
   /* The depth is sized for batches of mean instance counts; an arena grows to the
    * largest batch it held, so the pool may pass the budget by that spread only. */
   cr_assert_leq(s.pool.peak_reserved_bytes, 2 * c.max_pinned_bytes, "%llu reserved",
