@@ -140,9 +140,9 @@ static inline uint8_t *read_back(ferry_stream *stream, const ferry_tensor *t) {
   if (t->nbytes == 0) return NULL;
   uint8_t *host = malloc(t->nbytes);
   cr_assert_not_null(host);
-  cr_assert_eq(ferry_memcpy_async(stream, host, t->data, t->nbytes,
-                                  on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_D2H), FERRY_OK);
-  cr_assert_eq(ferry_stream_synchronize(stream), FERRY_OK);
+  cr_assert_eq(ferry_memcpy(stream, host, t->data, t->nbytes,
+                            on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_D2H), FERRY_OK, "%s",
+               ferry_last_error());
   return host;
 }
 
@@ -151,9 +151,9 @@ static inline void write_into(ferry_stream *stream, ferry_tensor *t, uint8_t byt
   if (t->nbytes == 0) return;
   uint8_t *host = malloc(t->nbytes);
   memset(host, byte, t->nbytes);
-  cr_assert_eq(ferry_memcpy_async(stream, t->data, host, t->nbytes,
-                                  on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_H2D), FERRY_OK);
-  cr_assert_eq(ferry_stream_synchronize(stream), FERRY_OK);
+  cr_assert_eq(ferry_memcpy(stream, t->data, host, t->nbytes,
+                            on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_H2D), FERRY_OK, "%s",
+               ferry_last_error());
   free(host);
 }
 
