@@ -144,6 +144,12 @@ static void free_unpacked(ferry_batch *b) {
   }
 }
 
+/* The per-sample buffers are plain pageable memory on purpose: an unpacked batch
+ * stands for a loader without an arena, and that is what such a loader has. Pinning
+ * each one instead (cudaHostAlloc per sample and field, and a cudaFreeHost that
+ * synchronises the whole GPU) would make the baseline measure the driver's pinning
+ * cost, not what packing saves. The transfer copies them synchronously, which is what
+ * CUDA does with pageable memory anyway, so both backends pay the same. */
 ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
                                          const ferry_field_spec *fields, const int64_t *rows,
                                          ferry_batch **out) {

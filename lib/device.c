@@ -3,6 +3,12 @@
  * The backends (device_host.c, device_cuda.c) only move bytes and order work; what
  * both share lives here so that they cannot drift apart: the accounting is the same
  * code for both, which is what lets CI's host runs vouch for the CUDA numbers.
+ *
+ * The pinned-memory rule lives here too, for the same reason: ferry_memcpy_async takes
+ * a host buffer only inside a live ferry_device_host_alloc allocation of the stream's
+ * device, on both backends. CUDA copies to or from pageable memory block the caller
+ * until the copy has run, so a copy queued behind a blocked host function would hang
+ * there and only there; refusing it everywhere lets CI's host runs catch it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +63,7 @@ ferry_status ferry_device_open(const char *name, ferry_device **out) {
   pthread_mutex_init(&d->streams_lock, NULL);
   pthread_mutex_init(&d->accounting_lock, NULL);
   ferry_ptrmap_init(&d->device_sizes);
-  ferry_ptrmap_init(&d->pinned_sizes);
+  ferry_rangeset_init(&d->pinned);
   *out = d;
   return FERRY_OK;
 }
@@ -162,7 +168,7 @@ void ferry_device_close(ferry_device *device) {
     device->ops->shutdown(device);
   }
   ferry_ptrmap_destroy(&device->device_sizes);
-  ferry_ptrmap_destroy(&device->pinned_sizes);
+  ferry_rangeset_destroy(&device->pinned);
   pthread_mutex_destroy(&device->init_lock);
   pthread_mutex_destroy(&device->streams_lock);
   pthread_mutex_destroy(&device->accounting_lock);
@@ -171,10 +177,10 @@ void ferry_device_close(ferry_device *device) {
 
 /* ---- accounting ---------------------------------------------------------- */
 
-static int account_alloc(ferry_device *d, ferry_ptrmap *map, const void *ptr, size_t size,
-                         int pinned) {
+static int account_alloc(ferry_device *d, const void *ptr, size_t size, int pinned) {
   pthread_mutex_lock(&d->accounting_lock);
-  int rc = ferry_ptrmap_put(map, ptr, size);
+  int rc = pinned ? ferry_rangeset_put(&d->pinned, ptr, size)
+                  : ferry_ptrmap_put(&d->device_sizes, ptr, size);
   if (rc == 0 && pinned) {
     d->pinned_live_bytes += size;
     if (d->pinned_live_bytes > d->pinned_peak_bytes) d->pinned_peak_bytes = d->pinned_live_bytes;
@@ -189,10 +195,11 @@ static int account_alloc(ferry_device *d, ferry_ptrmap *map, const void *ptr, si
 }
 
 /* 1 if ptr was a live allocation of this device (and is now forgotten). */
-static int account_free(ferry_device *d, ferry_ptrmap *map, const void *ptr, int pinned) {
+static int account_free(ferry_device *d, const void *ptr, int pinned) {
   size_t size = 0;
   pthread_mutex_lock(&d->accounting_lock);
-  int found = ferry_ptrmap_take(map, ptr, &size);
+  int found = pinned ? ferry_rangeset_take(&d->pinned, ptr, &size)
+                     : ferry_ptrmap_take(&d->device_sizes, ptr, &size);
   if (found && pinned) {
     d->pinned_live_bytes -= size;
   } else if (found) {
@@ -201,6 +208,15 @@ static int account_free(ferry_device *d, ferry_ptrmap *map, const void *ptr, int
   }
   pthread_mutex_unlock(&d->accounting_lock);
   return found;
+}
+
+/* 1 when [ptr, ptr+n) lies inside one live pinned allocation of the device: interior
+ * pointers count, since callers copy slices of pool arenas. */
+static int is_pinned(ferry_device *d, const void *ptr, size_t n) {
+  pthread_mutex_lock(&d->accounting_lock);
+  int covered = ferry_rangeset_covers(&d->pinned, ptr, n);
+  pthread_mutex_unlock(&d->accounting_lock);
+  return covered;
 }
 
 ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
@@ -213,7 +229,7 @@ ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, siz
   void *ptr = NULL;
   st = device->ops->malloc(stream, size, &ptr);
   if (st != FERRY_OK) return st;
-  if (account_alloc(device, &device->device_sizes, ptr, size, 0) != 0) {
+  if (account_alloc(device, ptr, size, 0) != 0) {
     device->ops->free(stream, ptr);
     return ferry_fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
   }
@@ -226,7 +242,7 @@ ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void 
   if (!ptr) return FERRY_OK;
   ferry_status st = resolve_stream(device, &stream);
   if (st != FERRY_OK) return st;
-  if (!account_free(device, &device->device_sizes, ptr, 0))
+  if (!account_free(device, ptr, 0))
     return ferry_fail(FERRY_EINVAL, "%s: free of %p, which is not a live allocation of this device",
                       device->name, ptr);
   return device->ops->free(stream, ptr);
@@ -241,7 +257,7 @@ ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **o
   void *ptr = NULL;
   st = device->ops->host_alloc(device, size, &ptr);
   if (st != FERRY_OK) return st;
-  if (account_alloc(device, &device->pinned_sizes, ptr, size, 1) != 0) {
+  if (account_alloc(device, ptr, size, 1) != 0) {
     device->ops->host_free(device, ptr);
     return ferry_fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
   }
@@ -251,7 +267,7 @@ ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **o
 
 void ferry_device_host_free(ferry_device *device, void *ptr) {
   if (!device || !ptr) return;
-  if (account_free(device, &device->pinned_sizes, ptr, 1)) device->ops->host_free(device, ptr);
+  if (account_free(device, ptr, 1)) device->ops->host_free(device, ptr);
 }
 
 ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out) {
@@ -287,12 +303,58 @@ ferry_status ferry_device_reset_peak(ferry_device *device) {
 
 /* ---- copies, host functions, events --------------------------------------- */
 
+static ferry_status check_copy(const char *fn, ferry_stream *stream, void *dst, const void *src,
+                               size_t n) {
+  if (!stream) return ferry_fail(FERRY_EINVAL, "%s: stream is NULL", fn);
+  if (n && (!dst || !src)) return ferry_fail(FERRY_EINVAL, "%s: NULL buffer for %zu bytes", fn, n);
+  return FERRY_OK;
+}
+
+/* The host side of the copy, if it has one that the rule covers: an H2D source or a
+ * D2H destination. D2D has none; H2H is the host backend's own kind (its device
+ * memory is host memory) and CUDA never queues it. */
+static const void *host_side(void *dst, const void *src, ferry_copy_kind kind) {
+  if (kind == FERRY_COPY_H2D) return src;
+  if (kind == FERRY_COPY_D2H) return dst;
+  return NULL;
+}
+
+static int copy_is_pinned(ferry_stream *stream, void *dst, const void *src, size_t n,
+                          ferry_copy_kind kind) {
+  const void *host = host_side(dst, src, kind);
+  return !host || is_pinned(stream->device, host, n);
+}
+
 ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
                                 ferry_copy_kind kind) {
-  if (!stream) return ferry_fail(FERRY_EINVAL, "ferry_memcpy_async: stream is NULL");
-  if (n == 0) return FERRY_OK;
-  if (!dst || !src) return ferry_fail(FERRY_EINVAL, "ferry_memcpy_async: NULL buffer for %zu bytes", n);
+  ferry_status st = check_copy("ferry_memcpy_async", stream, dst, src, n);
+  if (st != FERRY_OK || n == 0) return st;
+  if (!copy_is_pinned(stream, dst, src, n, kind))
+    return ferry_fail(FERRY_EINVAL,
+                      "ferry_memcpy_async: the host %s (%p, %zu bytes) is not pinned memory of %s; "
+                      "an asynchronous copy needs a host buffer from ferry_device_host_alloc (or a "
+                      "pool arena) of the stream's device: use ferry_memcpy to copy pageable "
+                      "memory synchronously, or stage it through pinned memory",
+                      kind == FERRY_COPY_H2D ? "source" : "destination", host_side(dst, src, kind),
+                      n, stream->device->name);
   return stream->device->ops->memcpy(stream, dst, src, n, kind);
+}
+
+ferry_status ferry_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
+                          ferry_copy_kind kind) {
+  ferry_status st = check_copy("ferry_memcpy", stream, dst, src, n);
+  if (st == FERRY_OK && n) st = stream->device->ops->memcpy(stream, dst, src, n, kind);
+  if (st == FERRY_OK && n) st = stream->device->ops->stream_sync(stream);
+  return st;
+}
+
+ferry_status ferry_memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                  ferry_copy_kind kind) {
+  ferry_status st = check_copy("ferry_memcpy_or_wait", stream, dst, src, n);
+  if (st != FERRY_OK || n == 0) return st;
+  if (copy_is_pinned(stream, dst, src, n, kind))
+    return stream->device->ops->memcpy(stream, dst, src, n, kind);
+  return ferry_memcpy(stream, dst, src, n, kind);
 }
 
 ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {

@@ -12,6 +12,7 @@
 
 #include "ferry/device.h"
 #include "lib/ptrmap.h"
+#include "lib/rangeset.h"
 
 typedef struct ferry_backend {
   const char *name;
@@ -67,10 +68,18 @@ struct ferry_device {
 
   pthread_mutex_t accounting_lock;
   ferry_ptrmap device_sizes;
-  ferry_ptrmap pinned_sizes;
+  ferry_rangeset pinned; /* live ferry_device_host_alloc allocations */
   uint64_t live_bytes, peak_bytes, allocations, live_allocations;
   uint64_t pinned_live_bytes, pinned_peak_bytes;
 };
+
+/* For the library's own copies whose host side is pageable by design (an unpacked
+ * batch's per-sample buffers, a GPU batch packed onto the host device, a module's
+ * host tensors): queued as ferry_memcpy_async when it would take the copy, otherwise
+ * done synchronously as ferry_memcpy, since pageable memory cannot be copied
+ * asynchronously by CUDA. */
+ferry_status ferry_memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                  ferry_copy_kind kind);
 
 extern const ferry_backend ferry_host_backend;
 extern const ferry_backend ferry_cuda_backend;

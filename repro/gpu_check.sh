@@ -1,22 +1,182 @@
 #!/usr/bin/env bash
-# repro/gpu_check.sh - check ferry on this machine's GPU in one go:
-#   1. configure and build with -Dcuda=enabled in a fresh build directory;
-#   2. run the test suites that hold the CUDA variants (lib, transfer) with
-#      FERRY_REQUIRE_CUDA=1, so a CUDA test that skips counts as a failure;
-#   3. run cuda_peak_memory (table and --json; it must report CUDA rows);
-#   4. run repro/throughput on the GPU, if that program exists, on a generated set,
-#      and the training loop on CUDA with its exact-resume check.
-# Everything printed goes to one file: $1, else $OUT/gpu_check.log, else
-# ./gpu_check.log. Meant to finish in under 5 minutes on an H200 node.
-# Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
-# that need none ran, and passed).
+# repro/gpu_check.sh - check ferry on a GPU node, in two steps, because a GPU node has
+# the driver, nvcc, python3, meson and ninja but none of Debian's -dev packages
+# (libturbojpeg, libpng, jansson, criterion) and no network, so it cannot build ferry.
+#
+#   repro/gpu_check.sh bundle DIR        (here, on a machine that builds ferry)
+#     configures and builds with -Dcuda=enabled -Dbuildtype=release in DIR/build;
+#     writes DIR/tests.txt, the lib and transfer suites' tests as meson knows them,
+#     with every path rewritten relative to DIR so they run from wherever DIR lands
+#     (meson test itself needs the build at its configured absolute path, which a
+#     GPU node does not have); copies the test scripts to DIR/scripts, the real COCO
+#     sample the transfer suite reads to DIR/data, and to DIR/lib every shared
+#     library that ldd lists for the test binaries, the repro programs, train_loop
+#     and libferry.so, except glibc's own, the driver (libcuda, libnvidia-*: those
+#     must be the node's) and anything ldd cannot find; then drops the object files
+#     and meson-private (the bundle is run, never rebuilt), checks under
+#     LD_LIBRARY_PATH=DIR/lib that every binary resolves each library to DIR or to
+#     glibc, and prints the bundle's size (it fails over 64 MiB: it must be carried).
+#
+#   repro/gpu_check.sh run DIR [LOG]     (there, from any path, any working directory)
+#     with LD_LIBRARY_PATH=DIR/lib, and FERRY_REQUIRE_CUDA=1 when nvidia-smi sees a
+#     GPU (so a CUDA test variant that skips is a failure, and any CUDA variant
+#     reported skipped counts as one too):
+#       1. every test of DIR/tests.txt (the lib and transfer suites: every CUDA test);
+#       2. cuda_peak_memory (table, and --json, which must have CUDA rows);
+#       3. synth_coco: a 1,000-image set (20 images without a GPU, as a smoke test);
+#       4. on a GPU: the training loop's exact resume (train_loop --device cuda
+#          --epochs 3 --resume-test), then a worker sweep of repro/throughput
+#          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers
+#          (short runs; later sweep points are skipped, and say so, when the budget
+#          runs out).
+#     Everything goes to LOG, else $OUT/gpu_check.log, else ./gpu_check.log. It budgets
+#     itself to under 5 minutes (FERRY_GPU_CHECK_BUDGET_S, default 290).
+#     Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
+#     that need none ran, and passed).
+#
+#   repro/gpu_check.sh [LOG]             both at once: bundle into a temporary
+#     directory, then run it.
+#
+# tests.txt: one test per line, tab-separated: name, suites (comma-separated),
+# timeout in seconds, the number N of environment entries, N entries KEY=VALUE, then
+# the command and its arguments. "@DIR@" in any field stands for DIR.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-log=${1:-${OUT:-.}/gpu_check.log}
 budget_s=${FERRY_GPU_CHECK_BUDGET_S:-290}
-
 failures=0
+
+# ---- bundle -------------------------------------------------------------------
+
+# The manifest, from meson's own list of tests; paths under DIR become @DIR@/...,
+# scripts from the source tree are copied to DIR/scripts. The install test is left
+# out: it checks packaging (meson install, pkg-config, a compiler), needs the source
+# tree and the build at their configured paths, and has no CUDA variant.
+write_manifest() {
+  local dir=$1
+  meson introspect --tests "$dir/build" | python3 -c '
+import json, os, shutil, sys
+dir, root = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
+def rel(path):
+    real = os.path.realpath(path) if os.path.isabs(path) else path
+    if real.startswith(dir + os.sep):
+        return "@DIR@/" + os.path.relpath(real, dir)
+    if real.startswith(root + os.sep) and os.path.isfile(real):
+        copy = os.path.join(dir, "scripts", os.path.relpath(real, root))
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        shutil.copy2(real, copy)
+        return "@DIR@/" + os.path.relpath(copy, dir)
+    return path
+for t in json.load(sys.stdin):
+    suites = sorted(s.split(":")[-1] for s in t["suite"])
+    if not {"lib", "transfer"} & set(suites) or t["name"] == "install":
+        continue
+    # FERRY_* and CRITERION_* only: the rest configure sanitizers, which a release
+    # bundle is built without. FERRY_SOURCE_ROOT is the source tree, not bundled.
+    env = []
+    for key, value in sorted(t["env"].items()):
+        if key == "FERRY_SHARED":
+            value = "@DIR@/data"
+        if key.startswith(("FERRY_", "CRITERION_")) and key != "FERRY_SOURCE_ROOT" and value:
+            env.append(key + "=" + value)
+    cmd = [rel(c) for c in t["cmd"]]
+    print("\t".join([t["name"], ",".join(suites), str(t["timeout"]), str(len(env))] + env + cmd))
+' "$dir" "$root" >"$dir/tests.txt"
+}
+
+# The real COCO sample tests/transfer/test_loader_transfer.c reads, if this machine
+# has it: without it that test skips, which a GPU run counts as a failure.
+copy_test_data() {
+  local dir=$1 shared=${FERRY_SHARED:-$root/../shared}
+  local sample=realdata/dali_coco/coco
+  if [ ! -f "$shared/$sample/instances.json" ]; then
+    echo "bundle: no $shared/$sample: test_loader_transfer will skip"
+    return 0
+  fi
+  mkdir -p "$dir/data/$(dirname "$sample")"
+  cp -r "$shared/$sample" "$dir/data/$sample"
+}
+
+# Every binary the run step executes, and libferry.so.
+bundle_binaries() {
+  local build=$1
+  find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
+  local p
+  for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
+    echo "$build/$p"
+  done
+  find "$build" -maxdepth 1 -name 'libferry.so*' -type f
+}
+
+# glibc's own libraries and the driver's: these must come from the node.
+from_the_node() {
+  case $1 in
+    linux-vdso.so* | ld-linux*.so* | libc.so* | libm.so* | libpthread.so* | libdl.so* | \
+      librt.so* | libresolv.so* | libutil.so* | libanl.so* | libmvec.so* | libnsl.so* | \
+      libcuda.so* | libnvidia-*.so*) return 0 ;;
+  esac
+  return 1
+}
+
+copy_libraries() {
+  local dir=$1 bin name path
+  mkdir -p "$dir/lib"
+  while read -r bin; do
+    # "libfoo.so.1 => /usr/lib/.../libfoo.so.1 (0x...)"; "not found" is the node's business.
+    ldd "$bin" | while read -r name _ path _; do
+      [ -n "$path" ] && [ -f "$path" ] || continue
+      from_the_node "$name" && continue
+      case $path in "$dir"/*) continue ;; esac
+      cp -L -n "$path" "$dir/lib/$name"
+    done
+  done < <(bundle_binaries "$dir/build")
+}
+
+# Under LD_LIBRARY_PATH=DIR/lib every library must come from DIR or be glibc's/the
+# driver's (or be missing here and present on the node: the driver).
+check_self_contained() {
+  local dir=$1 bin name path bad=0
+  while read -r bin; do
+    while read -r name _ path _; do
+      [ -n "$path" ] || continue
+      from_the_node "$name" && continue
+      case $path in "$dir"/*) ;; *)
+        echo "bundle: $bin: $name resolves to $path, outside the bundle"
+        bad=1 ;;
+      esac
+    done < <(LD_LIBRARY_PATH="$dir/lib" ldd "$bin")
+  done < <(bundle_binaries "$dir/build")
+  return "$bad"
+}
+
+bundle() {
+  local dir=${1:?usage: gpu_check.sh bundle DIR}
+  mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
+  rm -rf "$dir/build" "$dir/lib" "$dir/scripts" "$dir/data"
+  # meson finds nvcc on PATH only; the toolkit's usual home will do.
+  command -v nvcc >/dev/null || PATH=$PATH:${CUDA_PATH:-/usr/local/cuda}/bin
+  meson setup "$dir/build" "$root" -Dcuda=enabled -Dbuildtype=release || return 1
+  ninja -C "$dir/build" -j "$(nproc 2>/dev/null || echo 2)" || return 1
+  write_manifest "$dir" || return 1
+  copy_test_data "$dir" || return 1
+  copy_libraries "$dir" || return 1
+  # Objects, static archives and meson's private state: only the build needed them.
+  find "$dir/build" -name '*.p' -type d -prune -exec rm -rf {} +
+  rm -rf "$dir/build/meson-private"
+  find "$dir/build" -name '*.a' -type f -delete
+  check_self_contained "$dir" || return 1
+  echo "bundle: $(wc -l <"$dir/tests.txt") tests in $dir/tests.txt, $(ls "$dir/lib" | wc -l) libraries in $dir/lib"
+  local kib
+  kib=$(du -sk "$dir" | cut -f1)
+  echo "bundle: size $((kib / 1024)) MiB ($dir); run it with: $0 run $dir [LOG]"
+  if [ "$kib" -gt $((64 * 1024)) ]; then
+    echo "bundle: over 64 MiB, too big to carry to the GPU machine"
+    return 1
+  fi
+}
+
+# ---- run ----------------------------------------------------------------------
+
 # step NAME COMMAND...: run, time and record one part.
 step() {
   local name=$1 t0=$SECONDS rc
@@ -40,76 +200,91 @@ time_left() {
   echo "$left"
 }
 
-# CUDA tests that skipped: the Criterion message of tests/transfer and tests/lib.
-count_cuda_skips() {
-  grep -E -c 'no CUDA device|skipped on cuda' "$1/meson-logs/testlog.txt" 2>/dev/null || true
-}
-
-run_throughput() {
-  local build=$1 data=$2
-  if [ ! -x "$build/repro/throughput" ]; then
-    echo "throughput: not built in this tree, skipped"
-    return 0
-  fi
-  if [ -x "$build/repro/synth_coco" ]; then
-    step synth_coco timeout 60 "$build/repro/synth_coco" --out "$data" --images 1000 --seed 0 || return 1
-    step throughput timeout "$(time_left)" "$build/repro/throughput" --device cuda \
-      --annotations "$data/annotations/instances_val2017.json" --images "$data/val2017" --json
-  else
-    step throughput timeout "$(time_left)" "$build/repro/throughput" --device cuda --json
-  fi
-}
-
-main() {
-  local work build gpu=0 jobs
-  work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-check.XXXXXX") || return 1
-  trap 'rm -rf "$work"' EXIT
-  build=$work/build
-  jobs=$(nproc 2>/dev/null || echo 4)
-  echo "ferry gpu_check: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), source $root"
-  if has_gpu; then
-    gpu=1
-    nvidia-smi -L
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-    export FERRY_REQUIRE_CUDA=1
-  else
-    echo "no GPU visible (nvidia-smi): the CUDA parts will report that they skipped"
-  fi
-  command -v nvcc >/dev/null && nvcc --version | tail -n 2
-
-  step configure meson setup "$build" "$root" -Dcuda=enabled -Dbuildtype=release || return 1
-  step build ninja -C "$build" -j "$jobs" || return 1
-
-  step tests meson test -C "$build" --suite lib --suite transfer --print-errorlogs \
-    --num-processes "$jobs" --timeout-multiplier 2
-  local skips
-  skips=$(count_cuda_skips "$build")
-  echo "CUDA test variants that skipped: $skips"
+# run_test DIR GPU TIMEOUT NENV ENV... COMMAND...: one test of tests.txt, run in
+# DIR/build as meson would. A CUDA test reported skipped (a *_cuda variant, or a
+# skip that names CUDA) is a failure on a GPU node, whatever the exit status.
+run_test() {
+  local dir=$1 gpu=$2 timeout_s=$3 n=$4 out rc skips
+  shift 4
+  out=$(cd "$dir/build" && env "${@:1:n}" timeout "$timeout_s" "${@:n+1}" 2>&1)
+  rc=$?
+  echo "$out"
+  skips=$(grep -E '^\[SKIP\] ' <<<"$out" | grep -v 'Test is disabled' | grep -Eic '_cuda:|cuda')
   if [ "$gpu" -eq 1 ] && [ "$skips" -ne 0 ]; then
-    echo "FAIL: a GPU is present but $skips CUDA test variant(s) skipped"
-    failures=$((failures + 1))
+    echo "FAIL: $skips CUDA test(s) skipped on a GPU node"
+    rc=1
   fi
+  return "$rc"
+}
 
-  step cuda_peak_memory "$build/repro/cuda_peak_memory"
-  local json
-  json=$("$build/repro/cuda_peak_memory" --json --reps 10)
-  local rc=$?
+run_tests() {
+  local dir=$1 gpu=$2 line
+  local -a f
+  [ -s "$dir/tests.txt" ] || { echo "no tests in $dir/tests.txt"; failures=$((failures + 1)); return; }
+  while IFS= read -r line; do
+    IFS=$'\t' read -r -a f <<<"${line//@DIR@/$dir}"
+    step "test ${f[0]} (${f[1]})" run_test "$dir" "$gpu" "${f[@]:2}"
+  done <"$dir/tests.txt"
+}
+
+peak_memory() {
+  local dir=$1 gpu=$2 json rc
+  step cuda_peak_memory "$dir/build/repro/cuda_peak_memory"
+  json=$("$dir/build/repro/cuda_peak_memory" --json --reps 10)
+  rc=$?
   echo "$json"
   if [ "$rc" -ne 0 ]; then failures=$((failures + 1)); fi
   if [ "$gpu" -eq 1 ] && ! grep -q '"backend": "cuda"' <<<"$json"; then
     echo "FAIL: cuda_peak_memory printed no CUDA rows"
     failures=$((failures + 1))
   fi
+}
 
-  if [ "$gpu" -eq 1 ]; then
-    run_throughput "$build" "$work/synth"
-    if [ -f "$work/synth/annotations/instances_val2017.json" ]; then
-      step train_loop timeout "$(time_left)" "$build/docs/examples/train_loop" --device cuda \
-        --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
-        --images "$work/synth/val2017"
-    fi
+# Short runs (a few seconds each on 16 cores): a sweep, not the recorded benchmark.
+sweep() {
+  local dir=$1 data=$2 batch workers warmup batches
+  for batch in 8 32; do
+    for workers in 4 8 16; do
+      if [ $((budget_s - SECONDS)) -lt 40 ]; then
+        echo "=== throughput batch $batch workers $workers: skipped, under 40 s of budget left"
+        continue
+      fi
+      if [ "$batch" -eq 8 ]; then warmup=4 batches=40; else warmup=2 batches=12; fi
+      step "throughput batch $batch workers $workers" timeout "$(time_left)" \
+        "$dir/build/repro/throughput" --device cuda --json --processes 1 --batch "$batch" \
+        --workers "$workers" --warmup "$warmup" --batches "$batches" \
+        --annotations "$data/annotations/instances_val2017.json" --images "$data/val2017"
+    done
+  done
+}
+
+run() {
+  local dir=${1:?usage: gpu_check.sh run DIR [LOG]} gpu=0 work
+  dir=$(cd "$dir" && pwd) || return 1
+  SECONDS=0 # the budget is the run's, not the bundle's before it
+  work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-check.XXXXXX") || return 1
+  trap 'rm -rf "$work"' EXIT
+  export LD_LIBRARY_PATH=$dir/lib
+  echo "ferry gpu_check run: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname 2>/dev/null), bundle $dir"
+  if has_gpu; then
+    gpu=1
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    export FERRY_REQUIRE_CUDA=1
   else
-    echo "throughput: needs a GPU for --device cuda, skipped"
+    echo "no GPU visible (nvidia-smi): CUDA variants skip, the GPU-only parts do not run"
+  fi
+
+  run_tests "$dir" "$gpu"
+  peak_memory "$dir" "$gpu"
+  local images=20
+  [ "$gpu" -eq 1 ] && images=1000
+  if step synth_coco timeout 120 "$dir/build/repro/synth_coco" --out "$work/synth" \
+    --images "$images" --seed 0 && [ "$gpu" -eq 1 ]; then
+    step train_loop timeout "$(time_left)" "$dir/build/docs/examples/train_loop" --device cuda \
+      --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
+      --images "$work/synth/val2017"
+    sweep "$dir" "$work/synth"
   fi
 
   echo "=== gpu_check: $failures failure(s) in $SECONDS s"
@@ -118,6 +293,21 @@ main() {
   return 0
 }
 
-mkdir -p "$(dirname "$log")"
-main "$@" 2>&1 | tee "$log"
-exit "${PIPESTATUS[0]}"
+# run's output goes to the log as well as to the terminal.
+run_logged() {
+  local log=${2:-${OUT:-.}/gpu_check.log}
+  mkdir -p "$(dirname "$log")"
+  run "$1" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+case ${1:-} in
+  bundle) bundle "${2:-}" ;;
+  run) run_logged "${2:-}" "${3:-}" ;;
+  *)
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-bundle.XXXXXX") || exit 1
+    trap 'rm -rf "$tmp"' EXIT
+    bundle "$tmp" || exit 1
+    run_logged "$tmp" "${1:-}"
+    ;;
+esac

@@ -7,7 +7,8 @@
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
  * transfer), `previous` (packed batch, whole-batch device copy then per-sample
  * clones), `direct` (packed batch, per-sample allocations straight from the arena)
- * and `unpacked` (per-sample host allocations, then the direct copies). With the
+ * and `unpacked` (per-sample pageable host allocations, then the direct path's
+ * copies, each waited for as pageable memory must be: docs/transfer.md). With the
  * host backend the transfer paths' copies are CPU work on the same cores (a GPU's
  * copy engines would do them), which the `loader` row leaves out. Alongside, the
  * decode-only limit: the same JPEGs read and decoded to RGB by TurboJPEG on the same

@@ -29,7 +29,7 @@
  *   - the packed batch is released right after ferry_transfer: its arena goes back to
  *     the pool when the copies have read it;
  *   - on CUDA the model's arithmetic still runs here, on the host: the tensors it
- *     reads are copied back with ferry_memcpy_async (D2H);
+ *     reads are copied back with ferry_memcpy (D2H, synchronous);
  *   - --resume-test saves a checkpoint mid-epoch (the loader's state, the weights and
  *     the epoch's running loss), opens a SECOND loader, restores the state into it,
  *     finishes the run and checks that every later step's loss equals the
@@ -136,8 +136,9 @@ static const void *read_back(trainer *t, ferry_stream *stream, const ferry_tenso
     fprintf(stderr, "train_loop: out of host memory for a %zu-byte read-back\n", tensor->nbytes);
     return NULL;
   }
-  *st = ferry_memcpy_async(stream, *buf, tensor->data, tensor->nbytes, FERRY_COPY_D2H);
-  if (*st == FERRY_OK) *st = ferry_stream_synchronize(stream);
+  /* *buf is plain malloc'd memory: a synchronous copy, as asynchronous ones need
+   * pinned memory (device.h). */
+  *st = ferry_memcpy(stream, *buf, tensor->data, tensor->nbytes, FERRY_COPY_D2H);
   return *st == FERRY_OK ? *buf : NULL;
 }
 

@@ -11,6 +11,8 @@
  *     number of allocations, exact to the byte.
  * The host backend runs each stream on its own thread, so asynchrony is real there
  * too: a copy has not necessarily happened when ferry_memcpy_async returns.
+ *   - asynchronous copies take host memory only when it is pinned by the stream's
+ *     device (ferry_memcpy_async below); ferry_memcpy copies any memory, synchronously.
  *
  * Opening "cuda" without a driver or a device fails with FERRY_ENODEV and says why.
  * Initialisation (CUDA context, default stream, memory pool) is deferred to the
@@ -34,7 +36,7 @@ typedef struct ferry_event ferry_event;
 typedef enum ferry_device_kind { FERRY_DEVICE_HOST = 0, FERRY_DEVICE_CUDA = 1 } ferry_device_kind;
 
 typedef enum ferry_copy_kind {
-  FERRY_COPY_H2D = 0, /* host (pinned or not) to device */
+  FERRY_COPY_H2D = 0, /* host to device (pinned, for ferry_memcpy_async) */
   FERRY_COPY_D2H = 1,
   FERRY_COPY_D2D = 2,
   FERRY_COPY_H2H = 3
@@ -84,9 +86,24 @@ ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **o
 void ferry_device_host_free(ferry_device *device, void *ptr);
 
 /* Queue a copy of n bytes on the stream. The source must stay unchanged, and both
- * buffers alive, until an event recorded after it has completed. */
+ * buffers alive, until an event recorded after it has completed.
+ *
+ * PINNED MEMORY RULE, the same on every backend: the host side of the copy (the
+ * source of an H2D copy, the destination of a D2H one) must lie inside one live
+ * ferry_device_host_alloc allocation of the stream's device: a pool arena, or any
+ * slice of one (interior pointers are fine). Anything else (malloc, the stack, static
+ * arrays, another device's pinned memory) is refused with FERRY_EINVAL and a message
+ * saying so. Why: CUDA cannot copy pageable memory asynchronously; cudaMemcpyAsync
+ * then blocks the calling thread until the copy has run, which deadlocks behind a
+ * host function that waits for that thread. The check is a binary search over the
+ * device's pinned allocations. D2D and H2H copies are not checked. */
 ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
                                 ferry_copy_kind kind);
+/* Copy n bytes in the stream's order and wait: returns once the copy, and all work
+ * queued before it on the stream, has completed. Any host memory, pinned or not;
+ * the way to copy pageable buffers. */
+ferry_status ferry_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
+                          ferry_copy_kind kind);
 
 /* Queue a host function: it runs after all earlier work on the stream and before
  * any later work. It must not call ferry stream functions on the same stream. */

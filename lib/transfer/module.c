@@ -114,7 +114,9 @@ static ferry_device *stream_device(ferry_device *from, ferry_device *to) {
   return from;
 }
 
-/* Copy every tensor into `fresh`; stops at the first failure. */
+/* Copy every tensor into `fresh`; stops at the first failure. A module's host tensors
+ * are host-device allocations, pageable to CUDA, so those copies are waited for
+ * (ferry_memcpy_or_wait); the move synchronises at the end anyway. */
 static ferry_status copy_all(ferry_module *m, ferry_device *device, ferry_stream *stream,
                              ferry_tensor *fresh) {
   ferry_stream *alloc_stream = stream->device == device ? stream : NULL;
@@ -129,8 +131,8 @@ static ferry_status copy_all(ferry_module *m, ferry_device *device, ferry_stream
     st = ferry_tensor_alloc(&fresh[i], device, alloc_stream, mt->tensor.dtype, mt->tensor.ndim,
                             mt->tensor.shape);
     if (st == FERRY_OK)
-      st = ferry_memcpy_async(stream, fresh[i].data, mt->tensor.data, mt->tensor.nbytes,
-                              ferry_copy_kind_between(m->device->kind == FERRY_DEVICE_HOST, to_host));
+      st = ferry_memcpy_or_wait(stream, fresh[i].data, mt->tensor.data, mt->tensor.nbytes,
+                                ferry_copy_kind_between(m->device->kind == FERRY_DEVICE_HOST, to_host));
     if (st != FERRY_OK) return ferry_error_prefix(st, "tensor '%s': ", mt->name);
   }
   return FERRY_OK;

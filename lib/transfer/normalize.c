@@ -82,14 +82,15 @@ static ferry_status launch(ferry_stream *stream, const void *src, void *dst, siz
 
 /* Host bytes go through a one-image staging buffer, freed in stream order right
  * after the kernel, so the pool reuses it for the next image: the transient is one
- * u8 image, never a whole field. */
+ * u8 image, never a whole field. The copy into it is queued from an arena and waited
+ * for from an unpacked batch's pageable buffer (ferry_memcpy_or_wait). */
 static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_on_host,
                                  void *dst, size_t hw, const ferry_norm_params *p) {
   if (!src_on_host) return launch(stream, src, dst, hw, p);
   ferry_device *device = stream->device;
   void *stage = NULL;
   ferry_status st = ferry_device_malloc(device, stream, 3 * hw, &stage);
-  if (st == FERRY_OK) st = ferry_memcpy_async(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
+  if (st == FERRY_OK) st = ferry_memcpy_or_wait(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
   if (st == FERRY_OK) st = launch(stream, stage, dst, hw, p);
   if (stage) ferry_device_free(device, stream, stage);
   return st;

@@ -5,6 +5,11 @@
  * path is ferry_packed_to (one device copy of the whole packed batch) followed by the
  * direct path reading from that copy (device-to-device clones), then a stream-ordered
  * free of the copy; it is kept so the difference stays measurable.
+ *
+ * Every copy goes through ferry_memcpy_or_wait: an arena is pinned memory of the
+ * device its pool is bound for, so its copies are queued; the host side of any other
+ * copy (an unpacked batch's per-sample buffers, host-device memory a GPU batch is
+ * packed onto) is pageable, and pageable memory is copied synchronously (device.h).
  */
 #include <string.h>
 
@@ -89,9 +94,9 @@ static ferry_status pack_onto(ferry_batch *b, ferry_device *device, ferry_stream
   ferry_stream *alloc_stream = stream->device == device ? stream : NULL;
   st = ferry_device_malloc(device, alloc_stream, nb->total_bytes, &nb->base);
   if (st == FERRY_OK)
-    st = ferry_memcpy_async(stream, nb->base, b->base, nb->total_bytes,
-                            ferry_copy_kind_between(ferry_batch_bytes_on_host(b),
-                                                    device->kind == FERRY_DEVICE_HOST));
+    st = ferry_memcpy_or_wait(stream, nb->base, b->base, nb->total_bytes,
+                              ferry_copy_kind_between(ferry_batch_bytes_on_host(b),
+                                                      device->kind == FERRY_DEVICE_HOST));
   if (st != FERRY_OK) {
     ferry_stream_synchronize(stream);
     ferry_device_free(device, alloc_stream, nb->base);
@@ -149,7 +154,7 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
     st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, view.dtype, view.ndim, view.shape);
   if (st != FERRY_OK) return st;
   slot->present = 1;
-  return ferry_memcpy_async(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
+  return ferry_memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
 }
 
 /* The shape and dtype of the batch tensor, checking what normalisation needs. */
@@ -189,7 +194,7 @@ static ferry_status copy_image_rows(transfer_job *job, size_t field, size_t hw,
     st = ferry_batch_sample(job->batch, field, i, &view);
     char *dst = (char *)db->images.tensor.data + i * item;
     if (st == FERRY_OK && !params)
-      st = ferry_memcpy_async(db->stream, dst, view.data, view.nbytes, job->kind);
+      st = ferry_memcpy_or_wait(db->stream, dst, view.data, view.nbytes, job->kind);
     else if (st == FERRY_OK)
       st = ferry_normalize_enqueue(db->stream, view.data, job->src_on_host, dst, hw, params);
     if (st != FERRY_OK) ferry_error_prefix(st, "sample %zu: ", i);

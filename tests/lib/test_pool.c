@@ -13,7 +13,7 @@ static ferry_pool_stats stats(ferry_pool *p) {
 }
 
 Test(pool, reuse_without_growth_across_1000_batches) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 3, 1 << 20, &p), FERRY_OK);
   ferry_memory_stats before;
@@ -43,7 +43,7 @@ Test(pool, reuse_without_growth_across_1000_batches) {
 }
 
 Test(pool, an_oversized_batch_grows_one_arena_and_is_counted) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
   ferry_arena *a;
@@ -61,7 +61,7 @@ Test(pool, an_oversized_batch_grows_one_arena_and_is_counted) {
 }
 
 Test(pool, a_full_pool_pushes_back) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
   ferry_arena *a, *b, *c;
@@ -81,7 +81,7 @@ Test(pool, a_full_pool_pushes_back) {
 /* Of the free arenas that fit, the one released last comes back first (its
  * lines are the likeliest to be in cache); a bigger need still takes the biggest. */
 Test(pool, the_arena_released_last_is_reused_first) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 3, 4096, &p), FERRY_OK);
   ferry_arena *held[3], *again[2];
@@ -100,7 +100,7 @@ Test(pool, the_arena_released_last_is_reused_first) {
  * kernel for transparent huge pages there: filling a cold arena costs half as
  * much without a TLB miss per 4 KiB); smaller ones are page aligned. */
 Test(pool, big_host_arenas_start_on_a_huge_page) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
   ferry_arena *small, *big;
@@ -128,7 +128,7 @@ static void *acquire_and_report(void *arg) {
 }
 
 Test(pool, cancel_wakes_a_blocked_acquire, .timeout = 10) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 1, 4096, &p), FERRY_OK);
   ferry_arena *a;
@@ -151,7 +151,7 @@ static void hold_stream(void *arg) {
 }
 
 Test(pool, an_arena_returns_only_after_its_event, .timeout = 10) {
-  ferry_device *d = open_or_skip("host");
+  ferry_device *d = open_device("host");
   ferry_stream *s;
   cr_assert_eq(ferry_stream_open(d, &s), FERRY_OK);
   ferry_pool *p;

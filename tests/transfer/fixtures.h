@@ -1,7 +1,7 @@
 /* tests/transfer/fixtures.h - devices, realistic packed batches and read-back helpers
  * shared by the transfer tests. Every test runs on the host backend and, when a GPU
  * answers, on CUDA; without one the CUDA variant is skipped and says why (or fails,
- * when FERRY_REQUIRE_CUDA=1, as repro/gpu_check.sh sets it). */
+ * when FERRY_REQUIRE_CUDA=1, as repro/gpu_check.sh sets it: tests/common/require_cuda.h). */
 #ifndef FERRY_TESTS_TRANSFER_FIXTURES_H
 #define FERRY_TESTS_TRANSFER_FIXTURES_H
 
@@ -10,21 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/require_cuda.h"
 #include "ferry/ferry.h"
 #include "ferry/transfer.h"
-
-static inline ferry_device *open_device(const char *name) {
-  ferry_device *d = NULL;
-  ferry_status st = ferry_device_open(name, &d);
-  if (st == FERRY_ENODEV) {
-    const char *require = getenv("FERRY_REQUIRE_CUDA");
-    if (require && strcmp(require, "1") == 0)
-      cr_assert_fail("FERRY_REQUIRE_CUDA=1 but no CUDA device: %s", ferry_last_error());
-    cr_skip_test("skipped: %s", ferry_last_error());
-  }
-  cr_assert_eq(st, FERRY_OK, "open %s: %s", name, ferry_last_error());
-  return d;
-}
 
 /* One Criterion test per backend for a body taking the device name. */
 #define ON_EVERY_BACKEND(suite, name, body_fn)      \
@@ -140,9 +128,9 @@ static inline uint8_t *read_back(ferry_stream *stream, const ferry_tensor *t) {
   if (t->nbytes == 0) return NULL;
   uint8_t *host = malloc(t->nbytes);
   cr_assert_not_null(host);
-  cr_assert_eq(ferry_memcpy_async(stream, host, t->data, t->nbytes,
-                                  on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_D2H), FERRY_OK);
-  cr_assert_eq(ferry_stream_synchronize(stream), FERRY_OK);
+  cr_assert_eq(ferry_memcpy(stream, host, t->data, t->nbytes,
+                            on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_D2H), FERRY_OK, "%s",
+               ferry_last_error());
   return host;
 }
 
@@ -151,9 +139,9 @@ static inline void write_into(ferry_stream *stream, ferry_tensor *t, uint8_t byt
   if (t->nbytes == 0) return;
   uint8_t *host = malloc(t->nbytes);
   memset(host, byte, t->nbytes);
-  cr_assert_eq(ferry_memcpy_async(stream, t->data, host, t->nbytes,
-                                  on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_H2D), FERRY_OK);
-  cr_assert_eq(ferry_stream_synchronize(stream), FERRY_OK);
+  cr_assert_eq(ferry_memcpy(stream, t->data, host, t->nbytes,
+                            on_host(t) ? FERRY_COPY_H2H : FERRY_COPY_H2D), FERRY_OK, "%s",
+               ferry_last_error());
   free(host);
 }
 
