@@ -40,23 +40,32 @@ static ferry_status push_crossing(crossing_walk *wk, uint32_t position) {
   return FERRY_OK;
 }
 
+static int mod5(int x) { return (x % 5 + 5) % 5; }
+
+/* ceil(x / 5) for any sign (C's division truncates toward zero). */
+static int64_t ceil_div5(int64_t x) { return x >= 0 ? (x + 4) / 5 : -(-x / 5); }
+
 /* The next boundary point (u, v) on the fine grid: a change of grid column onto a
- * pixel centre inside the image records a crossing at the upper of the two rows. */
+ * pixel centre inside the image records a crossing at the upper of the two rows.
+ * maskApi.c maps a grid coordinate g to pixels as (g + .5) / 5 - .5 in doubles:
+ * that is the integer (g - 2) / 5 exactly when g = 5k + 2, and otherwise lies at
+ * least 1/5 away from any integer (|g| <= 5e8, far inside a double's precision),
+ * so its "is it whole" test and its ceil are done here in integers, with the same
+ * results and without two divisions and two roundings per point. */
 static ferry_status walk_point(crossing_walk *wk, int u, int v) {
   int prev_u = wk->prev_u, prev_v = wk->prev_v, had_prev = wk->has_prev;
   wk->prev_u = u;
   wk->prev_v = v;
   wk->has_prev = 1;
   if (!had_prev || u == prev_u) return FERRY_OK;
-  double xd = (double)(u < prev_u ? u : u - 1);
-  xd = (xd + .5) / GRID_SCALE - .5;
-  if (floor(xd) != xd || xd < 0 || xd > (double)(wk->w - 1)) return FERRY_OK;
-  double yd = (double)(v < prev_v ? v : prev_v);
-  yd = (yd + .5) / GRID_SCALE - .5;
-  if (yd < 0) yd = 0;
-  else if (yd > wk->h) yd = wk->h;
-  yd = ceil(yd);
-  return push_crossing(wk, (uint32_t)((uint64_t)xd * wk->h + (uint64_t)yd));
+  int gx = u < prev_u ? u : u - 1;
+  if (mod5(gx) != 2) return FERRY_OK;
+  int64_t x = ((int64_t)gx - 2) / 5;
+  if (x < 0 || x > (int64_t)wk->w - 1) return FERRY_OK;
+  int64_t y = ceil_div5((int64_t)(v < prev_v ? v : prev_v) - 2); /* clamping after ceil */
+  if (y < 0) y = 0;                                                /* gives what clamping */
+  else if (y > (int64_t)wk->h) y = wk->h;                          /* before it does */
+  return push_crossing(wk, (uint32_t)((uint64_t)x * wk->h + (uint64_t)y));
 }
 
 /* One edge of the walk: point d (0..n, in the edge's own direction) is
@@ -123,8 +132,6 @@ static void skip_to(crossing_walk *wk, const edge *e, int d) {
   edge_point(e, d, &wk->prev_u, &wk->prev_v);
   wk->has_prev = 1;
 }
-
-static int mod5(int x) { return (x % 5 + 5) % 5; }
 
 /* Points a..b of an x-major edge (point a visited first). There u moves one
  * column every step, and a step records a crossing only when the lower of its

@@ -5,6 +5,7 @@
  * coordinator and workers are in coordinator.c and workers.c; the lock and the
  * three condition variables they share are described in loader_internal.h.
  */
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,11 +121,6 @@ static ferry_status open_sampler(ferry_loader *l) {
                             l->config.shuffle, l->config.drop_last, l->config.seed);
 }
 
-static size_t resolve_workers(const ferry_loader_config *c) {
-  if (c->workers) return c->workers;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return cores > 0 ? (size_t)cores : 1;
-}
 
 /* The bytes of a batch of mean instance counts, plus the quarter of headroom the
  * pool gives an arena: what one arena costs in the steady state. */
@@ -144,19 +140,40 @@ static size_t typical_arena_bytes(const ferry_loader *l) {
   return per_sample > SIZE_MAX / 2 / B ? SIZE_MAX : per_sample * B + per_sample * B / 4;
 }
 
-/* Batches in flight: what the config asks for, or SAMPLES_PER_WORKER samples per
- * worker (at least 2 batches), within the pinned budget. A batch is done only when
- * its slowest sample is, so with about `workers` samples in flight the early
- * finishers idle behind it, and every time they run out they sleep and must be
- * woken. 4 per worker, against 2: 16 workers on 2 cores, tiny images, batch 8
- * switched context 0.58 times per image instead of 1.6 and used 12 % less CPU per
- * image (docs/tuning.md). */
+/* Cores this process may run on: its affinity mask (taskset, cgroup cpusets), else
+ * the online count. */
+static size_t usable_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (size_t)CPU_COUNT(&set);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 ? (size_t)cores : 1;
+}
+
+static size_t resolve_workers(const ferry_loader_config *c) {
+  return c->workers ? c->workers : usable_cores();
+}
+
+/* Samples in flight per worker by default. A batch is done only when its slowest
+ * sample is, so with about `workers` samples in flight the early finishers idle
+ * behind it, and every time they run out they sleep and must be woken: 16 workers
+ * on 2 cores, tiny images, batch 8, switched context 0.58 times per image with 4
+ * samples per worker against 1.6 with 2 (docs/tuning.md). */
 enum { SAMPLES_PER_WORKER = 4 };
 
+/* Batches in flight: what the config asks for, or SAMPLES_PER_WORKER samples per
+ * worker, times the oversubscription when there are more workers than cores (at
+ * least 2 batches), within the pinned budget. With more workers than cores, a worker
+ * that the scheduler preempts in the middle of the head batch's sample holds it for
+ * up to workers/cores time slices, while the others fill that many samples more;
+ * without the room for them they all run dry and wait (16 workers on 2 cores: the
+ * cores were busy 1.69 of 2 at 4 samples per worker, 1.92 at 32). */
 static size_t resolve_prefetch(const ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   if (c->prefetch) return c->prefetch;
-  size_t want = (SAMPLES_PER_WORKER * l->workers + c->batch_size - 1) / c->batch_size;
+  size_t cores = usable_cores(), over = l->workers > cores ? (l->workers + cores - 1) / cores : 1;
+  size_t samples = SAMPLES_PER_WORKER * l->workers;
+  samples = samples > SIZE_MAX / over ? SIZE_MAX : samples * over;
+  size_t want = samples / c->batch_size + (samples % c->batch_size != 0);
   if (want < 2) want = 2;
   if (want > FERRY_LOADER_MAX_PREFETCH) want = FERRY_LOADER_MAX_PREFETCH;
   if (c->max_pinned_bytes && c->packed) {

@@ -87,10 +87,11 @@ typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
   const char *images;          /* folder that file_name is relative to (required) */
   size_t batch_size;           /* 8 */
-  size_t workers;              /* 0: one per core */
+  size_t workers;              /* 0: one per core this process may run on */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
-                                  enough that 4 x workers samples are in flight, at least 2,
-                                  within max_pinned_bytes */
+                                  enough that 4 x workers samples are in flight, times
+                                  ceil(workers / cores) when workers outnumber the cores, at
+                                  least 2, within max_pinned_bytes (docs/tuning.md) */
   size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
   int shuffle;                 /* 1: a permutation per epoch from seed + epoch */
   uint64_t seed;               /* 0 */
