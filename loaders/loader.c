@@ -154,25 +154,19 @@ static size_t resolve_workers(const ferry_loader_config *c) {
 }
 
 /* Samples in flight per worker by default. A batch is done only when its slowest
- * sample is, so with about `workers` samples in flight the early finishers idle
- * behind it, and every time they run out they sleep and must be woken: 16 workers
- * on 2 cores, tiny images, batch 8, switched context 0.58 times per image with 4
- * samples per worker against 1.6 with 2 (docs/tuning.md). */
+ * sample is, and batches are handed out in order, so with about `workers` samples in
+ * flight the early finishers idle behind the slowest, and every time they run out
+ * they sleep and must be woken: 16 workers on 2 cores, tiny images, batch 8,
+ * switched context 0.58 times per image with 4 samples per worker against 1.6 with 2
+ * (docs/tuning.md). */
 enum { SAMPLES_PER_WORKER = 4 };
 
 /* Batches in flight: what the config asks for, or SAMPLES_PER_WORKER samples per
- * worker, times the oversubscription when there are more workers than cores (at
- * least 2 batches), within the pinned budget. With more workers than cores, a worker
- * that the scheduler preempts in the middle of the head batch's sample holds it for
- * up to workers/cores time slices, while the others fill that many samples more;
- * without the room for them they all run dry and wait (16 workers on 2 cores: the
- * cores were busy 1.69 of 2 at 4 samples per worker, 1.92 at 32). */
+ * worker (at least 2 batches), within the pinned budget. */
 static size_t resolve_prefetch(const ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   if (c->prefetch) return c->prefetch;
-  size_t cores = usable_cores(), over = l->workers > cores ? (l->workers + cores - 1) / cores : 1;
-  size_t samples = SAMPLES_PER_WORKER * l->workers;
-  samples = samples > SIZE_MAX / over ? SIZE_MAX : samples * over;
+  size_t samples = l->workers > SIZE_MAX / SAMPLES_PER_WORKER ? SIZE_MAX : SAMPLES_PER_WORKER * l->workers;
   size_t want = samples / c->batch_size + (samples % c->batch_size != 0);
   if (want < 2) want = 2;
   if (want > FERRY_LOADER_MAX_PREFETCH) want = FERRY_LOADER_MAX_PREFETCH;
@@ -219,6 +213,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   if (!l) return ferry_fail(FERRY_ENOMEM, "loader: out of memory");
   l->config = *config;
   l->workers = l->stats.workers = resolve_workers(config);
+  l->max_busy = usable_cores();
   pthread_mutex_init(&l->lock, NULL);
   pthread_cond_init(&l->work_cv, NULL);
   pthread_cond_init(&l->coord_cv, NULL);

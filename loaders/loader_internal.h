@@ -14,7 +14,8 @@
  *     slots (`work_head`): queueing a plan links one node, whatever the batch size;
  *   - each role sleeps on its own condition variable and is woken only when
  *     something it waits for happened: workers on `work_cv` (as many signals as
- *     there are new samples and idle workers), the coordinator on `coord_cv` (its
+ *     there are new samples, idle workers and free cores: no more workers fill at
+ *     once than the process has cores), the coordinator on `coord_cv` (its
  *     head plan is complete, or there is room to plan ahead), the consumer on
  *     `ready_cv` (a batch or marker is ready);
  *   - a plan counts its failures, so committing a good plan reads one counter;
@@ -133,6 +134,9 @@ struct ferry_loader {
   size_t nworkers, workers_started;
   plan *work_head, *work_tail; /* plans with unclaimed slots, oldest first */
   size_t idle_workers;         /* workers waiting on work_cv */
+  size_t busy_workers;         /* workers holding a slot (between claim and finish) */
+  size_t max_busy;             /* at most this many hold one at once: the usable cores */
+  size_t waking;               /* signals sent on work_cv and not yet taken up */
   int workers_stop;
   /* between coordinator and consumer */
   ready_item *ready_head, *ready_tail;

@@ -13,15 +13,19 @@
 #include "lib/thread.h"
 #include "loaders/loader_internal.h"
 
-/* Wake as many idle workers as there are new slots, and no more: a broadcast would
- * wake every worker for each batch, and on a node with 64 of them the wake-ups and
- * the lock they all retake become the serial cost the pipeline is bounded by. */
+/* Wake as many idle workers as there are new slots and free cores, and no more: a
+ * broadcast would wake every worker for each batch, and on a node with 64 of them
+ * the wake-ups and the lock they all retake become the serial cost the pipeline is
+ * bounded by. `waking` counts signals not yet taken up, so two plans queued in a row
+ * do not wake the same room twice. */
 static void wake_workers(ferry_loader *l, size_t slots) {
-  if (slots >= l->idle_workers) {
-    if (l->idle_workers) pthread_cond_broadcast(&l->work_cv);
-    return;
-  }
-  for (size_t i = 0; i < slots; i++) pthread_cond_signal(&l->work_cv);
+  size_t taken = l->busy_workers + l->waking;
+  size_t room = l->max_busy > taken ? l->max_busy - taken : 0;
+  size_t sleeping = l->idle_workers > l->waking ? l->idle_workers - l->waking : 0;
+  size_t n = slots < room ? slots : room;
+  if (n > sleeping) n = sleeping;
+  for (size_t i = 0; i < n; i++) pthread_cond_signal(&l->work_cv);
+  l->waking += n;
 }
 
 void ferry_loader_dispatch(ferry_loader *l, plan *p) {
@@ -50,15 +54,21 @@ void ferry_loader_withdraw(ferry_loader *l, plan *p) {
 }
 
 /* Claim the next slot: its plan in *out, the slot returned. SIZE_MAX once the
- * workers are told to stop. */
+ * workers are told to stop. At most max_busy workers hold a slot at once: with more
+ * workers than cores, the rest sleep here rather than take turns on the cores, since
+ * a worker preempted halfway through a sample of the head batch holds back every
+ * batch behind it for as long as the others keep the cores (and a worker that goes
+ * on to its next slot without sleeping costs no wake-up at all). */
 static size_t claim(ferry_loader *l, plan **out) {
-  while (!l->work_head && !l->workers_stop) {
+  while ((!l->work_head || l->busy_workers >= l->max_busy) && !l->workers_stop) {
     l->idle_workers++;
     pthread_cond_wait(&l->work_cv, &l->lock);
     l->idle_workers--;
+    if (l->waking) l->waking--;
   }
   plan *p = l->work_head;
-  if (!p) return SIZE_MAX;
+  if (!p || l->workers_stop) return SIZE_MAX;
+  if (++l->busy_workers > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->busy_workers;
   size_t slot = p->claimed++;
   if (p->claimed == p->count) {
     l->work_head = p->next_work;
@@ -71,6 +81,7 @@ static size_t claim(ferry_loader *l, plan **out) {
 /* Record a slot's result. The coordinator waits only for its head plan (to commit
  * it) and for cancelled plans (to free them), so only those wake it. */
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
+  l->busy_workers--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
   if (--p->pending == 0 && (p == l->inflight_head || p->canceled)) pthread_cond_signal(&l->coord_cv);

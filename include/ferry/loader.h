@@ -87,11 +87,11 @@ typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
   const char *images;          /* folder that file_name is relative to (required) */
   size_t batch_size;           /* 8 */
-  size_t workers;              /* 0: one per core this process may run on */
+  size_t workers;              /* 0: one per core this process may run on. However many,
+                                  no more of them fill samples at once than it has cores */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
-                                  enough that 4 x workers samples are in flight, times
-                                  ceil(workers / cores) when workers outnumber the cores, at
-                                  least 2, within max_pinned_bytes (docs/tuning.md) */
+                                  enough that 4 x workers samples are in flight, at least 2,
+                                  within max_pinned_bytes (docs/tuning.md) */
   size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
   int shuffle;                 /* 1: a permutation per epoch from seed + epoch */
   uint64_t seed;               /* 0 */
@@ -137,6 +137,8 @@ typedef struct ferry_loader_stats {
   ferry_pool_stats pool;      /* the pinned pool (zeros when unpacked) */
   size_t prefetch;            /* the depth in use (config.prefetch, or the one sized at open) */
   uint64_t coordinator_cpu_ns; /* CPU time of the thread that lays batches out, since open */
+  size_t peak_busy_workers;   /* most workers filling samples at once: never more than the
+                                 cores the process may run on */
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */

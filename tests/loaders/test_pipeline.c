@@ -18,17 +18,10 @@ static ferry_loader_stats stats_after_open(ferry_loader_config *c) {
   return s;
 }
 
-static size_t cores(void) {
-  cpu_set_t set;
-  cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
-  return (size_t)CPU_COUNT(&set);
-}
-
-/* The documented default (include/ferry/loader.h): 4 samples per worker, times
- * ceil(workers / cores) past the cores, in batches, at least 2. */
+/* The documented default (include/ferry/loader.h): 4 samples per worker, in
+ * batches, at least 2. */
 static size_t documented_depth(size_t workers, size_t batch) {
-  size_t over = workers > cores() ? (workers + cores() - 1) / cores() : 1;
-  size_t depth = (4 * workers * over + batch - 1) / batch;
+  size_t depth = (4 * workers + batch - 1) / batch;
   return depth < 2 ? 2 : depth;
 }
 
@@ -41,8 +34,8 @@ Test(pipeline, default_depth_keeps_four_samples_per_worker_in_flight) {
     c.workers = workers[i];
     c.prefetch = 0;
     ferry_loader_stats s = stats_after_open(&c);
-    cr_assert_eq(s.prefetch, documented_depth(workers[i], 4), "%zu workers on %zu cores: depth %zu",
-                 workers[i], cores(), s.prefetch);
+    cr_assert_eq(s.prefetch, documented_depth(workers[i], 4), "%zu workers: depth %zu", workers[i],
+                 s.prefetch);
     cr_assert_geq(s.prefetch * 4, 4 * workers[i], "at least 4 samples per worker");
     cr_assert_eq(s.arenas, s.prefetch + c.max_outstanding);
     cr_assert_eq(s.pool.arenas, s.arenas, "the pool has one arena per batch in flight or held");
@@ -160,6 +153,24 @@ Test(pipeline, threads_say_what_they_are) {
   cr_assert_eq(threads_named("ferry-worker-3"), 0);
   ferry_loader_close(l);
   cr_assert_eq(threads_named("ferry-coord"), 0, "close joins every thread");
+}
+
+Test(pipeline, no_more_workers_fill_at_once_than_there_are_cores, .timeout = 120) {
+  cpu_set_t set;
+  cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  size_t cores = (size_t)CPU_COUNT(&set);
+  ferry_loader_config c;
+  test_config(&c);
+  c.workers = 4 * cores;
+  ferry_loader *l = open_loader(&c);
+  uint64_t d[MAXB];
+  epoch_digests(l, d, MAXB);
+  ferry_loader_stats s;
+  cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
+  cr_assert_eq(s.workers, 4 * cores);
+  cr_assert_geq(s.peak_busy_workers, 1);
+  cr_assert_leq(s.peak_busy_workers, cores, "%zu workers filled at once on %zu cores", s.peak_busy_workers, cores);
+  ferry_loader_close(l);
 }
 
 Test(pipeline, the_coordinators_cpu_time_is_reported) {
