@@ -22,7 +22,6 @@ typedef struct epoch_run {
   uint64_t next_start;   /* where the next plan begins */
   int exhausted;         /* no sample left after next_start */
   uint8_t *failed;       /* [per_rank]: positions known to fail (skip policy) */
-  uint64_t skipped;
 } epoch_run;
 
 static void plan_free(plan *p) {
@@ -132,7 +131,7 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
   item->generation = run->generation;
   item->epoch = run->epoch;
   item->status = status;
-  item->skipped = run->skipped;
+  item->skipped = l->epoch_skipped;
   item->message = message ? ferry_strdup(message) : NULL;
   push_item(l, item);
 }
@@ -145,7 +144,7 @@ static void cancel_inflight(ferry_loader *l) {
     ferry_loader_withdraw(l, p);
   }
   for (plan *p = l->inflight_head; p; p = p->next)
-    while (p->pending) pthread_cond_wait(&l->coord_cv, &l->lock);
+    while (p->pending) ferry_loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
   while (l->inflight_head) {
     plan *p = l->inflight_head;
     l->inflight_head = p->next;
@@ -179,7 +178,7 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
   run->epoch = epoch;
   run->next_start = cursor;
   run->exhausted = 0;
-  run->skipped = 0;
+  l->epoch_skipped = 0;
   memset(run->failed, 0, l->sampler.per_rank);
   if (!l->reserve_item) l->reserve_item = ferry_calloc(1, sizeof *l->reserve_item);
   if (ferry_sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
@@ -188,7 +187,7 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
 
 /* The head plan is complete and good: hand its batch out, in the item it was
  * laid out with (so that committing needs no memory). */
-static void deliver_head(ferry_loader *l, epoch_run *run) {
+static void deliver_head(ferry_loader *l) {
   plan *head = l->inflight_head;
   ready_item *item = head->item;
   head->item = NULL;
@@ -200,7 +199,7 @@ static void deliver_head(ferry_loader *l, epoch_run *run) {
   item->epoch = head->epoch;
   item->cursor_after = head->end;
   item->count = head->count;
-  item->skipped = run->skipped;
+  item->skipped = l->epoch_skipped;
   item->batch = head->batch;
   plan_put(l, head);
   push_item(l, item);
@@ -214,7 +213,7 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
     for (size_t i = 0; i < head->count; i++)
       if (head->status[i] != FERRY_OK) {
         run->failed[head->position[i]] = 1;
-        run->skipped++;
+        l->epoch_skipped++;
         l->stats.samples_skipped++;
       }
     run->next_start = head->start;
@@ -236,7 +235,16 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
 /* The head plan is complete: hand it out, or learn from its failures. */
 static void commit_head(ferry_loader *l, epoch_run *run) {
   if (l->inflight_head->failures) learn_from_failures(l, run);
-  else deliver_head(l, run);
+  else deliver_head(l);
+}
+
+int ferry_loader_deliver_complete(ferry_loader *l) {
+  plan *head;
+  while ((head = l->inflight_head) && head->pending == 0) {
+    if (head->failures || head->canceled || head->generation != l->generation) return 0;
+    deliver_head(l);
+  }
+  return 1;
 }
 
 /* A plan to lay out, with the item it will be delivered in: a spare one, or a new
@@ -304,6 +312,14 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   return 1;
 }
 
+void ferry_loader_room_freed(ferry_loader *l) {
+  if (!l->coordinator_idle) return;
+  size_t taken = l->inflight + l->ready;
+  size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
+  size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
+  if ((room < arenas ? room : arenas) >= l->refill) pthread_cond_signal(&l->coord_cv);
+}
+
 void *ferry_loader_coordinate(void *arg) {
   ferry_loader *l = arg;
   ferry_thread_name("ferry-coord", SIZE_MAX);
@@ -329,7 +345,9 @@ void *ferry_loader_coordinate(void *arg) {
       begin_epoch(l, &run, run.epoch + 1, 0);
       continue;
     }
-    pthread_cond_wait(&l->coord_cv, &l->lock);
+    l->coordinator_idle = 1;
+    ferry_loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
+    l->coordinator_idle = 0;
   }
   cancel_inflight(l);
   drop_stale_items(l, UINT64_MAX);

@@ -182,6 +182,7 @@ static size_t resolve_prefetch(const ferry_loader *l) {
 static ferry_status open_memory(ferry_loader *l) {
   l->prefetch = resolve_prefetch(l);
   l->arenas = l->prefetch + l->config.max_outstanding;
+  l->refill = l->prefetch >= 8 ? l->prefetch / 4 : 1;
   l->stats.prefetch = l->prefetch;
   l->stats.arenas = l->arenas;
   l->device = l->config.device;
@@ -247,8 +248,20 @@ void ferry_loader_release_hook(ferry_batch *batch, void *arg) {
       break;
     }
   l->outstanding--;
-  pthread_cond_signal(&l->coord_cv); /* room for one more batch */
+  ferry_loader_room_freed(l);
   pthread_mutex_unlock(&l->lock);
+}
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void ferry_loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns) {
+  uint64_t before = thread_cpu_ns();
+  pthread_cond_wait(cv, lock);
+  *idle_ns += thread_cpu_ns() - before;
 }
 
 ready_item *ferry_loader_item_get(ferry_loader *l) {
@@ -293,7 +306,7 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
       l->ready_head = item->next;
       if (!l->ready_head) l->ready_tail = NULL;
       l->ready--;
-      pthread_cond_signal(&l->coord_cv); /* room to plan one more */
+      ferry_loader_room_freed(l);
       return item;
     }
     if (!item && l->nheld >= l->arenas) {
@@ -301,7 +314,7 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
     }
-    pthread_cond_wait(&l->ready_cv, &l->lock);
+    ferry_loader_wait(&l->ready_cv, &l->lock, &l->stats.consumer_idle_cpu_ns);
   }
 }
 

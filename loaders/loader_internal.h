@@ -101,6 +101,7 @@ struct ferry_loader {
   ferry_pool *pool;            /* packed mode */
   size_t arenas;
   size_t prefetch;             /* batches in flight or ready: config.prefetch, or sized at open */
+  size_t refill;               /* the coordinator, idle, is woken when this many batches fit */
   size_t workers;              /* threads that fill samples */
   ferry_field_spec fields[FERRY_MAX_FIELDS];
   size_t nfields;
@@ -118,6 +119,7 @@ struct ferry_loader {
   /* the coordinator's view */
   pthread_t coordinator;
   int coordinator_started;
+  int coordinator_idle;        /* waiting in its main loop, for work or for room */
   int coordinator_failed;      /* out of memory for its own bookkeeping: see fatal_* */
   ferry_status fatal_status;
   char fatal_message[FERRY_ERROR_MAX];
@@ -126,6 +128,7 @@ struct ferry_loader {
   plan *spare_plans;           /* recycled plans */
   plan *inflight_head, *inflight_tail;
   size_t inflight;
+  uint64_t epoch_skipped;      /* samples skipped in the coordinator's epoch so far */
   int64_t restart_epoch;
   uint64_t restart_cursor;
   /* workers */
@@ -166,11 +169,27 @@ void ferry_loader_withdraw(ferry_loader *loader, plan *p);
 
 /* The coordinator (coordinator.c). */
 void *ferry_loader_coordinate(void *loader);
+/* Hand every complete, good plan at the head of the in-flight list to the consumer,
+ * in order. 0 when it stopped at a complete plan that needs the coordinator
+ * (failures, cancelled, an older generation). The caller holds loader->lock. */
+int ferry_loader_deliver_complete(ferry_loader *loader);
+/* The consumer took a batch or released one: wake the idle coordinator once a
+ * quarter of the depth (at least 1 batch) can be laid out, so that with a deep
+ * pipeline it wakes once per several batches, not for each. It is woken anyway when
+ * its head plan completes, and the pipeline never waits on it: when nothing is in
+ * flight or ready, the whole depth is free. The caller holds loader->lock. */
+void ferry_loader_room_freed(ferry_loader *loader);
 
 /* Recycling (loader.c): a ready item from the spare list or the heap (NULL when out
  * of memory), and its return. The caller holds loader->lock. */
 ready_item *ferry_loader_item_get(ferry_loader *loader);
 void ferry_loader_item_put(ferry_loader *loader, ready_item *item);
+
+/* pthread_cond_wait, adding to *idle_ns the CPU time the thread spent going to
+ * sleep and waking up (loader.c). The serial threads wait this way, so that their
+ * CPU time per batch can be split into work and idling: at saturation they never
+ * wait, so only the work bounds the rate (repro/throughput's ceiling). */
+void ferry_loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns);
 
 /* The consumer's release hook (loader.c): a delivered batch was released. */
 void ferry_loader_release_hook(ferry_batch *batch, void *loader);

@@ -78,13 +78,18 @@ static size_t claim(ferry_loader *l, plan **out) {
   return slot;
 }
 
-/* Record a slot's result. The coordinator waits only for its head plan (to commit
- * it) and for cancelled plans (to free them), so only those wake it. */
+/* Record a slot's result. The worker that completes the head plan hands it (and any
+ * complete plans behind it) to the consumer itself, so a batch reaches the consumer
+ * without waking the coordinator; the coordinator is woken only for what needs it:
+ * a head plan with failures (skip or fail policy), and cancelled plans (to free
+ * them). */
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   l->busy_workers--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
-  if (--p->pending == 0 && (p == l->inflight_head || p->canceled)) pthread_cond_signal(&l->coord_cv);
+  if (--p->pending != 0) return;
+  if (p->canceled || (p == l->inflight_head && !ferry_loader_deliver_complete(l)))
+    pthread_cond_signal(&l->coord_cv);
 }
 
 typedef struct worker_start {

@@ -20,10 +20,12 @@
  *
  * Serial time: per delivered batch, the CPU time of the loader's coordinator thread
  * plus that of the consumer (this program's main thread: next, the transfer,
- * release). Work that only one thread can do bounds the rate whatever the number
- * of workers, so `batch / serial time` is the ceiling those threads predict for a
- * node with unlimited cores (`predicted_ceiling_images_per_s`). Both are medians
- * over rounds.
+ * release): `serial_us_per_batch`. Part of it is idling: going to sleep and waking
+ * up when there is nothing to do yet (the loader's stats count it). A pipeline whose
+ * serial threads were the bottleneck would never wait, so only the rest, the serial
+ * WORK (`serial_work_us_per_batch`), bounds the rate whatever the number of
+ * workers: `batch / serial work` is the ceiling those threads predict for a node with
+ * unlimited cores (`predicted_ceiling_images_per_s`). All are medians over rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,7 @@
 enum { PATHS = 4, MAX_ROUNDS = 15 };
 
 /* What one path's child process measures. */
-enum { RATE, SERIAL_US, DEPTH, VALUES };
+enum { RATE, SERIAL_US, WORK_US, DEPTH, VALUES };
 
 typedef struct options {
   bench_common data;
@@ -84,9 +86,14 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
   return st;
 }
 
-static uint64_t coordinator_ns(ferry_loader *l) {
+/* The serial threads' CPU so far: [0] the coordinator's, [1] its idling and the
+ * consumer's idling in ferry_loader_next. */
+static void serial_ns(ferry_loader *l, double ns[2]) {
   ferry_loader_stats st;
-  return ferry_loader_stats_get(l, &st) == FERRY_OK ? st.coordinator_cpu_ns : 0;
+  memset(&st, 0, sizeof st);
+  ferry_loader_stats_get(l, &st);
+  ns[0] = (double)st.coordinator_cpu_ns;
+  ns[1] = (double)(st.coordinator_idle_cpu_ns + st.consumer_idle_cpu_ns);
 }
 
 static int measure_path(void *arg, double *out) {
@@ -105,13 +112,17 @@ static int measure_path(void *arg, double *out) {
   for (int k = 0; k < o->warmup; k++)
     if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
   images = 0;
-  uint64_t coord0 = coordinator_ns(l);
+  double before[2], after[2];
+  serial_ns(l, before);
   double t0 = bench_now(), cpu0 = bench_thread_cpu();
   for (int k = 0; k < o->batches; k++)
     if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
-  double consumer = bench_thread_cpu() - cpu0;
+  double consumer_ns = (bench_thread_cpu() - cpu0) * 1e9;
   out[RATE] = (double)images / (bench_now() - t0);
-  out[SERIAL_US] = (consumer + (double)(coordinator_ns(l) - coord0) * 1e-9) * 1e6 / o->batches;
+  serial_ns(l, after);
+  double total_ns = consumer_ns + after[0] - before[0];
+  out[SERIAL_US] = total_ns / 1e3 / o->batches;
+  out[WORK_US] = (total_ns - (after[1] - before[1])) / 1e3 / o->batches;
   ferry_loader_stats st;
   out[DEPTH] = ferry_loader_stats_get(l, &st) == FERRY_OK ? (double)st.prefetch : 0;
   ferry_stream_close(s);
@@ -189,26 +200,28 @@ static int run_round(const options *o, const path_run *runs, double *limit, doub
 
 /* A path's figures over the rounds. */
 typedef struct path_summary {
-  bench_range rate, ratio, serial_us;
+  bench_range rate, ratio, serial_us, work_us;
   int depth;
 } path_summary;
 
 static void print_row(const options *o, const char *name, const path_summary *p, double limit) {
-  double ceiling = p->serial_us.median > 0 ? o->data.batch * 1e6 / p->serial_us.median : 0;
+  double ceiling = p->work_us.median > 0 ? o->data.batch * 1e6 / p->work_us.median : 0;
   if (o->json)
     printf("{\"path\": \"%s\", \"workers\": %d, \"batch\": %d, \"prefetch\": %d, "
            "\"images_per_s_median\": %.2f, \"images_per_s_min\": %.2f, "
            "\"images_per_s_max\": %.2f, \"decode_limit_images_per_s\": %.2f, \"ratio_to_limit\": %.4f, "
            "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"serial_us_per_batch\": %.2f, "
-           "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"predicted_ceiling_images_per_s\": %.1f, "
-           "\"dct_scaling\": %d, \"layout\": \"%s\"}\n",
+           "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"serial_work_us_per_batch\": %.2f, "
+           "\"serial_work_us_min\": %.2f, \"serial_work_us_max\": %.2f, "
+           "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\"}\n",
            name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
            p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
-           p->serial_us.max, ceiling, o->dct, layout_name(o->data.layout));
+           p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, o->dct,
+           layout_name(o->data.layout));
   else
-    printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %12.0f\n", name,
+    printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %10.1f %12.0f\n", name,
            o->data.workers, p->rate.median, p->rate.min, p->rate.max, limit, p->ratio.median, p->ratio.min,
-           p->ratio.max, p->serial_us.median, ceiling);
+           p->ratio.max, p->serial_us.median, p->work_us.median, ceiling);
 }
 
 int main(int argc, char **argv) {
@@ -232,24 +245,27 @@ int main(int argc, char **argv) {
     for (int r = 0; r < PATHS; r++) ratios[p][r] = paths[p][r][RATE] / limits[p];
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
   if (!o.json)
-    printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %12s\n", "path", "workers", "images/s med", "[min, max]",
-           "decode limit", "ratio", "[min, max] (per round)", "serial us", "ceiling/s");
+    printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %10s %12s\n", "path", "workers", "images/s med",
+           "[min, max]", "decode limit", "ratio", "[min, max] (per round)", "serial us", "work us",
+           "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
-    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS];
+    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];
       q[p] = ratios[p][r];
       us[p] = paths[p][r][SERIAL_US];
+      work[p] = paths[p][r][WORK_US];
     }
     path_summary sum = {bench_summarise(v, (size_t)o.processes), bench_summarise(q, (size_t)o.processes),
-                        bench_summarise(us, (size_t)o.processes), (int)paths[0][r][DEPTH]};
+                        bench_summarise(us, (size_t)o.processes), bench_summarise(work, (size_t)o.processes),
+                        (int)paths[0][r][DEPTH]};
     print_row(&o, runs[r].name, &sum, limit.median);
   }
   if (!o.json)
     printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d rounds, %d threads; "
            "loader images as %s; ratio: the median over rounds of path / limit of that round;\n"
-           "serial us: coordinator + consumer CPU per batch; ceiling/s: batch / serial time; "
-           "prefetch %d batches\n",
+           "serial us: coordinator + consumer CPU per batch; work us: the same less their idling "
+           "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
            o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][0][DEPTH]);
   return 0;

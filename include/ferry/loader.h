@@ -137,6 +137,9 @@ typedef struct ferry_loader_stats {
   ferry_pool_stats pool;      /* the pinned pool (zeros when unpacked) */
   size_t prefetch;            /* the depth in use (config.prefetch, or the one sized at open) */
   uint64_t coordinator_cpu_ns; /* CPU time of the thread that lays batches out, since open */
+  uint64_t coordinator_idle_cpu_ns; /* of which spent going to sleep and waking up */
+  uint64_t consumer_idle_cpu_ns; /* CPU time ferry_loader_next spent going to sleep and
+                                  waking up while it waited for a batch */
   size_t peak_busy_workers;   /* most workers filling samples at once: never more than the
                                  cores the process may run on */
 } ferry_loader_stats;
