@@ -77,7 +77,8 @@ typedef struct edge {
   double s;
 } edge;
 
-static void edge_point(const edge *e, int d, int *u, int *v) {
+/* Inlined: called for every point visited, and the call cost as much as the point. */
+static inline __attribute__((always_inline)) void edge_point(const edge *e, int d, int *u, int *v) {
   int t = e->flip ? e->n - d : d;
   if (e->x_major) {
     *u = t + e->xs;
@@ -162,8 +163,13 @@ static ferry_status walk_x_major(crossing_walk *wk, const edge *e, int a, int b)
 static ferry_status walk_band(crossing_walk *wk, const edge *e) {
   int u0 = edge_u(e, 0), un = edge_u(e, e->n), rising = un >= u0;
   int64_t lo_u = 1, hi_u = (int64_t)GRID_SCALE * wk->w - 1;
-  int a = first_reaching(e, 0, e->n, rising ? lo_u : hi_u, rising);
-  int b = first_reaching(e, a, e->n, rising ? hi_u + 1 : lo_u - 1, rising) - 1;
+  int a = 0, b = e->n;
+  /* u is monotone along the edge: with both ends in the band, all of it is (the
+   * searches below would find exactly 0 and n), which is most edges. */
+  if (u0 < lo_u || u0 > hi_u || un < lo_u || un > hi_u) {
+    a = first_reaching(e, 0, e->n, rising ? lo_u : hi_u, rising);
+    b = first_reaching(e, a, e->n, rising ? hi_u + 1 : lo_u - 1, rising) - 1;
+  }
   if (a > b) {  /* the edge never enters the band: no crossing */
     ferry_status st = emit(wk, e, 0);
     return st == FERRY_OK && e->n > 0 ? emit(wk, e, e->n) : st;
