@@ -216,7 +216,6 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->workers = l->stats.workers = resolve_workers(config);
   l->max_busy = usable_cores();
   pthread_mutex_init(&l->lock, NULL);
-  pthread_cond_init(&l->work_cv, NULL);
   pthread_cond_init(&l->coord_cv, NULL);
   pthread_cond_init(&l->ready_cv, NULL);
   l->annotations_path = ferry_strdup(config->annotations);
@@ -449,7 +448,6 @@ void ferry_loader_close(ferry_loader *l) {
   ferry_coco_close(l->coco);
   ferry_free(l->annotations_path);
   ferry_free(l->images_dir);
-  pthread_cond_destroy(&l->work_cv);
   pthread_cond_destroy(&l->coord_cv);
   pthread_cond_destroy(&l->ready_cv);
   pthread_mutex_destroy(&l->lock);

@@ -13,9 +13,10 @@
  *   - workers claim samples as (plan, slot) from a queue of plans with unclaimed
  *     slots (`work_head`): queueing a plan links one node, whatever the batch size;
  *   - each role sleeps on its own condition variable and is woken only when
- *     something it waits for happened: workers on `work_cv` (as many signals as
- *     there are new samples, idle workers and free cores: no more workers fill at
- *     once than the process has cores), the coordinator on `coord_cv` (its
+ *     something it waits for happened: workers each on their own (as many are woken
+ *     as there are new samples, idle workers and free cores, the last to go idle
+ *     first; no more workers fill at once than the process has cores), the
+ *     coordinator on `coord_cv` (its
  *     head plan is complete, or there is room to plan ahead), the consumer on
  *     `ready_cv` (a batch or marker is ready);
  *   - a plan counts its failures, so committing a good plan reads one counter;
@@ -111,7 +112,6 @@ struct ferry_loader {
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
 
   pthread_mutex_t lock;
-  pthread_cond_t work_cv;      /* workers: a plan with unclaimed slots was queued, or stop */
   pthread_cond_t coord_cv;     /* coordinator: head complete, room ahead, restart or stop */
   pthread_cond_t ready_cv;     /* consumer: an item is ready, a fatal error, or stop */
   int stopping;
@@ -133,13 +133,14 @@ struct ferry_loader {
   uint64_t restart_cursor;
   /* workers */
   pthread_t *worker_threads;
-  struct worker_start *worker_starts; /* [nworkers]: each thread's loader and index */
+  struct worker_slot *worker_slots; /* [nworkers]: each thread's index and wake-up */
+  struct worker_slot **idle_stack;  /* [nworkers]: idle workers, the last to go idle on top */
   size_t nworkers, workers_started;
   plan *work_head, *work_tail; /* plans with unclaimed slots, oldest first */
-  size_t idle_workers;         /* workers waiting on work_cv */
+  size_t idle_workers;         /* workers on the idle stack */
   size_t busy_workers;         /* workers holding a slot (between claim and finish) */
   size_t max_busy;             /* at most this many hold one at once: the usable cores */
-  size_t waking;               /* signals sent on work_cv and not yet taken up */
+  size_t waking;               /* workers taken off the idle stack and not yet running */
   int workers_stop;
   /* between coordinator and consumer */
   ready_item *ready_head, *ready_tail;

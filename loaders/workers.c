@@ -13,19 +13,32 @@
 #include "lib/thread.h"
 #include "loaders/loader_internal.h"
 
+/* One worker thread: what it was started with, and its own wake-up. */
+typedef struct worker_slot {
+  ferry_loader *loader;
+  size_t index;
+  pthread_cond_t wake;
+  int woken;           /* set by wake_workers when it takes the worker off the idle stack */
+} worker_slot;
+
 /* Wake as many idle workers as there are new slots and free cores, and no more: a
  * broadcast would wake every worker for each batch, and on a node with 64 of them
  * the wake-ups and the lock they all retake become the serial cost the pipeline is
- * bounded by. `waking` counts signals not yet taken up, so two plans queued in a row
- * do not wake the same room twice. */
+ * bounded by. Idle workers wait on a stack and the last to go idle is woken first:
+ * its decoder's buffers and filters are the likeliest to be in cache (16 workers on
+ * 2 cores ran 7 % slower than 2 while the wake-ups went round all 16). `waking`
+ * counts workers woken and not yet running, so two plans queued in a row do not
+ * fill the same free cores twice. */
 static void wake_workers(ferry_loader *l, size_t slots) {
   size_t taken = l->busy_workers + l->waking;
   size_t room = l->max_busy > taken ? l->max_busy - taken : 0;
-  size_t sleeping = l->idle_workers > l->waking ? l->idle_workers - l->waking : 0;
   size_t n = slots < room ? slots : room;
-  if (n > sleeping) n = sleeping;
-  for (size_t i = 0; i < n; i++) pthread_cond_signal(&l->work_cv);
-  l->waking += n;
+  for (; n > 0 && l->idle_workers > 0; n--) {
+    worker_slot *w = l->idle_stack[--l->idle_workers];
+    w->woken = 1;
+    l->waking++;
+    pthread_cond_signal(&w->wake);
+  }
 }
 
 void ferry_loader_dispatch(ferry_loader *l, plan *p) {
@@ -59,12 +72,12 @@ void ferry_loader_withdraw(ferry_loader *l, plan *p) {
  * a worker preempted halfway through a sample of the head batch holds back every
  * batch behind it for as long as the others keep the cores (and a worker that goes
  * on to its next slot without sleeping costs no wake-up at all). */
-static size_t claim(ferry_loader *l, plan **out) {
+static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
   while ((!l->work_head || l->busy_workers >= l->max_busy) && !l->workers_stop) {
-    l->idle_workers++;
-    pthread_cond_wait(&l->work_cv, &l->lock);
-    l->idle_workers--;
-    if (l->waking) l->waking--;
+    self->woken = 0;
+    l->idle_stack[l->idle_workers++] = self;
+    while (!self->woken && !l->workers_stop) pthread_cond_wait(&self->wake, &l->lock);
+    if (self->woken) l->waking--;
   }
   plan *p = l->work_head;
   if (!p || l->workers_stop) return SIZE_MAX;
@@ -92,22 +105,17 @@ static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
     pthread_cond_signal(&l->coord_cv);
 }
 
-typedef struct worker_start {
-  ferry_loader *loader;
-  size_t index;
-} worker_start;
-
 static void *worker_main(void *arg) {
-  worker_start *start = arg;
-  ferry_loader *l = start->loader;
-  ferry_thread_name("ferry-worker-", start->index);
+  worker_slot *self = arg;
+  ferry_loader *l = self->loader;
+  ferry_thread_name("ferry-worker-", self->index);
   ferry_decoder *decoder = NULL;
   ferry_status open_status = ferry_decoder_open(&decoder);
   char open_message[FERRY_ERROR_MAX];
   if (open_status != FERRY_OK) snprintf(open_message, sizeof open_message, "worker: %s", ferry_last_error());
   pthread_mutex_lock(&l->lock);
   plan *p;
-  for (size_t slot; (slot = claim(l, &p)) != SIZE_MAX;) {
+  for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
     ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
     pthread_mutex_unlock(&l->lock);
     if (st == FERRY_OK) {
@@ -127,16 +135,18 @@ static void *worker_main(void *arg) {
 
 ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
   l->worker_threads = ferry_calloc(count, sizeof *l->worker_threads);
-  worker_start *starts = ferry_calloc(count, sizeof *starts);
-  if (!l->worker_threads || !starts) {
-    ferry_free(starts);
+  l->worker_slots = ferry_calloc(count, sizeof *l->worker_slots);
+  l->idle_stack = ferry_calloc(count, sizeof *l->idle_stack);
+  if (!l->worker_threads || !l->worker_slots || !l->idle_stack)
     return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
-  }
-  l->worker_starts = starts;
   l->nworkers = count;
   for (size_t i = 0; i < count; i++) {
-    starts[i] = (worker_start){l, i};
-    if (pthread_create(&l->worker_threads[i], NULL, worker_main, &starts[i]) != 0)
+    l->worker_slots[i].loader = l;
+    l->worker_slots[i].index = i;
+    pthread_cond_init(&l->worker_slots[i].wake, NULL);
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (pthread_create(&l->worker_threads[i], NULL, worker_main, &l->worker_slots[i]) != 0)
       return ferry_fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
                         i + 1, count);
     l->workers_started++;
@@ -147,12 +157,15 @@ ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
 void ferry_loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
-  pthread_cond_broadcast(&l->work_cv);
+  for (size_t i = 0; i < l->workers_started; i++) pthread_cond_signal(&l->worker_slots[i].wake);
   pthread_mutex_unlock(&l->lock);
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
-  l->workers_started = 0;
+  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) pthread_cond_destroy(&l->worker_slots[i].wake);
+  l->workers_started = l->nworkers = l->idle_workers = 0;
   ferry_free(l->worker_threads);
-  ferry_free(l->worker_starts);
+  ferry_free(l->worker_slots);
+  ferry_free(l->idle_stack);
   l->worker_threads = NULL;
-  l->worker_starts = NULL;
+  l->worker_slots = NULL;
+  l->idle_stack = NULL;
 }
