@@ -182,7 +182,7 @@ static size_t resolve_prefetch(const ferry_loader *l) {
 static ferry_status open_memory(ferry_loader *l) {
   l->prefetch = resolve_prefetch(l);
   l->arenas = l->prefetch + l->config.max_outstanding;
-  l->refill = l->prefetch >= 8 ? l->prefetch / 4 : 1;
+  l->refill = l->prefetch / 4 ? l->prefetch / 4 : 1;
   l->stats.prefetch = l->prefetch;
   l->stats.arenas = l->arenas;
   l->device = l->config.device;
