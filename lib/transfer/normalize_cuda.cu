@@ -40,7 +40,7 @@ __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__res
 
 }  // namespace
 
-extern "C" int ferry_cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
+extern "C" int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
                                            size_t hw, const ferry_norm_params *p) {
   norm_args a;
   for (int c = 0; c < 3; c++) {
