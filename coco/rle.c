@@ -350,7 +350,7 @@ ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, fer
   ferry_rle acc = rles[0];
   uint32_t *owned = NULL;
   for (size_t i = 1; i < n; i++) {
-    uint32_t *runs;
+    uint32_t *runs = NULL;
     size_t cap = acc.m + rles[i].m + 1;
     ferry_status st = cap < acc.m ? ferry__fail(FERRY_ENOMEM, "RLE merge too large") : ferry__rle_alloc_counts(cap, &runs);
     if (st < 0) {

@@ -4,6 +4,7 @@
 #include "lib/alloc.h"
 #include "lib/batch_internal.h"
 #include "lib/status.h"
+#include "ferry/advanced.h"
 
 /* Every field starts on this boundary: what cudaMemcpyAsync and vector loads like. */
 enum { FIELD_ALIGN = 256 };

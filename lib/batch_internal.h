@@ -3,6 +3,7 @@
 #ifndef FERRY_LIB_BATCH_INTERNAL_H
 #define FERRY_LIB_BATCH_INTERNAL_H
 
+#include "ferry/advanced.h"
 #include "ferry/batch.h"
 
 typedef struct batch_field {

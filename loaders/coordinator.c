@@ -14,6 +14,7 @@
 #include "lib/alloc.h"
 #include "lib/thread.h"
 #include "loaders/loader_internal.h"
+#include "ferry/advanced.h"
 
 /* Per-epoch bookkeeping that only the coordinator touches. */
 typedef struct epoch_run {

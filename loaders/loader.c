@@ -12,6 +12,7 @@
 
 #include "lib/alloc.h"
 #include "loaders/loader_internal.h"
+#include "ferry/advanced.h"
 
 void ferry_loader_config_default(ferry_loader_config *c) {
   memset(c, 0, sizeof *c);
@@ -61,16 +62,16 @@ static void define_fields(ferry_loader *l) {
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
   s->images = c->layout == FERRY_LAYOUT_U8_HWC
-                  ? add_field(l, "images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
-                  : add_field(l, "images", FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
-  s->sample_index = add_field(l, "sample_index", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
-  if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, "boxes", FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
-  if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, "labels", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, "masks", FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
-  if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, "area", FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, "iscrowd", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, "image_id", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
-  if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, "orig_size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
+                  ? add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
+                  : add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
+  if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, FERRY_FIELD_MASKS, FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
+  if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, FERRY_FIELD_AREA, FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, FERRY_FIELD_ISCROWD, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, FERRY_FIELD_IMAGE_ID, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, FERRY_FIELD_ORIG_SIZE, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
   if (want & FERRY_LOADER_FIELD_SIZE) s->size = add_field(l, "size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
   if ((want & FERRY_LOADER_FIELD_KEYPOINTS) && l->keypoints)
     s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);

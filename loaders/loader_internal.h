@@ -30,6 +30,7 @@
 
 #include <pthread.h>
 
+#include "ferry/advanced.h"
 #include "ferry/coco.h"
 #include "ferry/loader.h"
 #include "lib/status.h"

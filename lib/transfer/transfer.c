@@ -17,6 +17,7 @@
 #include "lib/device_internal.h"
 #include "lib/transfer/normalize.h"
 #include "lib/transfer/transfer_internal.h"
+#include "ferry/advanced.h"
 
 int ferry__batch_bytes_on_host(const ferry_batch *b) {
   return b->storage != STORAGE_DEVICE || b->device->kind == FERRY_DEVICE_HOST;
@@ -257,7 +258,7 @@ static ferry_status queue_copies(transfer_job *job, int image_field) {
 
 static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                     const ferry_transfer_options *o, ferry_device_batch **out) {
-  const char *image_name = o->image_field ? o->image_field : "images";
+  const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
   ferry_device_batch *db = NULL;
   ferry_status st = ferry__device_batch_new(device, stream, batch, image_field, &db);

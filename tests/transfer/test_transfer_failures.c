@@ -2,6 +2,7 @@
  * FERRY_ENOMEM (or FERRY_EDEVICE, the host backend's "device memory" failure), leak
  * nothing, and leave the batch or module usable. Needs -Dalloc_failure_injection=true;
  * other builds skip. */
+#include "ferry/advanced.h"
 #include "ferry/module.h"
 #include "fixtures.h"
 #include "lib/alloc.h"
