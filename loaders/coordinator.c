@@ -52,12 +52,6 @@ static plan *plan_new(size_t batch_size, size_t nfields) {
   return p;
 }
 
-/* Back to the spare list; the caller holds the lock and no worker holds a slot. */
-static void plan_put(ferry_loader *l, plan *p) {
-  p->batch = NULL;
-  p->next = l->spare_plans;
-  l->spare_plans = p;
-}
 
 /* Give a batch back on the coordinator's side, without the consumer's hook. */
 static void discard_batch(ferry_loader *l, ferry_batch *b) {
@@ -97,14 +91,6 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   return FERRY_OK;
 }
 
-static void push_item(ferry_loader *l, ready_item *item) {
-  item->next = NULL;
-  if (l->ready_tail) l->ready_tail->next = item;
-  else l->ready_head = item;
-  l->ready_tail = item;
-  l->ready++;
-  pthread_cond_signal(&l->ready_cv);
-}
 
 /* The coordinator cannot go on (out of memory for its own bookkeeping): every later
  * ferry_loader_next returns this status and message instead of waiting forever. */
@@ -134,7 +120,7 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
   item->status = status;
   item->skipped = l->epoch_skipped;
   item->message = message ? ferry__strdup(message) : NULL;
-  push_item(l, item);
+  ferry__loader_push_item(l, item);
 }
 
 /* Cancel every plan in flight, wait for the slots workers already hold, give the
@@ -150,7 +136,7 @@ static void cancel_inflight(ferry_loader *l) {
     plan *p = l->inflight_head;
     l->inflight_head = p->next;
     discard_batch(l, p->batch);
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
   }
   l->inflight_tail = NULL;
   l->inflight = 0;
@@ -186,25 +172,6 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
     fail_fatally(l, FERRY_ENOMEM, ferry_last_error());
 }
 
-/* The head plan is complete and good: hand its batch out, in the item it was
- * laid out with (so that committing needs no memory). */
-static void deliver_head(ferry_loader *l) {
-  plan *head = l->inflight_head;
-  ready_item *item = head->item;
-  head->item = NULL;
-  l->inflight_head = head->next;
-  if (!l->inflight_head) l->inflight_tail = NULL;
-  l->inflight--;
-  item->kind = ITEM_BATCH;
-  item->generation = head->generation;
-  item->epoch = head->epoch;
-  item->cursor_after = head->end;
-  item->count = head->count;
-  item->skipped = l->epoch_skipped;
-  item->batch = head->batch;
-  plan_put(l, head);
-  push_item(l, item);
-}
 
 /* The head plan has failed samples: under the skip policy, forget them and lay the
  * rest out again; else end the epoch with the first failure. */
@@ -236,17 +203,9 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
 /* The head plan is complete: hand it out, or learn from its failures. */
 static void commit_head(ferry_loader *l, epoch_run *run) {
   if (l->inflight_head->failures) learn_from_failures(l, run);
-  else deliver_head(l);
+  else ferry__loader_deliver_head(l);
 }
 
-int ferry__loader_deliver_complete(ferry_loader *l) {
-  plan *head;
-  while ((head = l->inflight_head) && head->pending == 0) {
-    if (head->failures || head->canceled || head->generation != l->generation) return 0;
-    deliver_head(l);
-  }
-  return 1;
-}
 
 /* A plan to lay out, with the item it will be delivered in: a spare one, or a new
  * one made without the lock. NULL when out of memory. */
@@ -263,7 +222,7 @@ static plan *plan_get(ferry_loader *l) {
   }
   if (!p->item) p->item = ferry__loader_item_get(l);
   if (!p->item) {
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
     return NULL;
   }
   return p;
@@ -295,7 +254,7 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
     pthread_mutex_lock(&l->lock);
   }
   if (st != FERRY_OK) {
-    if (p) plan_put(l, p);
+    if (p) ferry__loader_plan_put(l, p);
     l->outstanding--;
     if (st == FERRY_EEND) run->exhausted = 1;
     else if (!l->stopping && run->generation == l->generation) {
@@ -306,20 +265,13 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   }
   if (l->stopping || run->generation != l->generation) {
     discard_batch(l, p->batch);
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
     return 1;
   }
   append_plan(l, run, p);
   return 1;
 }
 
-void ferry__loader_room_freed(ferry_loader *l) {
-  if (!l->coordinator_idle) return;
-  size_t taken = l->inflight + l->ready;
-  size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
-  size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
-  if ((room < arenas ? room : arenas) >= l->refill) pthread_cond_signal(&l->coord_cv);
-}
 
 void *ferry__loader_coordinate(void *arg) {
   ferry_loader *l = arg;

@@ -239,47 +239,10 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   return FERRY_OK;
 }
 
-void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
-  ferry_loader *l = arg;
-  pthread_mutex_lock(&l->lock);
-  for (size_t i = 0; i < l->nheld; i++)
-    if (l->held[i] == batch) {
-      l->held[i] = l->held[--l->nheld];
-      break;
-    }
-  l->outstanding--;
-  ferry__loader_room_freed(l);
-  pthread_mutex_unlock(&l->lock);
-}
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
-void ferry__loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns) {
-  uint64_t before = thread_cpu_ns();
-  pthread_cond_wait(cv, lock);
-  *idle_ns += thread_cpu_ns() - before;
-}
 
-ready_item *ferry__loader_item_get(ferry_loader *l) {
-  ready_item *item = l->spare_items;
-  if (item) l->spare_items = item->next;
-  else item = ferry__calloc(1, sizeof *item);
-  if (item) memset(item, 0, sizeof *item);
-  return item;
-}
 
-void ferry__loader_item_put(ferry_loader *l, ready_item *item) {
-  if (!item) return;
-  ferry__free(item->message);
-  item->message = NULL;
-  item->batch = NULL;
-  item->next = l->spare_items;
-  l->spare_items = item;
-}
 
 static void free_items(ready_item *item) {
   while (item) {

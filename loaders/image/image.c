@@ -10,25 +10,6 @@
 #include "lib/status.h"
 #include "loaders/image/image_internal.h"
 
-ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what) {
-  if (n <= b->cap) return FERRY_OK;
-  /* grow by half again so a run of slightly larger images does not realloc each time */
-  size_t cap = n + n / 2;
-  void *p = ferry__malloc(cap);
-  if (!p) return ferry__fail(FERRY_ENOMEM, "%s: cannot allocate %zu bytes of decoder scratch",
-                            what, cap);
-  ferry__free(b->data);
-  b->data = p;
-  b->cap = cap;
-  return FERRY_OK;
-}
-
-void ferry__scratch_free(ferry_scratch *b) {
-  ferry__free(b->data);
-  b->data = NULL;
-  b->cap = 0;
-}
-
 void ferry_image_options_default(ferry_image_options *o) {
   o->dct_scaling = 0;
   o->apply_exif = 0;
@@ -59,17 +40,6 @@ void ferry_decoder_close(ferry_decoder *d) {
   ferry__scratch_free(&d->taps);
   ferry__scratch_free(&d->plan);
   ferry__free(d);
-}
-
-ferry_status ferry__image_check_limit(const char *name, int width, int height,
-                                     const ferry_image_options *opts) {
-  uint64_t pixels = (uint64_t)width * (uint64_t)height;
-  if (opts->max_pixels && pixels > opts->max_pixels)
-    return ferry__fail(FERRY_ELIMIT,
-                      "%s: %dx%d = %llu pixels exceeds the limit of %llu (decompression bomb?)",
-                      name, width, height, (unsigned long long)pixels,
-                      (unsigned long long)opts->max_pixels);
-  return FERRY_OK;
 }
 
 /* ---- header-only size ---- */
