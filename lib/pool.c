@@ -173,9 +173,10 @@ static ferry_arena *oldest_pending(ferry_pool *p) {
  * allocation whose pages fault in as they are first written. */
 static ferry_status ensure_capacity(ferry_pool *p, ferry_arena *a, size_t bytes) {
   if (a->capacity >= bytes) return FERRY_OK;
-  /* The rounding below assumes bytes <= SIZE_MAX - GROW_QUANTUM: batches ask for at
-   * most SIZE_MAX / 4 (batch.c's layout bound); a direct ferry_pool_acquire of more is
-   * not checked. */
+  /* Past this the rounding below would wrap to a tiny size: no allocator can give
+   * it anyway, so say so rather than hand out an arena smaller than asked. */
+  if (bytes > SIZE_MAX / 2)
+    return ferry__fail(FERRY_ENOMEM, "pool: an arena of %zu bytes cannot be allocated", bytes);
   size_t ask = bytes <= SIZE_MAX - bytes / 4 ? bytes + bytes / 4 : bytes;
   size_t want = (ask + GROW_QUANTUM - 1) / GROW_QUANTUM * GROW_QUANTUM;
   /* The new memory first, then the old freed: an arena that cannot grow keeps what it

@@ -9,9 +9,9 @@
  * Invariant: for the same input and parameters, the host and the CUDA paths produce
  * the same bits (normalize.h says how); tests/transfer checks the host against the
  * formula in double precision and, on a GPU, the kernel against the host.
- * Not done here: no validation of mean and std (all zeros means ImageNet's, but one
- * zero among non-zero ones gives inf or NaN), no normalisation across devices (the
- * source is host memory or memory of the stream's device).
+ * Not done here: validating mean and std (transfer.c's check_normalization refuses
+ * a std with a zero or non-finite channel before anything runs), normalisation
+ * across devices (the source is host memory or memory of the stream's device).
  */
 #include <math.h>
 #include <string.h>

@@ -30,6 +30,7 @@
  *     with normalisation (the previous path's is its packed copy);
  *   - a failed transfer leaves nothing allocated and returns no device batch.
  */
+#include <math.h>
 #include <string.h>
 
 #include "lib/alloc.h"
@@ -336,6 +337,19 @@ static ferry_status transfer_previous(ferry_device *device, ferry_stream *stream
   return st;
 }
 
+/* An all-zero std asks for ImageNet's values; any other std must be finite and
+ * non-zero in every channel, and the mean finite, or the images come out inf or NaN. */
+static ferry_status check_normalization(const ferry_transfer_options *o) {
+  if (o->normalize == FERRY_NORMALIZE_NONE) return FERRY_OK;
+  int all_zero = o->std[0] == 0.0f && o->std[1] == 0.0f && o->std[2] == 0.0f;
+  for (int c = 0; c < 3 && !all_zero; c++)
+    if (!isfinite(o->std[c]) || o->std[c] == 0.0f || !isfinite(o->mean[c]))
+      return ferry__fail(FERRY_EINVAL, "transfer: normalisation channel %d has mean %g and std %g; "
+                         "std must be finite and non-zero (all zeros: ImageNet's)",
+                         c, (double)o->mean[c], (double)o->std[c]);
+  return FERRY_OK;
+}
+
 static ferry_status check_options(const ferry_transfer_options *o) {
   if (o->mode != FERRY_TRANSFER_DIRECT && o->mode != FERRY_TRANSFER_PACKED_THEN_CLONE)
     return ferry__fail(FERRY_EINVAL, "transfer: unknown mode %d", (int)o->mode);
@@ -346,7 +360,7 @@ static ferry_status check_options(const ferry_transfer_options *o) {
     if (!o->hooks[h].fn || (o->hooks[h].stage != FERRY_HOOK_ON_STREAM &&
                             o->hooks[h].stage != FERRY_HOOK_ENQUEUE))
       return ferry__fail(FERRY_EINVAL, "transfer: hook %zu has no function or an unknown stage", h);
-  return FERRY_OK;
+  return check_normalization(o);
 }
 
 ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
