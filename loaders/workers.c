@@ -3,9 +3,27 @@
  * Owns the work queue: plans with unclaimed slots, oldest first. A worker claims
  * the next slot of the head plan under the loader's lock, fills it without the
  * lock, then retakes the lock once to record the result and claim its next slot.
- * Invariants: a slot is claimed by exactly one worker; a plan leaves the queue when
- * its last slot is claimed (or it is withdrawn); `pending` counts claimed-or-not
- * slots whose result is not recorded yet, and the plan is not freed before it is 0.
+ * Also owns the worker threads, their wake-up condition variables, the idle stack,
+ * and each thread's ferry_decoder (opened and closed on the thread that uses it).
+ * Callers: loader.c starts the workers at open and stops them at close, after the
+ * coordinator has been joined; the coordinator dispatches and withdraws plans, under
+ * the loader's lock; the `workers` threads run worker_main.
+ *
+ * Invariants, under loader->lock:
+ *   - a slot is claimed by exactly one worker; a plan leaves the queue when its last
+ *     slot is claimed (or it is withdrawn); `pending` counts claimed-or-not slots
+ *     whose result is not recorded yet, and the plan is not freed before it is 0
+ *     (cancel_inflight in coordinator.c waits for that);
+ *   - busy_workers counts workers between claim and finish, and never exceeds
+ *     max_busy (the usable cores);
+ *   - idle_workers workers are on the idle stack, each with woken == 0; `waking`
+ *     counts those taken off it and not yet running again;
+ *   - a worker writes only its own slot of a plan (status, message, the sample's
+ *     slices of the batch), so no two fills touch the same bytes.
+ * Not done here: what a sample is (fill.c), the order batches go out in (handoff.c,
+ * coordinator.c), retries. A worker that could not open its decoder stays up and
+ * fails every sample it claims, with that reason (under the skip policy, those
+ * samples are skipped).
  */
 #include <stdio.h>
 
@@ -80,9 +98,11 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
     if (self->woken) l->waking--;
   }
   plan *p = l->work_head;
+  /* a stop wins over queued work */
   if (!p || l->workers_stop) return SIZE_MAX;
   if (++l->busy_workers > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->busy_workers;
   size_t slot = p->claimed++;
+  /* its last slot: the plan leaves the queue */
   if (p->claimed == p->count) {
     l->work_head = p->next_work;
     if (!l->work_head) l->work_tail = NULL;
@@ -97,10 +117,14 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
  * a head plan with failures (skip or fail policy), and cancelled plans (to free
  * them). */
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
+  /* No wake-up for the core this frees: the caller goes straight back to claim and
+   * takes the next slot itself. */
   l->busy_workers--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
   if (--p->pending != 0) return;
+  /* A complete plan behind an unfinished head waits: it goes out after the head,
+   * delivered by whichever thread completes that (or by the coordinator). */
   if (p->canceled || (p == l->inflight_head && !ferry__loader_deliver_complete(l)))
     pthread_cond_signal(&l->coord_cv);
 }
@@ -109,6 +133,8 @@ static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry__thread_name("ferry-worker-", self->index);
+  /* Opened on this thread, before the lock: a decoder belongs to one thread, and
+   * opening one allocates. */
   ferry_decoder *decoder = NULL;
   ferry_status open_status = ferry_decoder_open(&decoder);
   char open_message[FERRY_ERROR_MAX];
@@ -119,7 +145,11 @@ static void *worker_main(void *arg) {
     ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
     pthread_mutex_unlock(&l->lock);
     if (st == FERRY_OK) {
+      /* Without the lock: the fill reads only what is fixed at open (l->fill) and
+       * this slot's fields of the plan, which no one changes while it is claimed. */
       st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+      /* The message is this thread's (error.c): copied into the slot here, so that
+       * the consumer's thread can restore it with the status. */
       if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     } else {
       snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
@@ -133,6 +163,8 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+/* On failure the threads already started are left running: close stops them
+ * (workers_started counts them), as it does on every failed open. */
 ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
   l->worker_threads = ferry__calloc(count, sizeof *l->worker_threads);
   l->worker_slots = ferry__calloc(count, sizeof *l->worker_slots);
@@ -154,6 +186,9 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
   return FERRY_OK;
 }
 
+/* Every worker is signalled, idle or not: an idle one wakes to see workers_stop, a
+ * busy one sees it at its next claim. The plans are gone by now (the coordinator
+ * exited first), so no worker is inside a fill that would need them. */
 void ferry__loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
