@@ -33,6 +33,7 @@ void ferry_image_options_default(ferry_image_options *o) {
   o->dct_scaling = 0;
   o->apply_exif = 0;
   o->max_pixels = FERRY_IMAGE_DEFAULT_MAX_PIXELS;
+  o->decode = FERRY_DECODE_CPU;
 }
 
 ferry_status ferry_decoder_open(ferry_decoder **out) {

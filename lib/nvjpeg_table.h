@@ -1,0 +1,58 @@
+/* lib/nvjpeg_table.h - nvJPEG's table of entry points, the per-worker parser and the
+ * routing rules (internal; needs nvjpeg.h, so only for builds with FERRY_HAVE_NVJPEG).
+ *
+ * Tests fill a ferry_nvjpeg_api with fakes and run the same rules the real table runs.
+ */
+#ifndef FERRY_LIB_NVJPEG_TABLE_H
+#define FERRY_LIB_NVJPEG_TABLE_H
+
+#include "lib/nvjpeg_api.h"
+
+#if FERRY_HAVE_NVJPEG
+#include <nvjpeg.h>
+
+/* The entry points ferry uses, with nvJPEG's own signatures (checked against the
+ * header at compile time, since the real ones are assigned from dlsym by name). */
+typedef struct ferry_nvjpeg_api {
+  nvjpegStatus_t (*CreateEx)(nvjpegBackend_t, nvjpegDevAllocator_t *, nvjpegPinnedAllocator_t *,
+                             unsigned int, nvjpegHandle_t *);
+  nvjpegStatus_t (*Destroy)(nvjpegHandle_t);
+  nvjpegStatus_t (*JpegStateCreate)(nvjpegHandle_t, nvjpegJpegState_t *);
+  nvjpegStatus_t (*JpegStateDestroy)(nvjpegJpegState_t);
+  nvjpegStatus_t (*JpegStreamCreate)(nvjpegHandle_t, nvjpegJpegStream_t *);
+  nvjpegStatus_t (*JpegStreamDestroy)(nvjpegJpegStream_t);
+  nvjpegStatus_t (*JpegStreamParse)(nvjpegHandle_t, const unsigned char *, size_t, int, int,
+                                    nvjpegJpegStream_t);
+  nvjpegStatus_t (*JpegStreamGetJpegEncoding)(nvjpegJpegStream_t, nvjpegJpegEncoding_t *);
+  nvjpegStatus_t (*JpegStreamGetComponentsNum)(nvjpegJpegStream_t, unsigned int *);
+  nvjpegStatus_t (*JpegStreamGetSamplePrecision)(nvjpegJpegStream_t, unsigned int *);
+  nvjpegStatus_t (*JpegStreamGetChromaSubsampling)(nvjpegJpegStream_t, nvjpegChromaSubsampling_t *);
+  nvjpegStatus_t (*JpegStreamGetExifOrientation)(nvjpegJpegStream_t, nvjpegExifOrientation_t *);
+  nvjpegStatus_t (*DecodeBatchedSupported)(nvjpegHandle_t, nvjpegJpegStream_t, int *);
+  nvjpegStatus_t (*DecodeBatchedInitialize)(nvjpegHandle_t, nvjpegJpegState_t, int, int,
+                                            nvjpegOutputFormat_t);
+  nvjpegStatus_t (*DecodeBatched)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
+                                  const size_t *, nvjpegImage_t *, cudaStream_t);
+} ferry_nvjpeg_api;
+
+/* One handle and one parsed-stream object: what a worker needs to route its images.
+ * `hardware` is 1 when the handle is on NVJPEG_BACKEND_HARDWARE (A100, H100, H200). */
+typedef struct ferry_nvjpeg_parser {
+  const ferry_nvjpeg_api *api;
+  nvjpegHandle_t handle;
+  nvjpegJpegStream_t stream;
+  int hardware;
+} ferry_nvjpeg_parser;
+
+/* A handle on the hardware backend where nvjpegCreateEx accepts it, else on the
+ * default GPU backend, and a stream object. FERRY_EDEVICE naming the failing call. */
+ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_parser *out);
+void ferry__nvjpeg_parser_close(ferry_nvjpeg_parser *p);
+
+/* Where the image in data[0..len) goes. apply_exif: the config rotates by EXIF, which
+ * the device path does not (so a rotated image goes to the CPU). */
+ferry_nvjpeg_route ferry__nvjpeg_route(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
+                                       int apply_exif);
+
+#endif /* FERRY_HAVE_NVJPEG */
+#endif
