@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,11 @@ typedef enum ferry_decode_mode {
                             is missing, naming what is */
   FERRY_DECODE_AUTO = 2  /* GPU where it can open, else CPU; the loader's stats say which */
 } ferry_decode_mode;
+
+/* "cpu", "gpu" or "auto" (command-line flags, configs) into *out: FERRY_OK, or
+ * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
+FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
+FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
 
 typedef struct ferry_image_options {
   /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at

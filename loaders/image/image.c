@@ -36,6 +36,21 @@ void ferry_image_options_default(ferry_image_options *o) {
   o->decode = FERRY_DECODE_CPU;
 }
 
+static const char *const decode_mode_names[] = {"cpu", "gpu", "auto"};
+
+ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out) {
+  for (int m = 0; name && m < 3; m++)
+    if (strcmp(name, decode_mode_names[m]) == 0) {
+      *out = (ferry_decode_mode)m;
+      return FERRY_OK;
+    }
+  return ferry_fail(FERRY_EINVAL, "decode mode '%s' is not cpu, gpu or auto", name ? name : "(null)");
+}
+
+const char *ferry_decode_mode_name(ferry_decode_mode mode) {
+  return mode >= 0 && mode < 3 ? decode_mode_names[mode] : "?";
+}
+
 ferry_status ferry_decoder_open(ferry_decoder **out) {
   if (!out) return ferry_fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
   *out = NULL;
