@@ -69,7 +69,7 @@ def rel(path):
     return path
 for t in json.load(sys.stdin):
     suites = sorted(s.split(":")[-1] for s in t["suite"])
-    if not {"lib", "transfer"} & set(suites) or t["name"] == "install":
+    if not {"lib", "transfer", "gpu"} & set(suites) or t["name"] == "install":
         continue
     # FERRY_* and CRITERION_* only: the rest configure sanitizers, which a release
     # bundle is built without. FERRY_SOURCE_ROOT is the source tree, not bundled.
@@ -95,12 +95,16 @@ copy_test_data() {
   fi
   mkdir -p "$dir/data/$(dirname "$sample")"
   cp -r "$shared/$sample" "$dir/data/$sample"
+  # the photos test_resize_gpu resizes (suite gpu)
+  [ -d "$shared/realdata/photos" ] && cp -r "$shared/realdata/photos" "$dir/data/realdata/photos"
+  return 0
 }
 
 # Every binary the run step executes, and libferry.so.
 bundle_binaries() {
   local build=$1
   find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
+  find "$build/tests/loaders" -maxdepth 1 -type f -perm -u+x -name 'test_resize_gpu'
   local p
   for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
     echo "$build/$p"
@@ -130,6 +134,12 @@ copy_libraries() {
       cp -L -n "$path" "$dir/lib/$name"
     done
   done < <(bundle_binaries "$dir/build")
+  # libnvjpeg is opened with dlopen (lib/nvjpeg_api.c), so ldd never lists it: PyPI's
+  # nvidia-nvjpeg, where installed, goes along (test_nvjpeg then requires it to load).
+  local nvjpeg
+  nvjpeg=$(python3 -c 'import importlib.metadata as m; print(m.distribution("nvidia-nvjpeg").locate_file("nvidia/cu13/lib/libnvjpeg.so.13"))' 2>/dev/null)
+  [ -n "$nvjpeg" ] && [ -f "$nvjpeg" ] && cp -L -n "$nvjpeg" "$dir/lib/"
+  return 0
 }
 
 # Under LD_LIBRARY_PATH=DIR/lib every library must come from DIR or be glibc's/the
