@@ -6,6 +6,7 @@
  * the real library (lib/nvjpeg_api.c). Built only where nvjpeg.h is (FERRY_HAVE_NVJPEG).
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,4 +246,59 @@ Test(nvjpeg_table, dlopen_fills_every_entry_or_says_what_is_missing) {
   const ferry_nvjpeg_api *again = NULL;
   cr_expect_eq(ferry__nvjpeg_load(&again), FERRY_OK);
   cr_expect_eq(again, api, "loaded once per process");
+}
+
+/* ---- the real library on the shared photos (a GPU node: nvjpegCreateEx needs a device) ---- */
+
+static uint8_t *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  cr_assert_not_null(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *data = malloc(n > 0 ? (size_t)n : 1);
+  *len = fread(data, 1, (size_t)n, f);
+  fclose(f);
+  return data;
+}
+
+static ferry_nvjpeg_route route_photo(ferry_nvjpeg_parser *p, const char *rel, int apply_exif) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/realdata/photos/%s", getenv("FERRY_SHARED"), rel);
+  size_t len;
+  uint8_t *data = read_file(path, &len);
+  ferry_nvjpeg_route r = ferry__nvjpeg_route(p, data, len, apply_exif);
+  cr_log_info("%s%s: %s (%s backend)", rel, apply_exif ? " (exif)" : "", ferry__nvjpeg_route_name(r),
+              p->hardware ? "hardware" : "default");
+  free(data);
+  return r;
+}
+
+Test(nvjpeg_table, the_real_parser_routes_the_shared_photos) {
+  if (!getenv("FERRY_SHARED")) cr_skip_test("FERRY_SHARED is not set");
+  const ferry_nvjpeg_api *api = NULL;
+  if (ferry__nvjpeg_load(&api) != FERRY_OK) cr_skip_test("%s", ferry_last_error());
+  ferry_nvjpeg_parser p;
+  if (ferry__nvjpeg_parser_open(api, &p) != FERRY_OK) {
+    const char *require = getenv("FERRY_REQUIRE_CUDA");
+    if (require && strcmp(require, "1") == 0) cr_assert_fail("FERRY_REQUIRE_CUDA=1: %s", ferry_last_error());
+    cr_skip_test("no device for nvJPEG: %s", ferry_last_error());
+  }
+  cr_expect_eq(route_photo(&p, "skimage/astronaut.png", 0), FERRY_NVJPEG_ROUTE_NOT_JPEG);
+  static const char *const common[] = {"dali_jpeg_subsampling/420.jpg", "dali_jpeg_subsampling/422.jpg",
+                                       "dali_jpeg_subsampling/444.jpg", "mmcv/grayscale.jpg",
+                                       "mmcv/color.jpg"};
+  for (size_t i = 0; i < sizeof common / sizeof *common; i++)
+    cr_expect_eq(route_photo(&p, common[i], 0), FERRY_NVJPEG_ROUTE_GPU, "%s", common[i]);
+  cr_expect_eq(route_photo(&p, "mmcv/color_exif.jpg", 1), FERRY_NVJPEG_ROUTE_ORIENTED);
+  if (p.hardware) {
+    cr_expect_eq(route_photo(&p, "dali_jpeg_subsampling/411.jpg", 0), FERRY_NVJPEG_ROUTE_SUBSAMPLING);
+    cr_expect_eq(route_photo(&p, "dali_jpeg_subsampling/410.jpg", 0), FERRY_NVJPEG_ROUTE_SUBSAMPLING);
+  }
+  /* logged, not asserted: what nvJPEG makes of the unusual ones */
+  static const char *const logged[] = {"dali_jpeg_subsampling/2x4.jpg", "dali_jpeg_subsampling/440.jpg",
+                                       "dali_jpeg_subsampling/411.jpg", "dali_jpeg_subsampling/420-odd-both.jpg",
+                                       "skimage/hubble_deep_field.jpg"};
+  for (size_t i = 0; i < sizeof logged / sizeof *logged; i++) route_photo(&p, logged[i], 0);
+  ferry__nvjpeg_parser_close(&p);
 }
