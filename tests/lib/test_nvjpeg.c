@@ -114,6 +114,13 @@ static ferry_nvjpeg_route route(ferry_nvjpeg_parser *p, int apply_exif) {
   cr_expect_eq(route(p, exif), want, "got %s, want %s", ferry__nvjpeg_route_name(route(p, exif)), \
                ferry__nvjpeg_route_name(want))
 
+/* The same image on the hardware engine and on the default backend. */
+static void expect_on_both(ferry_nvjpeg_parser *hw, ferry_nvjpeg_parser *gpu, ferry_nvjpeg_route want_hw,
+                           ferry_nvjpeg_route want_gpu) {
+  expect_route(hw, 0, want_hw);
+  expect_route(gpu, 0, want_gpu);
+}
+
 Test(nvjpeg_route, a_typical_jpeg_goes_to_the_gpu_on_both_backends) {
   for (int hw = 0; hw <= 1; hw++) {
     ferry_nvjpeg_parser p = open_parser(hw);
@@ -165,15 +172,13 @@ Test(nvjpeg_route, twelve_bit_samples_go_to_the_cpu) {
 Test(nvjpeg_route, progressive_goes_to_the_cpu_only_on_the_hardware_engine) {
   ferry_nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
   fake.encoding = NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN;
-  expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_ENCODING);
-  expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_GPU);
+  expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_ENCODING, FERRY_NVJPEG_ROUTE_GPU);
   fake.encoding = NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN;
   expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_GPU);
   nvjpegJpegEncoding_t never[] = {NVJPEG_ENCODING_LOSSLESS_HUFFMAN, NVJPEG_ENCODING_UNKNOWN};
   for (size_t i = 0; i < 2; i++) {
     fake.encoding = never[i];
-    expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_ENCODING);
-    expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_ENCODING);
+    expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_ENCODING, FERRY_NVJPEG_ROUTE_ENCODING);
   }
   ferry__nvjpeg_parser_close(&hw);
   ferry__nvjpeg_parser_close(&gpu);
@@ -185,18 +190,15 @@ Test(nvjpeg_route, subsamplings_follow_the_backends_capabilities) {
                                             NVJPEG_CSS_440};
   for (size_t i = 0; i < 4; i++) {
     fake.css = everywhere[i];
-    expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_GPU);
-    expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_GPU);
+    expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_GPU, FERRY_NVJPEG_ROUTE_GPU);
   }
   nvjpegChromaSubsampling_t not_on_hw[] = {NVJPEG_CSS_411, NVJPEG_CSS_410, NVJPEG_CSS_410V};
   for (size_t i = 0; i < 3; i++) {
     fake.css = not_on_hw[i];
-    expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_SUBSAMPLING);
-    expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_GPU);
+    expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_SUBSAMPLING, FERRY_NVJPEG_ROUTE_GPU);
   }
   fake.css = NVJPEG_CSS_UNKNOWN;
-  expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_SUBSAMPLING);
-  expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_SUBSAMPLING);
+  expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_SUBSAMPLING, FERRY_NVJPEG_ROUTE_SUBSAMPLING);
   ferry__nvjpeg_parser_close(&hw);
   ferry__nvjpeg_parser_close(&gpu);
 }
@@ -204,8 +206,7 @@ Test(nvjpeg_route, subsamplings_follow_the_backends_capabilities) {
 Test(nvjpeg_route, the_hardware_engines_own_check_has_the_last_word) {
   ferry_nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
   fake.hw_unsupported = 1; /* nonzero: NOT supported */
-  expect_route(&hw, 0, FERRY_NVJPEG_ROUTE_UNSUPPORTED);
-  expect_route(&gpu, 0, FERRY_NVJPEG_ROUTE_GPU);
+  expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_UNSUPPORTED, FERRY_NVJPEG_ROUTE_GPU);
   ferry__nvjpeg_parser_close(&hw);
   ferry__nvjpeg_parser_close(&gpu);
 }
