@@ -196,23 +196,19 @@ static ferry_status open_memory(ferry_loader *l) {
   return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
 }
 
-/* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs a CUDA
- * device and nvJPEG (ferry__nvjpeg_device_check names what is missing); AUTO takes
- * the CPU when either is. The stage that decodes on the device (nvJPEG batched decode
- * and the resize kernel, into the device batch) is not wired into the pipeline yet
- * (issue 15), so where both are present GPU still fails, saying so, and AUTO stays on
- * the CPU: the stats never claim a decoder that is not running. */
+/* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
+ * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
+ * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
+ * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
+ * nothing. The stats never name a decoder that is not running. */
 static ferry_status resolve_decoder(ferry_loader *l) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
-  if (want == FERRY_DECODE_CPU) return FERRY_OK;
-  if (want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
+  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
+  if (want != FERRY_DECODE_GPU)
     return ferry_fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
   ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-  if (want == FERRY_DECODE_AUTO) {
-    ferry_clear_error();
-    return FERRY_OK;
-  }
   if (st != FERRY_OK) return ferry_error_prefix(st, "loader: config.image.decode = GPU: ");
   return ferry_fail(FERRY_EUNSUPPORTED,
                     "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
