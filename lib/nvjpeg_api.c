@@ -25,11 +25,11 @@ const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route) {
 ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
   static const char need[] = "GPU decoding needs a CUDA device and nvJPEG";
   if (!device || ferry_device_get_kind(device) != FERRY_DEVICE_CUDA)
-    return ferry_fail(FERRY_EUNSUPPORTED, "%s; the device is %s", need,
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s; the device is %s", need,
                       device ? ferry_device_name(device) : "host");
   const struct ferry_nvjpeg_api *api;
   if (ferry__nvjpeg_load(&api) != FERRY_OK)
-    return ferry_error_prefix(FERRY_EUNSUPPORTED, "%s: ", need);
+    return ferry__error_prefix(FERRY_EUNSUPPORTED, "%s: ", need);
   return FERRY_OK;
 }
 
@@ -37,7 +37,7 @@ ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
 
 ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out) {
   *out = NULL;
-  return ferry_fail(FERRY_ENODEV, "no nvJPEG: ferry was built without the CUDA backend or without "
+  return ferry__fail(FERRY_ENODEV, "no nvJPEG: ferry was built without the CUDA backend or without "
                                   "nvjpeg.h (pip install nvidia-nvjpeg, then meson -Dnvjpeg=enabled)");
 }
 
@@ -105,14 +105,14 @@ static void load_once_fn(void) {
 ferry_status ferry__nvjpeg_load(const ferry_nvjpeg_api **out) {
   pthread_once(&load_once, load_once_fn);
   *out = load_status == FERRY_OK ? &loaded : NULL;
-  if (load_status != FERRY_OK) return ferry_fail(load_status, "%s", load_message);
+  if (load_status != FERRY_OK) return ferry__fail(load_status, "%s", load_message);
   return FERRY_OK;
 }
 
 /* ---- the per-worker parser ---- */
 
 static ferry_status nvjpeg_error(const char *what, nvjpegStatus_t st) {
-  return ferry_fail(FERRY_EDEVICE, "nvJPEG: %s failed with status %d", what, (int)st);
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s failed with status %d", what, (int)st);
 }
 
 ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_parser *out) {

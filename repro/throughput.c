@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/advanced.h" /* ferry_batch_layout_bytes: the arena bytes reported */
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
 #include "ferry/transfer.h"
