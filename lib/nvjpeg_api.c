@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/alloc.h"
+#include "lib/device_internal.h"
 #include "lib/nvjpeg_table.h"
 #include "lib/status.h"
 
@@ -65,6 +67,7 @@ static const char *fill_table(void *lib, ferry_nvjpeg_api *api) {
   ENTRY(Destroy)
   ENTRY(JpegStateCreate)
   ENTRY(JpegStateDestroy)
+  ENTRY(GetImageInfo)
   ENTRY(JpegStreamCreate)
   ENTRY(JpegStreamDestroy)
   ENTRY(JpegStreamParse)
@@ -137,6 +140,65 @@ void ferry__nvjpeg_parser_close(ferry_nvjpeg_parser *p) {
   if (p->handle) p->api->Destroy(p->handle);
   p->stream = NULL;
   p->handle = NULL;
+}
+
+/* ---- batched decode ---- */
+
+ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_decoder *out) {
+  memset(out, 0, sizeof *out);
+  ferry_status st = ferry__nvjpeg_parser_open(api, &out->parser);
+  if (st != FERRY_OK) return st;
+  nvjpegStatus_t ns = api->JpegStateCreate(out->parser.handle, &out->state);
+  if (ns != NVJPEG_STATUS_SUCCESS) {
+    ferry__nvjpeg_parser_close(&out->parser);
+    return nvjpeg_error("nvjpegJpegStateCreate", ns);
+  }
+  return FERRY_OK;
+}
+
+void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
+  if (d->state) d->parser.api->JpegStateDestroy(d->state);
+  d->state = NULL;
+  ferry__nvjpeg_parser_close(&d->parser);
+}
+
+ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_decoder *d, const uint8_t *data, size_t len,
+                                      const char *name, int *width, int *height) {
+  int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
+  nvjpegChromaSubsampling_t css;
+  nvjpegStatus_t ns = d->parser.api->GetImageInfo(d->parser.handle, data, len, &components, &css,
+                                                  widths, heights);
+  if (ns != NVJPEG_STATUS_SUCCESS || widths[0] <= 0 || heights[0] <= 0)
+    return ferry__fail(FERRY_EFORMAT, "%s: nvJPEG cannot read the header (status %d)", name, (int)ns);
+  *width = widths[0];
+  *height = heights[0];
+  return FERRY_OK;
+}
+
+ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *const *data,
+                                       const size_t *len, const int *width, uint8_t *const *dst, int n,
+                                       ferry_stream *stream) {
+  const ferry_nvjpeg_api *api = d->parser.api;
+  if (n <= 0) return FERRY_OK;
+  nvjpegImage_t *out = ferry__calloc((size_t)n, sizeof *out);
+  if (!out) return ferry__fail(FERRY_ENOMEM, "nvJPEG: out of memory for %d destinations", n);
+  for (int i = 0; i < n; i++) {
+    out[i].channel[0] = dst[i];
+    out[i].pitch[0] = (size_t)width[i] * 3;
+  }
+  nvjpegStatus_t ns = NVJPEG_STATUS_SUCCESS;
+  const char *what = "nvjpegDecodeBatchedInitialize";
+  if (d->batch != n) ns = api->DecodeBatchedInitialize(d->parser.handle, d->state, n, 1, NVJPEG_OUTPUT_RGBI);
+  if (ns == NVJPEG_STATUS_SUCCESS) {
+    d->batch = n;
+    what = "nvjpegDecodeBatched";
+    ns = api->DecodeBatched(d->parser.handle, d->state, data, len, out, (cudaStream_t)stream->impl);
+  }
+  ferry__free(out);
+  if (ns == NVJPEG_STATUS_SUCCESS) return FERRY_OK;
+  d->batch = 0; /* nvJPEG: initialise again to reset a failed batch */
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d", what, n,
+                     stream->device->name, (int)ns);
 }
 
 /* ---- routing ---- */

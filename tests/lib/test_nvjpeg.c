@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/ferry.h"
 #include "lib/nvjpeg_table.h"
 
 /* What the fake library reports for the next parse. */
@@ -22,6 +23,10 @@ static struct {
   int hw_unsupported;     /* DecodeBatchedSupported's flag: 0 means supported */
   int refuse_hardware;    /* CreateEx refuses NVJPEG_BACKEND_HARDWARE */
   int parses, supported_calls;
+  int info_width, info_height; /* GetImageInfo; 0: refuse the header */
+  nvjpegStatus_t decode;       /* DecodeBatched's answer */
+  int inits, init_batch, decodes;
+  nvjpegOutputFormat_t init_format;
 } fake;
 
 static int handle_token, stream_token;
@@ -69,7 +74,43 @@ static nvjpegStatus_t f_supported(nvjpegHandle_t h, nvjpegJpegStream_t s, int *f
   return NVJPEG_STATUS_SUCCESS;
 }
 
+static int state_token;
+static nvjpegStatus_t f_state_create(nvjpegHandle_t h, nvjpegJpegState_t *st) {
+  *st = (nvjpegJpegState_t)&state_token;
+  return NVJPEG_STATUS_SUCCESS;
+}
+static nvjpegStatus_t f_state_destroy(nvjpegJpegState_t st) { return NVJPEG_STATUS_SUCCESS; }
+static nvjpegStatus_t f_info(nvjpegHandle_t h, const unsigned char *d, size_t n, int *components,
+                             nvjpegChromaSubsampling_t *css, int *w, int *hh) {
+  if (!fake.info_width) return NVJPEG_STATUS_BAD_JPEG;
+  *components = 3;
+  *css = NVJPEG_CSS_420;
+  w[0] = fake.info_width, hh[0] = fake.info_height;
+  w[1] = w[2] = fake.info_width / 2; /* chroma planes: never what sizes the output */
+  return NVJPEG_STATUS_SUCCESS;
+}
+static nvjpegStatus_t f_init(nvjpegHandle_t h, nvjpegJpegState_t st, int batch, int threads,
+                             nvjpegOutputFormat_t format) {
+  fake.inits++;
+  fake.init_batch = batch;
+  fake.init_format = format;
+  return NVJPEG_STATUS_SUCCESS;
+}
+/* "Decodes" image i by writing i + 1 over its first row, whose length is the pitch. */
+static nvjpegStatus_t f_decode(nvjpegHandle_t h, nvjpegJpegState_t st, const unsigned char *const *data,
+                               const size_t *len, nvjpegImage_t *out, cudaStream_t s) {
+  fake.decodes++;
+  if (fake.decode != NVJPEG_STATUS_SUCCESS) return fake.decode;
+  for (int i = 0; i < fake.init_batch; i++) memset(out[i].channel[0], i + 1, out[i].pitch[0]);
+  return NVJPEG_STATUS_SUCCESS;
+}
+
 static const ferry_nvjpeg_api fake_api = {
+  .JpegStateCreate = f_state_create,
+  .JpegStateDestroy = f_state_destroy,
+  .GetImageInfo = f_info,
+  .DecodeBatchedInitialize = f_init,
+  .DecodeBatched = f_decode,
   .CreateEx = f_create,
   .Destroy = f_destroy,
   .JpegStreamCreate = f_stream_create,
@@ -225,6 +266,84 @@ Test(nvjpeg_route, every_route_has_a_name) {
   for (int r = 0; r < FERRY_NVJPEG_ROUTES; r++)
     cr_expect_neq(strcmp(ferry__nvjpeg_route_name((ferry_nvjpeg_route)r), "?"), 0, "route %d", r);
   cr_expect_str_eq(ferry__nvjpeg_route_name(FERRY_NVJPEG_ROUTES), "?");
+}
+
+/* ---- batched decode through the fake ---- */
+
+static ferry_nvjpeg_decoder open_decoder(void) {
+  typical_image();
+  ferry_nvjpeg_decoder d;
+  cr_assert_eq(ferry__nvjpeg_decoder_open(&fake_api, &d), FERRY_OK, "%s", ferry_last_error());
+  return d;
+}
+
+Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
+  ferry_nvjpeg_decoder d = open_decoder();
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_stream *s;
+  cr_assert_eq(ferry_stream_open(host, &s), FERRY_OK);
+  enum { N = 3 };
+  const int width[N] = {5, 17, 2};
+  uint8_t *dst[N];
+  const uint8_t *data[N];
+  size_t len[N];
+  for (int i = 0; i < N; i++) {
+    dst[i] = calloc(3 * (size_t)width[i] + 1, 1); /* one guard byte past the row */
+    data[i] = jpeg_bytes;
+    len[i] = sizeof jpeg_bytes;
+  }
+  for (int round = 0; round < 2; round++)
+    cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, N, s), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(fake.inits, 1, "the state is initialised once for a batch size that repeats");
+  cr_expect_eq(fake.init_batch, N);
+  cr_expect_eq(fake.init_format, NVJPEG_OUTPUT_RGBI);
+  cr_expect_eq(fake.decodes, 2);
+  for (int i = 0; i < N; i++) {
+    for (int b = 0; b < 3 * width[i]; b++) cr_expect_eq(dst[i][b], i + 1, "image %d byte %d", i, b);
+    cr_expect_eq(dst[i][3 * width[i]], 0, "image %d: the pitch is 3 * width", i);
+  }
+  cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, 2, s), FERRY_OK);
+  cr_expect_eq(fake.inits, 2, "a new batch size initialises again");
+  for (int i = 0; i < N; i++) free(dst[i]);
+  ferry_stream_close(s);
+  ferry_device_close(host);
+  ferry__nvjpeg_decoder_close(&d);
+}
+
+Test(nvjpeg_decode, a_failed_batch_is_named_and_resets_the_state) {
+  ferry_nvjpeg_decoder d = open_decoder();
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_stream *s;
+  cr_assert_eq(ferry_stream_open(host, &s), FERRY_OK);
+  uint8_t row[3 * 4];
+  uint8_t *dst[1] = {row};
+  const uint8_t *data[1] = {jpeg_bytes};
+  size_t len[1] = {sizeof jpeg_bytes};
+  int width[1] = {4};
+  fake.decode = NVJPEG_STATUS_EXECUTION_FAILED;
+  cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, 1, s), FERRY_EDEVICE);
+  cr_expect(strstr(ferry_last_error(), "nvjpegDecodeBatched") && strstr(ferry_last_error(), "status 6"), "%s",
+            ferry_last_error());
+  fake.decode = NVJPEG_STATUS_SUCCESS;
+  cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, 1, s), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(fake.inits, 2, "initialised again after the failure");
+  ferry_stream_close(s);
+  ferry_device_close(host);
+  ferry__nvjpeg_decoder_close(&d);
+}
+
+Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) {
+  ferry_nvjpeg_decoder d = open_decoder();
+  fake.info_width = 641, fake.info_height = 427;
+  int w = 0, h = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", &w, &h), FERRY_OK);
+  cr_expect(w == 641 && h == 427, "%dx%d", w, h);
+  fake.info_width = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", &w, &h), FERRY_EFORMAT);
+  cr_expect(strstr(ferry_last_error(), "b.jpg"), "%s", ferry_last_error());
+  ferry__nvjpeg_decoder_close(&d);
 }
 
 /* The real library: where it loads, every entry point is there; where it does not,
