@@ -28,7 +28,9 @@
 #          --epochs 3 --resume-test), then a worker sweep of repro/throughput
 #          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers
 #          (short runs; later sweep points are skipped, and say so, when the budget
-#          runs out).
+#          runs out), then nvjpeg_parity: nvJPEG's pixels against the CPU decoder's
+#          on the photos and the synthetic set, and its decode-only rate at batch 32
+#          and 128 (where nvjpeg.h was found at bundle time).
 #     Everything goes to LOG, else $OUT/gpu_check.log, else ./gpu_check.log. It budgets
 #     itself to under 5 minutes (FERRY_GPU_CHECK_BUDGET_S, default 290).
 #     Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
@@ -109,6 +111,8 @@ bundle_binaries() {
   for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
     echo "$build/$p"
   done
+  [ -x "$build/repro/nvjpeg_parity" ] && echo "$build/repro/nvjpeg_parity"
+  return 0
   find "$build" -maxdepth 1 -name 'libferry.so*' -type f
 }
 
@@ -268,6 +272,19 @@ sweep() {
   done
 }
 
+# nvJPEG against the CPU decoder on the shared photos and the synthetic set (pixel
+# differences per channel, the routes), then its batched decode-only rate (issue 15).
+nvjpeg_check() {
+  local dir=$1 data=$2 batch
+  [ -x "$dir/build/repro/nvjpeg_parity" ] || { echo "=== nvjpeg_parity: not built (no nvjpeg.h)"; return; }
+  step nvjpeg_parity timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" \
+    "$dir"/data/realdata/photos/* "$data/val2017"
+  for batch in 32 128; do
+    step "nvjpeg rate batch $batch" timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" --json \
+      --rate 2048 --batch "$batch" "$data/val2017"
+  done
+}
+
 run() {
   local dir=${1:?usage: gpu_check.sh run DIR [LOG]} gpu=0 work
   dir=$(cd "$dir" && pwd) || return 1
@@ -295,6 +312,7 @@ run() {
       --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
       --images "$work/synth/val2017"
     sweep "$dir" "$work/synth"
+    nvjpeg_check "$dir" "$work/synth"
   fi
 
   echo "=== gpu_check: $failures failure(s) in $SECONDS s"
