@@ -45,7 +45,9 @@ typedef enum ferry_image_layout {
 
 /* Where a loader decodes its images (ferry_image_options.decode). The single-image
  * calls of this header always decode on the CPU; the loader reads the field at
- * ferry_loader_open (docs/images.md, "Choosing a decoder"). */
+ * ferry_loader_open (docs/images.md, "Choosing a decoder"). Status: the device decode
+ * stage is not in the pipeline yet, so GPU fails at open everywhere, saying why, and
+ * AUTO decodes on the CPU (ferry_loader_stats.decoder says so). */
 typedef enum ferry_decode_mode {
   FERRY_DECODE_CPU = 0,  /* TurboJPEG and libpng on the worker threads (the default) */
   FERRY_DECODE_GPU = 1,  /* nvJPEG on the loader's CUDA device: ferry_loader_open fails
