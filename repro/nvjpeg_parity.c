@@ -53,18 +53,6 @@ static int usage(void) {
   return 2;
 }
 
-static uint8_t *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = n > 0 ? malloc((size_t)n) : NULL;
-  *len = data ? fread(data, 1, (size_t)n, f) : 0;
-  fclose(f);
-  return data;
-}
-
 static void add_diff(diff *d, const uint8_t *a, const uint8_t *b, size_t pixels) {
   for (size_t i = 0; i < pixels; i++)
     for (int c = 0; c < 3; c++) {
@@ -94,7 +82,7 @@ static ferry_status gpu_rgb(context *cx, const uint8_t *data, size_t len, const 
 
 static int compare_one(context *cx, const options *o, const char *path) {
   size_t len = 0;
-  uint8_t *data = read_all(path, &len);
+  uint8_t *data = bench_read_file(path, &len);
   if (!data) return fprintf(stderr, "nvjpeg_parity: cannot read %s\n", path), -1;
   ferry_nvjpeg_route r = ferry__nvjpeg_route(&cx->nv.parser, data, len, 0);
   cx->routes[r]++;
@@ -149,7 +137,7 @@ static int corpus_load(context *cx, char **paths, int count, corpus *c) {
   if (!c->data || !c->len || !c->w || !c->h) return -1;
   for (int i = 0; i < count; i++) {
     int k = c->n;
-    c->data[k] = read_all(paths[i], &c->len[k]);
+    c->data[k] = bench_read_file(paths[i], &c->len[k]);
     if (!c->data[k]) continue;
     if (ferry__nvjpeg_route(&cx->nv.parser, c->data[k], c->len[k], 0) == FERRY_NVJPEG_ROUTE_GPU &&
         ferry__nvjpeg_image_size(&cx->nv, c->data[k], c->len[k], paths[i], &c->w[k], &c->h[k]) == FERRY_OK)

@@ -277,12 +277,24 @@ static ferry_nvjpeg_decoder open_decoder(void) {
   return d;
 }
 
-Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
-  ferry_nvjpeg_decoder d = open_decoder();
+/* A stream of the host device: the fake never touches it but for its name. */
+static ferry_stream *host_stream(void) {
   ferry_device *host;
   cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
   ferry_stream *s;
   cr_assert_eq(ferry_stream_open(host, &s), FERRY_OK);
+  return s;
+}
+
+static void close_host_stream(ferry_stream *s) {
+  ferry_device *host = ferry_stream_device(s);
+  ferry_stream_close(s);
+  ferry_device_close(host);
+}
+
+Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
+  ferry_nvjpeg_decoder d = open_decoder();
+  ferry_stream *s = host_stream();
   enum { N = 3 };
   const int width[N] = {5, 17, 2};
   uint8_t *dst[N];
@@ -306,17 +318,13 @@ Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
   cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, 2, s), FERRY_OK);
   cr_expect_eq(fake.inits, 2, "a new batch size initialises again");
   for (int i = 0; i < N; i++) free(dst[i]);
-  ferry_stream_close(s);
-  ferry_device_close(host);
+  close_host_stream(s);
   ferry__nvjpeg_decoder_close(&d);
 }
 
 Test(nvjpeg_decode, a_failed_batch_is_named_and_resets_the_state) {
   ferry_nvjpeg_decoder d = open_decoder();
-  ferry_device *host;
-  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
-  ferry_stream *s;
-  cr_assert_eq(ferry_stream_open(host, &s), FERRY_OK);
+  ferry_stream *s = host_stream();
   uint8_t row[3 * 4];
   uint8_t *dst[1] = {row};
   const uint8_t *data[1] = {jpeg_bytes};
@@ -329,8 +337,7 @@ Test(nvjpeg_decode, a_failed_batch_is_named_and_resets_the_state) {
   fake.decode = NVJPEG_STATUS_SUCCESS;
   cr_assert_eq(ferry__nvjpeg_decode_rgbi(&d, data, len, width, dst, 1, s), FERRY_OK, "%s", ferry_last_error());
   cr_expect_eq(fake.inits, 2, "initialised again after the failure");
-  ferry_stream_close(s);
-  ferry_device_close(host);
+  close_host_stream(s);
   ferry__nvjpeg_decoder_close(&d);
 }
 
