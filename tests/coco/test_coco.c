@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ferry/coco.h"
+#include "../common/realdata.h"
 
 static ferry_coco *open_text(const char *json, const ferry_coco_options *o) {
   ferry_coco *coco = NULL;
@@ -15,10 +16,7 @@ static ferry_coco *open_text(const char *json, const ferry_coco_options *o) {
 }
 
 static ferry_coco *open_shared(const char *rel) {
-  const char *shared = getenv("FERRY_SHARED");
-  cr_assert(shared, "FERRY_SHARED is not set");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/realdata/%s", shared, rel);
+  const char *path = realdata_path(rel);
   ferry_coco *coco = NULL;
   cr_assert_eq(ferry_coco_open(path, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
   return coco;

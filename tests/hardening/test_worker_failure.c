@@ -27,9 +27,9 @@ static char annotations[2 * HARD_PATH], images[2 * HARD_PATH];
 static void make_files(void) {
   if (annotations[0]) return;
   snprintf(annotations, sizeof annotations, "%s",
-           write_subset(realdata("dali_coco/coco/instances.json"), IMAGES, "subset.json"));
+           write_subset(realdata_path("dali_coco/coco/instances.json"), IMAGES, "subset.json"));
   snprintf(images, sizeof images, "%s", scratch_path("images"));
-  const char *real = realdata("dali_coco/coco/images");
+  const char *real = realdata_path("dali_coco/coco/images");
   cr_assert_eq(mkdir(images, 0700), 0);
   ferry_coco *coco = NULL;
   cr_assert_eq(ferry_coco_open(annotations, NULL, &coco), FERRY_OK, "%s", ferry_last_error());

@@ -10,22 +10,12 @@
 
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
-
-/* ../shared/realdata/<rel>, or skip the test when the data is not beside the repo. */
-static inline const char *shared_path(const char *rel) {
-  static char buf[8][4096];
-  static int next;
-  const char *root = getenv("FERRY_SHARED");
-  if (!root) cr_skip_test("FERRY_SHARED is not set");
-  char *out = buf[next++ % 8];
-  snprintf(out, 4096, "%s/realdata/%s", root, rel);
-  return out;
-}
+#include "../common/realdata.h"
 
 static inline void dali_config(ferry_loader_config *c) {
   ferry_loader_config_default(c);
-  c->annotations = shared_path("dali_coco/coco/instances.json");
-  c->images = shared_path("dali_coco/coco/images");
+  c->annotations = realdata_path("dali_coco/coco/instances.json");
+  c->images = realdata_path("dali_coco/coco/images");
   c->batch_size = 4;
   c->resolution = 32;
   c->workers = 2;

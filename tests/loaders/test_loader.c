@@ -187,7 +187,7 @@ static const char *folder_with_corrupt_image(const ferry_loader_config *c, const
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && cp '%s' '%s/%s'",
            c->images, dir, dir, victim,
-           shared_path("photos/skimage/truncated.jpg"), dir, victim);
+           realdata_path("photos/skimage/truncated.jpg"), dir, victim);
   cr_assert_eq(system(cmd), 0);
   return dir;
 }
