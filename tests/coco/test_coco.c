@@ -356,3 +356,18 @@ Test(coco_concurrency, targets_from_many_threads_equal_one_thread, .timeout = 12
   free(parallel);
   ferry_coco_close(coco);
 }
+
+/* "annotations" may be an array or absent (an image-info file); null is rejected, as
+ * pycocotools rejects it (tests/coco/malformed/annotations_null.json). */
+Test(coco, annotations_absent_or_empty_are_valid) {
+  const char *absent = "{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 4, \"height\": 4}]}";
+  const char *empty = "{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 4, \"height\": 4}],"
+                      " \"annotations\": []}";
+  const char *texts[] = {absent, empty};
+  for (int i = 0; i < 2; i++) {
+    ferry_coco *coco = open_text(texts[i], NULL);
+    cr_assert_eq(ferry_coco_num_images(coco), 1);
+    cr_assert_eq(ferry_coco_num_annotations(coco), 0);
+    ferry_coco_close(coco);
+  }
+}
