@@ -502,7 +502,10 @@ Test(hostile, loader_paths, .timeout = 120) {
                           FERRY_ENOTFOUND, "missing.jpg: cannot open: No such file or directory");
   mismatches += check_row("loader", "missing images folder",
                           run_loader(real.name, real.width, real.height, scratch_path("no-such-folder"), 0),
-                          FERRY_ENOTFOUND, "no-such-folder/");
+                          FERRY_ENOTFOUND, "no-such-folder: No such file or directory");
+  mismatches += check_row("loader", "images path that is a file",
+                          run_loader(real.name, real.width, real.height, realdata_path("dali_coco/coco/instances.json"), 0),
+                          FERRY_EIO, "instances.json is not a folder");
   cr_assert_eq(mkdir(scratch_path("adir.jpg"), 0700), 0);
   mismatches += check_row("loader", "image file that is a folder",
                           run_loader("adir.jpg", 4, 4, scratch_dir(), 0), FERRY_EIO, "adir.jpg: not a regular file");

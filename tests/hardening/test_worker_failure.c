@@ -88,7 +88,7 @@ Test(worker_failure, fail_policy_names_the_file, .timeout = 300) {
     cr_assert_eq(st, FERRY_EFORMAT, "round %d: the epoch ended with %d: %s", round, st, ferry_last_error());
     cr_assert(strstr(ferry_last_error(), broken_name) != NULL, "round %d: the error does not name %s: %s",
               round, broken_name, ferry_last_error());
-    cr_assert(strstr(ferry_last_error(), "sample ") != NULL, "no sample in: %s", ferry_last_error());
+    cr_assert(strstr(ferry_last_error(), "dataset index ") != NULL, "no sample in: %s", ferry_last_error());
     cr_assert_lt(samples, (size_t)IMAGES);
     /* The next epoch starts again; close it half-way, with workers still busy. */
     ferry_batch *batch = NULL;
