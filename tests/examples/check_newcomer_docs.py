@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""What a newcomer reads first matches what exists.
+
+    check_newcomer_docs.py SOURCE_ROOT FERRY_COCO
+
+  - every command `ferry-coco --help` lists is documented in docs/api.md
+    ("`ferry-coco CMD"), and README.md mentions ferry-coco;
+  - the comment at the top of ./run, its usage message and its case arms list the same
+    commands;
+  - docs/pytorch.md says how to get PyTorch (a pip and an apt command for torch).
+"""
+import re
+import subprocess
+import sys
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok:   " if ok else "FAIL: ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def read(root, rel):
+    with open(f"{root}/{rel}") as f:
+        return f.read()
+
+
+def check_ferry_coco(root, tool):
+    out = subprocess.run([tool, "--help"], capture_output=True, text=True, check=True).stdout
+    commands = re.findall(r"^  ferry-coco (\w+)", out, re.M)
+    check(len(commands) >= 4, f"ferry-coco --help lists its commands: {commands}")
+    api = read(root, "docs/api.md")
+    for c in commands:
+        check(f"`ferry-coco {c}" in api, f"docs/api.md documents `ferry-coco {c}`")
+    check("ferry-coco" in read(root, "README.md"), "README.md mentions ferry-coco")
+
+
+def check_run(root):
+    run = read(root, "run")
+    header = re.search(r"^# \./run (.+)$", run, re.M)
+    usage = re.search(r'echo "usage: \./run ([^"]+)"', run)
+    arms = re.findall(r"^  (\w+)\) cmd_\w+ ;;", run, re.M)
+    listed = sorted(w.strip() for w in header[1].split("|")) if header else []
+    said = sorted(w.strip() for w in usage[1].split("|")) if usage else []
+    check(bool(arms) and listed == sorted(arms), f"./run's top comment lists its commands: {listed} vs {sorted(arms)}")
+    check(said == sorted(arms), f"./run's usage lists its commands: {said} vs {sorted(arms)}")
+
+
+def check_pytorch(root):
+    doc = read(root, "docs/pytorch.md")
+    check(re.search(r"pip install torch\b", doc) is not None, "docs/pytorch.md gives a pip command for torch")
+    check("apt-get install python3-torch" in doc, "docs/pytorch.md gives Debian's package for torch")
+
+
+def main():
+    root, tool = sys.argv[1:3]
+    check_ferry_coco(root, tool)
+    check_run(root)
+    check_pytorch(root)
+    print(f"{len(failures)} failed checks")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
