@@ -18,13 +18,8 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok:   " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checklist import check, summary  # noqa: E402  (the lines every script test prints)
 
 
 def validate(tool, ann, *args):
@@ -74,8 +69,7 @@ def main():
 
         p = subprocess.run([tool, "validate", ann, "--decode"], capture_output=True, text=True)
         check(p.returncode == 2, f"--decode without --images: usage error (exit {p.returncode})")
-    print(f"{len(failures)} failed checks")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -20,13 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok:   " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checklist import check, summary  # noqa: E402  (the lines every script test prints)
 
 
 def run(cmd):
@@ -104,8 +99,7 @@ def main():
         ann, good, broken, victim = make_sets(synth, tmp)
         check_program("demo", demo, ann, good, broken, victim)
         check_program("train_loop", train_loop, ann, good, broken, victim)
-    print(f"{len(failures)} failed checks")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -9,17 +9,13 @@
     commands;
   - docs/pytorch.md says how to get PyTorch (a pip and an apt command for torch).
 """
+import os
 import re
 import subprocess
 import sys
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok:   " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checklist import check, summary  # noqa: E402  (the lines every script test prints)
 
 
 def read(root, rel):
@@ -59,8 +55,7 @@ def main():
     check_ferry_coco(root, tool)
     check_run(root)
     check_pytorch(root)
-    print(f"{len(failures)} failed checks")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":
