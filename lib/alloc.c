@@ -16,44 +16,44 @@ static int injected_failure(void) {
   long target = atomic_load(&fail_at);
   return target >= 0 && n == target;
 }
-void ferry_alloc_fail_after(long n) {
+void ferry__alloc_fail_after(long n) {
   atomic_store(&fail_at, n < 0 ? -1 : atomic_load(&attempts) + n);
 }
-long ferry_alloc_attempts(void) { return atomic_load(&attempts); }
-int ferry_alloc_injection_available(void) { return 1; }
+long ferry__alloc_attempts(void) { return atomic_load(&attempts); }
+int ferry__alloc_injection_available(void) { return 1; }
 #else
 static int injected_failure(void) { return 0; }
-void ferry_alloc_fail_after(long n) { (void)n; }
-long ferry_alloc_attempts(void) { return 0; }
-int ferry_alloc_injection_available(void) { return 0; }
+void ferry__alloc_fail_after(long n) { (void)n; }
+long ferry__alloc_attempts(void) { return 0; }
+int ferry__alloc_injection_available(void) { return 0; }
 #endif
 
-void *ferry_malloc(size_t size) {
+void *ferry__malloc(size_t size) {
   if (injected_failure()) return NULL;
   return malloc(size ? size : 1);
 }
 
-void *ferry_calloc(size_t count, size_t size) {
+void *ferry__calloc(size_t count, size_t size) {
   if (injected_failure()) return NULL;
   if (count == 0 || size == 0) return calloc(1, 1);
   return calloc(count, size);
 }
 
-void *ferry_realloc(void *ptr, size_t size) {
+void *ferry__realloc(void *ptr, size_t size) {
   if (injected_failure()) return NULL;
   return realloc(ptr, size ? size : 1);
 }
 
-void ferry_free(void *ptr) { free(ptr); }
+void ferry__free(void *ptr) { free(ptr); }
 
-char *ferry_strdup(const char *s) {
+char *ferry__strdup(const char *s) {
   size_t n = strlen(s) + 1;
-  char *copy = ferry_malloc(n);
+  char *copy = ferry__malloc(n);
   if (copy) memcpy(copy, s, n);
   return copy;
 }
 
-void *ferry_aligned_alloc(size_t alignment, size_t size) {
+void *ferry__aligned_alloc(size_t alignment, size_t size) {
   void *ptr = NULL;
   if (injected_failure()) return NULL;
   if (posix_memalign(&ptr, alignment, size ? size : 1) != 0) return NULL;

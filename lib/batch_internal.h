@@ -3,6 +3,7 @@
 #ifndef FERRY_LIB_BATCH_INTERNAL_H
 #define FERRY_LIB_BATCH_INTERNAL_H
 
+#include "ferry/advanced.h"
 #include "ferry/batch.h"
 
 typedef struct batch_field {
@@ -36,8 +37,8 @@ struct ferry_batch {
 
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,
  * total bytes. No storage is attached; *out is freed with batch_shell_free. */
-ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
                                const int64_t *rows, ferry_batch **out);
-void ferry_batch_shell_free(ferry_batch *batch);
+void ferry__batch_shell_free(ferry_batch *batch);
 
 #endif

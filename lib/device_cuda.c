@@ -18,7 +18,7 @@ typedef struct cuda_device {
 } cuda_device;
 
 static ferry_status cuda_error(ferry_device *device, const char *what, cudaError_t err) {
-  return ferry_fail(FERRY_EDEVICE, "%s: %s failed: %s", device ? device->name : "cuda", what,
+  return ferry__fail(FERRY_EDEVICE, "%s: %s failed: %s", device ? device->name : "cuda", what,
                     cudaGetErrorString(err));
 }
 
@@ -39,15 +39,15 @@ static ferry_status cuda_probe(int index) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
-    return ferry_fail(FERRY_ENODEV,
+    return ferry__fail(FERRY_ENODEV,
                       "no CUDA device: no usable NVIDIA GPU and driver were found (the CUDA "
                       "runtime reports \"%s\", %s)" RUN_ON_HOST,
                       cudaGetErrorString(err), cudaGetErrorName(err));
   }
   if (count == 0)
-    return ferry_fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 GPUs" RUN_ON_HOST);
+    return ferry__fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 GPUs" RUN_ON_HOST);
   if (index >= count)
-    return ferry_fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d GPU%s" RUN_ON_HOST,
+    return ferry__fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d GPU%s" RUN_ON_HOST,
                       index, count, count == 1 ? "" : "s");
   return FERRY_OK;
 }
@@ -57,11 +57,11 @@ static ferry_status cuda_init(ferry_device *device) {
   if (st != FERRY_OK) return st;
   cudaError_t err = cudaFree(0); /* creates the primary context now, not mid-transfer */
   if (err != cudaSuccess) return cuda_error(device, "creating the context", err);
-  cuda_device *cd = ferry_calloc(1, sizeof *cd);
-  if (!cd) return ferry_fail(FERRY_ENOMEM, "%s: out of memory", device->name);
+  cuda_device *cd = ferry__calloc(1, sizeof *cd);
+  if (!cd) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", device->name);
   err = cudaDeviceGetDefaultMemPool(&cd->pool, device->index);
   if (err != cudaSuccess) {
-    ferry_free(cd);
+    ferry__free(cd);
     return cuda_error(device, "cudaDeviceGetDefaultMemPool", err);
   }
   /* Keep freed pool memory cached: returning it to the OS between batches would
@@ -73,7 +73,7 @@ static ferry_status cuda_init(ferry_device *device) {
 }
 
 static void cuda_shutdown(ferry_device *device) {
-  ferry_free(device->impl);
+  ferry__free(device->impl);
   device->impl = NULL;
 }
 
@@ -105,7 +105,7 @@ static ferry_status cuda_malloc(ferry_stream *stream, size_t size, void **out) {
   cudaError_t err = cudaMallocFromPoolAsync(out, size, cd->pool, stream->impl);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ferry_fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
+    return ferry__fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
                       stream->device->name, size, cudaGetErrorString(err));
   }
   return FERRY_OK;
@@ -123,7 +123,7 @@ static ferry_status cuda_host_alloc(ferry_device *device, size_t size, void **ou
   cudaError_t err = cudaHostAlloc(out, size, cudaHostAllocPortable);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ferry_fail(FERRY_ENOMEM, "%s: cudaHostAlloc of %zu pinned bytes failed: %s",
+    return ferry__fail(FERRY_ENOMEM, "%s: cudaHostAlloc of %zu pinned bytes failed: %s",
                       device->name, size, cudaGetErrorString(err));
   }
   return FERRY_OK;
@@ -194,7 +194,7 @@ static ferry_status cuda_pool_reset(ferry_device *device) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "resetting the pool watermark", err);
 }
 
-const ferry_backend ferry_cuda_backend = {
+const ferry_backend ferry__cuda_backend = {
   .name = "cuda",
   .probe = cuda_probe,
   .init = cuda_init,
@@ -219,11 +219,11 @@ const ferry_backend ferry_cuda_backend = {
 #else /* built without the CUDA toolkit */
 
 static ferry_status cuda_unavailable(int index) {
-  return ferry_fail(FERRY_ENODEV,
+  return ferry__fail(FERRY_ENODEV,
                     "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled); "
                     "the \"host\" device runs on the CPU instead (--device host in the examples)");
 }
 
-const ferry_backend ferry_cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
+const ferry_backend ferry__cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
 
 #endif

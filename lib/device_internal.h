@@ -78,10 +78,10 @@ struct ferry_device {
  * host tensors): queued as ferry_memcpy_async when it would take the copy, otherwise
  * done synchronously as ferry_memcpy, since pageable memory cannot be copied
  * asynchronously by CUDA. */
-ferry_status ferry_memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
+ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
                                   ferry_copy_kind kind);
 
-extern const ferry_backend ferry_host_backend;
-extern const ferry_backend ferry_cuda_backend;
+extern const ferry_backend ferry__host_backend;
+extern const ferry_backend ferry__cuda_backend;
 
 #endif

@@ -30,7 +30,7 @@ const char *ferry_last_error(void) { return last_message; }
 
 void ferry_clear_error(void) { last_message[0] = '\0'; }
 
-ferry_status ferry_fail(ferry_status status, const char *fmt, ...) {
+ferry_status ferry__fail(ferry_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_message, sizeof last_message, fmt, ap);
@@ -38,7 +38,7 @@ ferry_status ferry_fail(ferry_status status, const char *fmt, ...) {
   return status;
 }
 
-ferry_status ferry_error_prefix(ferry_status status, const char *fmt, ...) {
+ferry_status ferry__error_prefix(ferry_status status, const char *fmt, ...) {
   char prefix[FERRY_ERROR_MAX];
   char old[FERRY_ERROR_MAX];
   va_list ap;
@@ -52,7 +52,7 @@ ferry_status ferry_error_prefix(ferry_status status, const char *fmt, ...) {
   return status;
 }
 
-ferry_status ferry_error_restore(ferry_status status, const char *message) {
+ferry_status ferry__error_restore(ferry_status status, const char *message) {
   snprintf(last_message, sizeof last_message, "%s", message ? message : "");
   return status;
 }

@@ -33,7 +33,7 @@ struct ferry_pool {
 
 static void destroy_events(ferry_arena *a) {
   for (size_t i = 0; i < a->nevents; i++) ferry_event_destroy(a->events[i]);
-  ferry_free(a->events);
+  ferry__free(a->events);
   a->events = NULL;
   a->nevents = 0;
 }
@@ -65,12 +65,12 @@ static void reap_completed(ferry_pool *p) {
 ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_bytes,
                              ferry_pool **out) {
   if (!device || !out || count == 0)
-    return ferry_fail(FERRY_EINVAL, "ferry_pool_open: a device, an out pointer and at least one arena are required");
-  ferry_pool *p = ferry_calloc(1, sizeof *p);
-  ferry_arena *arenas = p ? ferry_calloc(count, sizeof *arenas) : NULL;
+    return ferry__fail(FERRY_EINVAL, "ferry_pool_open: a device, an out pointer and at least one arena are required");
+  ferry_pool *p = ferry__calloc(1, sizeof *p);
+  ferry_arena *arenas = p ? ferry__calloc(count, sizeof *arenas) : NULL;
   if (!arenas) {
-    ferry_free(p);
-    return ferry_fail(FERRY_ENOMEM, "pool: out of memory for %zu arenas", count);
+    ferry__free(p);
+    return ferry__fail(FERRY_ENOMEM, "pool: out of memory for %zu arenas", count);
   }
   p->device = device;
   p->arenas = arenas;
@@ -82,7 +82,7 @@ ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_
     ferry_status st = ferry_device_host_alloc(device, initial_bytes, &arenas[i].data);
     if (st != FERRY_OK) {
       ferry_pool_close(p);
-      return ferry_error_prefix(st, "pool: arena %zu of %zu: ", i, count);
+      return ferry__error_prefix(st, "pool: arena %zu of %zu: ", i, count);
     }
     arenas[i].capacity = initial_bytes;
     p->stats.reserved_bytes += initial_bytes;
@@ -103,8 +103,8 @@ void ferry_pool_close(ferry_pool *pool) {
   }
   pthread_mutex_destroy(&pool->lock);
   pthread_cond_destroy(&pool->changed);
-  ferry_free(pool->arenas);
-  ferry_free(pool);
+  ferry__free(pool->arenas);
+  ferry__free(pool);
 }
 
 /* A free arena, NULL if none is free: one already big enough, and of those the
@@ -141,7 +141,7 @@ static ferry_status ensure_capacity(ferry_pool *p, ferry_arena *a, size_t bytes)
   size_t want = (ask + GROW_QUANTUM - 1) / GROW_QUANTUM * GROW_QUANTUM;
   void *data = NULL;
   ferry_status st = ferry_device_host_alloc(p->device, want, &data);
-  if (st != FERRY_OK) return ferry_error_prefix(st, "pool: growing an arena to %zu bytes: ", want);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "pool: growing an arena to %zu bytes: ", want);
   if (a->capacity) p->stats.growths++;
   ferry_device_host_free(p->device, a->data);
   p->stats.reserved_bytes += want - a->capacity;
@@ -167,7 +167,7 @@ static ferry_status acquire(ferry_pool *p, size_t bytes, int block, ferry_arena 
   ferry_status st = FERRY_OK;
   for (;;) {
     if (p->canceled) {
-      st = ferry_fail(FERRY_ECANCELED, "pool: canceled while waiting for an arena");
+      st = ferry__fail(FERRY_ECANCELED, "pool: canceled while waiting for an arena");
       break;
     }
     reap_completed(p);
@@ -184,7 +184,7 @@ static ferry_status acquire(ferry_pool *p, size_t bytes, int block, ferry_arena 
       break;
     }
     if (!block) {
-      st = ferry_fail(FERRY_EAGAIN, "pool: all %zu arenas are in use", p->count);
+      st = ferry__fail(FERRY_EAGAIN, "pool: all %zu arenas are in use", p->count);
       break;
     }
     ferry_arena *pending = oldest_pending(p);
@@ -196,12 +196,12 @@ static ferry_status acquire(ferry_pool *p, size_t bytes, int block, ferry_arena 
 }
 
 ferry_status ferry_pool_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out) {
-  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_acquire: pool and out are required");
+  if (!pool || !out) return ferry__fail(FERRY_EINVAL, "ferry_pool_acquire: pool and out are required");
   return acquire(pool, bytes, 1, out);
 }
 
 ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out) {
-  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_try_acquire: pool and out are required");
+  if (!pool || !out) return ferry__fail(FERRY_EINVAL, "ferry_pool_try_acquire: pool and out are required");
   return acquire(pool, bytes, 0, out);
 }
 
@@ -213,7 +213,7 @@ void ferry_pool_cancel(ferry_pool *pool) {
 }
 
 ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out) {
-  if (!pool || !out) return ferry_fail(FERRY_EINVAL, "ferry_pool_stats_get: pool and out are required");
+  if (!pool || !out) return ferry__fail(FERRY_EINVAL, "ferry_pool_stats_get: pool and out are required");
   pthread_mutex_lock(&pool->lock);
   reap_completed(pool);
   *out = pool->stats;
@@ -229,7 +229,7 @@ void ferry_arena_release(ferry_arena *arena) { ferry_arena_release_after(arena, 
 
 void ferry_arena_release_after(ferry_arena *arena, ferry_event *const *events, size_t count) {
   ferry_pool *p = arena->pool;
-  ferry_event **owned = count ? ferry_malloc(count * sizeof *owned) : NULL;
+  ferry_event **owned = count ? ferry__malloc(count * sizeof *owned) : NULL;
   if (count && !owned) {
     /* No memory to remember the events: wait for them here instead, so the arena
      * can never be reused while a copy still reads it. */

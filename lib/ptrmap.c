@@ -6,16 +6,16 @@
 #define EMPTY ((uintptr_t)0)
 #define REMOVED ((uintptr_t)1)
 
-void ferry_ptrmap_init(ferry_ptrmap *map) {
+void ferry__ptrmap_init(ferry_ptrmap *map) {
   map->keys = NULL;
   map->values = NULL;
   map->capacity = map->used = map->live = 0;
 }
 
-void ferry_ptrmap_destroy(ferry_ptrmap *map) {
-  ferry_free(map->keys);
-  ferry_free(map->values);
-  ferry_ptrmap_init(map);
+void ferry__ptrmap_destroy(ferry_ptrmap *map) {
+  ferry__free(map->keys);
+  ferry__free(map->values);
+  ferry__ptrmap_init(map);
 }
 
 static size_t slot_of(uintptr_t key, size_t capacity) {
@@ -36,11 +36,11 @@ static void insert_fresh(ferry_ptrmap *map, uintptr_t key, size_t value) {
 static int rehash(ferry_ptrmap *map) {
   size_t capacity = 64;
   while (capacity < 4 * (map->live + 1)) capacity *= 2;
-  uintptr_t *keys = ferry_calloc(capacity, sizeof *keys);
-  size_t *values = ferry_calloc(capacity, sizeof *values);
+  uintptr_t *keys = ferry__calloc(capacity, sizeof *keys);
+  size_t *values = ferry__calloc(capacity, sizeof *values);
   if (!keys || !values) {
-    ferry_free(keys);
-    ferry_free(values);
+    ferry__free(keys);
+    ferry__free(values);
     return -1;
   }
   ferry_ptrmap old = *map;
@@ -50,18 +50,18 @@ static int rehash(ferry_ptrmap *map) {
   map->used = map->live = 0;
   for (size_t i = 0; i < old.capacity; i++)
     if (old.keys[i] > REMOVED) insert_fresh(map, old.keys[i], old.values[i]);
-  ferry_free(old.keys);
-  ferry_free(old.values);
+  ferry__free(old.keys);
+  ferry__free(old.values);
   return 0;
 }
 
-int ferry_ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size) {
+int ferry__ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size) {
   if (2 * (map->used + 1) > map->capacity && rehash(map) != 0) return -1;
   insert_fresh(map, (uintptr_t)ptr, size);
   return 0;
 }
 
-int ferry_ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size) {
+int ferry__ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size) {
   if (map->capacity == 0) return 0;
   uintptr_t key = (uintptr_t)ptr;
   for (size_t i = slot_of(key, map->capacity);; i = (i + 1) & (map->capacity - 1)) {

@@ -7,14 +7,14 @@
 
 #include "lib/alloc.h"
 
-void ferry_rangeset_init(ferry_rangeset *set) {
+void ferry__rangeset_init(ferry_rangeset *set) {
   set->items = NULL;
   set->count = set->capacity = 0;
 }
 
-void ferry_rangeset_destroy(ferry_rangeset *set) {
-  ferry_free(set->items);
-  ferry_rangeset_init(set);
+void ferry__rangeset_destroy(ferry_rangeset *set) {
+  ferry__free(set->items);
+  ferry__rangeset_init(set);
 }
 
 /* Index of the first range starting after `addr` (count if none). */
@@ -30,14 +30,14 @@ static size_t upper_bound(const ferry_rangeset *set, uintptr_t addr) {
 
 static int grow(ferry_rangeset *set) {
   size_t cap = set->capacity ? 2 * set->capacity : 8;
-  ferry_range *items = ferry_realloc(set->items, cap * sizeof *items);
+  ferry_range *items = ferry__realloc(set->items, cap * sizeof *items);
   if (!items) return -1;
   set->items = items;
   set->capacity = cap;
   return 0;
 }
 
-int ferry_rangeset_put(ferry_rangeset *set, const void *start, size_t size) {
+int ferry__rangeset_put(ferry_rangeset *set, const void *start, size_t size) {
   if (set->count == set->capacity && grow(set) != 0) return -1;
   uintptr_t addr = (uintptr_t)start;
   size_t at = upper_bound(set, addr);
@@ -47,7 +47,7 @@ int ferry_rangeset_put(ferry_rangeset *set, const void *start, size_t size) {
   return 0;
 }
 
-int ferry_rangeset_take(ferry_rangeset *set, const void *start, size_t *size) {
+int ferry__rangeset_take(ferry_rangeset *set, const void *start, size_t *size) {
   uintptr_t addr = (uintptr_t)start;
   size_t at = upper_bound(set, addr);
   if (at == 0 || set->items[at - 1].start != addr) return 0;
@@ -58,7 +58,7 @@ int ferry_rangeset_take(ferry_rangeset *set, const void *start, size_t *size) {
   return 1;
 }
 
-int ferry_rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n) {
+int ferry__rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n) {
   uintptr_t addr = (uintptr_t)ptr;
   size_t at = upper_bound(set, addr);
   if (at == 0) return 0;

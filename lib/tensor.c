@@ -31,15 +31,15 @@ int64_t ferry_tensor_numel(const ferry_tensor *t) {
 ferry_status ferry_tensor_describe(ferry_tensor *t, ferry_dtype dtype, int ndim,
                                    const int64_t *shape) {
   size_t elem = ferry_dtype_size(dtype);
-  if (!t || elem == 0) return ferry_fail(FERRY_EINVAL, "tensor: unknown dtype %d", (int)dtype);
+  if (!t || elem == 0) return ferry__fail(FERRY_EINVAL, "tensor: unknown dtype %d", (int)dtype);
   if (ndim < 0 || ndim > FERRY_MAX_RANK)
-    return ferry_fail(FERRY_EINVAL, "tensor: rank %d is outside 0..%d", ndim, FERRY_MAX_RANK);
+    return ferry__fail(FERRY_EINVAL, "tensor: rank %d is outside 0..%d", ndim, FERRY_MAX_RANK);
   memset(t, 0, sizeof *t);
   size_t bytes = elem;
   for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0) return ferry_fail(FERRY_EINVAL, "tensor: dimension %d is negative (%lld)", i, (long long)shape[i]);
+    if (shape[i] < 0) return ferry__fail(FERRY_EINVAL, "tensor: dimension %d is negative (%lld)", i, (long long)shape[i]);
     if (shape[i] > 0 && bytes > SIZE_MAX / (size_t)shape[i])
-      return ferry_fail(FERRY_EINVAL, "tensor: byte size overflows");
+      return ferry__fail(FERRY_EINVAL, "tensor: byte size overflows");
     bytes *= (size_t)shape[i];
     t->shape[i] = shape[i];
   }
@@ -51,7 +51,7 @@ ferry_status ferry_tensor_describe(ferry_tensor *t, ferry_dtype dtype, int ndim,
 
 ferry_status ferry_tensor_alloc(ferry_tensor *t, ferry_device *device, ferry_stream *stream,
                                 ferry_dtype dtype, int ndim, const int64_t *shape) {
-  if (!device) return ferry_fail(FERRY_EINVAL, "ferry_tensor_alloc: device is NULL");
+  if (!device) return ferry__fail(FERRY_EINVAL, "ferry_tensor_alloc: device is NULL");
   ferry_status st = ferry_tensor_describe(t, dtype, ndim, shape);
   if (st != FERRY_OK) return st;
   st = ferry_device_malloc(device, stream, t->nbytes, &t->data);
@@ -69,7 +69,7 @@ ferry_status ferry_tensor_view(ferry_tensor *t, ferry_device *device, void *data
                                ferry_dtype dtype, int ndim, const int64_t *shape) {
   ferry_status st = ferry_tensor_describe(t, dtype, ndim, shape);
   if (st != FERRY_OK) return st;
-  if (!data && t->nbytes) return ferry_fail(FERRY_EINVAL, "tensor view: NULL data for %zu bytes", t->nbytes);
+  if (!data && t->nbytes) return ferry__fail(FERRY_EINVAL, "tensor view: NULL data for %zu bytes", t->nbytes);
   t->data = t->nbytes ? data : NULL;
   t->device = device;
   return FERRY_OK;

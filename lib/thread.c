@@ -9,7 +9,7 @@
 
 enum { NAME_MAX_CHARS = 15 }; /* what the kernel keeps, without the terminator */
 
-void ferry_thread_name(const char *prefix, size_t index) {
+void ferry__thread_name(const char *prefix, size_t index) {
   char number[24] = "", name[NAME_MAX_CHARS + 1];
   if (index != SIZE_MAX) snprintf(number, sizeof number, "%zu", index);
   size_t digits = strlen(number);

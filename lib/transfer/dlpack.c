@@ -16,7 +16,7 @@ typedef struct dl_holder {
 static void dl_deleter(DLManagedTensor *self) {
   dl_holder *h = self->manager_ctx;
   ferry_tensor_free(&h->tensor);
-  ferry_free(h);
+  ferry__free(h);
 }
 
 static DLDataType dl_dtype(ferry_dtype dtype) {
@@ -34,12 +34,12 @@ static DLDataType dl_dtype(ferry_dtype dtype) {
 }
 
 ferry_status ferry_tensor_to_dlpack(ferry_tensor *tensor, DLManagedTensor **out) {
-  if (!tensor || !out) return ferry_fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: tensor and out are required");
+  if (!tensor || !out) return ferry__fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: tensor and out are required");
   if (!tensor->device || ferry_dtype_size(tensor->dtype) == 0 || tensor->ndim < 0 ||
       tensor->ndim > FERRY_MAX_RANK)
-    return ferry_fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: not a valid tensor");
-  dl_holder *h = ferry_calloc(1, sizeof *h);
-  if (!h) return ferry_fail(FERRY_ENOMEM, "ferry_tensor_to_dlpack: out of memory");
+    return ferry__fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: not a valid tensor");
+  dl_holder *h = ferry__calloc(1, sizeof *h);
+  if (!h) return ferry__fail(FERRY_ENOMEM, "ferry_tensor_to_dlpack: out of memory");
   h->tensor = *tensor;
   /* The consumer frees it whenever it likes, long after any stream of ours may have
    * closed; the contents are complete by contract, so the default stream will do. */

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "backends.h"
+#include "ferry/advanced.h"
 
 static ferry_pool_stats stats(ferry_pool *p) {
   ferry_pool_stats s;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "fixtures.h"
+#include "ferry/advanced.h"
 
 typedef struct rig {
   ferry_device *device;
