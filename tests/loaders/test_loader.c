@@ -178,16 +178,18 @@ Test(loader, packed_and_unpacked_give_identical_targets, .timeout = 120) {
   for (size_t k = 0; k < n; k++) cr_assert_eq(packed[k], unpacked[k], "batch %zu", k);
 }
 
-/* A copy of the test set's image folder as links, with `victim` replaced by a
- * truncated JPEG. Returns the folder. */
+/* A copy of the test set's image folder as links, with `victim` replaced by its own
+ * first half (the header intact, the scan cut: "Premature end of JPEG file"), so the
+ * test needs nothing from ../shared. Returns the folder. */
 static const char *folder_with_corrupt_image(const ferry_loader_config *c, const char *victim) {
   static char dir[256];
   snprintf(dir, sizeof dir, "/tmp/ferry-corrupt-XXXXXX");
   cr_assert_not_null(mkdtemp(dir));
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && cp '%s' '%s/%s'",
-           c->images, dir, dir, victim,
-           realdata_path("photos/skimage/truncated.jpg"), dir, victim);
+  snprintf(cmd, sizeof cmd,
+           "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && "
+           "head -c $(( $(stat -c %%s '%s/%s') / 2 )) '%s/%s' > '%s/%s'",
+           c->images, dir, dir, victim, c->images, victim, c->images, victim, dir, victim);
   cr_assert_eq(system(cmd), 0);
   return dir;
 }
