@@ -89,7 +89,8 @@ def check_program(name, exe, ann, good, broken, victim):
 
     if not has_gpu():
         rc, out, err = run(base + ["--device", "cuda"])
-        check(rc == 1 and "--device host" in err and "no usable NVIDIA GPU" in err,
+        why = "no usable NVIDIA GPU" in err or "built without the CUDA toolkit" in err
+        check(rc == 1 and "--device host" in err and why,
               f"{name} --device cuda without a GPU: points to --device host (rc {rc}: {err.strip()})")
 
 
