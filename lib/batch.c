@@ -1,4 +1,31 @@
-/* lib/batch.c - layout, views and lifetime of packed (and unpacked) batches. */
+/* lib/batch.c - layout, views and lifetime of packed (and unpacked) batches.
+ *
+ * Owns: a ferry_batch: its field table (names copied in), one allocation holding every
+ * offset table, the events it is held until, and its storage, which is one of
+ *   STORAGE_ARENA     a pool arena, handed back to the pool at release;
+ *   STORAGE_DEVICE    one device allocation (made by ferry_packed_to), freed at release;
+ *   STORAGE_UNPACKED  one heap buffer per sample and field, freed at release.
+ * Callers: a batch is not locked. Its layout never changes after creation, so views
+ * may be taken from many threads at once (the loader's workers fill disjoint slices
+ * of one arena batch); hold_until and release are one thread's (the consumer's).
+ *
+ * Invariants, from creation to release:
+ *   - every offset table has batch_size + 1 entries, starts at 0 and never decreases;
+ *     a PER_SAMPLE field's is 0, 1, ..., batch_size; no entry exceeds INT64_MAX / 2;
+ *   - packed: field f is the bytes [byte_offset, byte_offset + nbytes) of `base`,
+ *     nbytes = total rows x row_bytes; fields lie in spec order, disjoint, each
+ *     starting on a FIELD_ALIGN boundary; total_bytes is where the last one ends;
+ *   - every byte size is at most SIZE_MAX / 4, a margin that keeps sums of a few of
+ *     them (an arena's quarter of headroom, its rounding) from overflowing;
+ *   - the layout is a function of (batch_size, specs, row counts) alone: the same
+ *     inputs give the same offsets and bytes, which is what lets the loader lay a
+ *     batch out before any data exists and ferry_packed_to copy one in a single piece;
+ *   - field names are unique, 1..FERRY_FIELD_NAME_MAX-1 characters, and each
+ *     spec.name points at the batch's own copy.
+ * Not done here: storage is never cleared (an arena comes back holding the previous
+ * batch's bytes); batch.c knows no field by name (the transfer stage picks the image
+ * field).
+ */
 #include <string.h>
 
 #include "lib/alloc.h"
@@ -29,6 +56,8 @@ static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *r
 }
 
 /* Fill one field's offset table from its row counts; check for overflow. */
+/* `rows` is read only for a ROWS field, which the caller has checked it is given for.
+ * A count is accepted only while the running total stays <= INT64_MAX / 2. */
 static ferry_status fill_offsets(batch_field *field, size_t batch_size, const int64_t *rows) {
   field->offsets[0] = 0;
   for (size_t i = 0; i < batch_size; i++) {
@@ -85,6 +114,7 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
       if (strcmp(b->fields[g].name, fields[f].name) == 0)
         st = ferry__fail(FERRY_EINVAL, "batch: field '%s' appears twice", fields[f].name);
     if (st != FERRY_OK) break;
+    /* check_spec bounded the name's length, so the copy fits. */
     field->spec = fields[f];
     strcpy(field->name, fields[f].name);
     field->spec.name = field->name;
@@ -122,6 +152,8 @@ ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfie
                                 const ferry_field_spec *fields, const int64_t *rows,
                                 ferry_batch **out) {
   if (!pool) return ferry__fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
+  /* Laid out first, then the arena: the size is known exactly, and a failed or
+   * canceled acquire (which can block) leaves only the shell to free. */
   ferry_batch *b;
   ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
   if (st != FERRY_OK) return st;
@@ -269,16 +301,20 @@ void ferry_batch_set_release_hook(ferry_batch *b, ferry_batch_release_fn fn, voi
   b->release_user = user;
 }
 
+/* The release hook runs first, while the batch is still whole. */
 void ferry_batch_release(ferry_batch *b) {
   if (!b) return;
   if (b->release_hook) b->release_hook(b, b->release_user);
   switch (b->storage) {
     case STORAGE_ARENA:
+      /* The pool takes the events and returns the arena once they complete, without
+       * waiting here; only the array that held them is freed below. */
       ferry_arena_release_after(b->arena, b->held, b->nheld);
       b->nheld = 0;
       break;
     case STORAGE_DEVICE:
-      /* Device storage is freed in stream order after the held work. */
+      /* Waits here for the held events (the work reading this storage), then frees it
+       * on the device's default stream. */
       wait_held(b);
       ferry_device_free(b->device, NULL, b->base);
       break;

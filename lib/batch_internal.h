@@ -1,5 +1,6 @@
 /* lib/batch_internal.h - the packed batch's insides, for lib/ code that builds
- * batches in other places (the transfer stage's ferry_packed_to). Internal. */
+ * batches in other places (the transfer stage's ferry_packed_to). Internal.
+ * The invariants of these fields are in batch.c's opening comment. */
 #ifndef FERRY_LIB_BATCH_INTERNAL_H
 #define FERRY_LIB_BATCH_INTERNAL_H
 
@@ -29,6 +30,8 @@ struct ferry_batch {
   ferry_device *device;         /* where the bytes live */
   void *base;                   /* packed: start of storage */
   ferry_arena *arena;           /* STORAGE_ARENA */
+  /* Owned until release, which hands them to the pool (ARENA) or waits for and
+   * destroys them (DEVICE, UNPACKED). */
   ferry_event **held;           /* events to wait for before the storage is reused */
   size_t nheld, held_capacity;
   ferry_batch_release_fn release_hook;

@@ -3,6 +3,26 @@
  * Not a mock. Each stream is a thread draining a FIFO of operations, so a copy
  * really is asynchronous: it has happened only once an event recorded after it
  * completes. That is what lets CI catch a caller that reuses a buffer too early.
+ *
+ * Owns: per stream, a host_stream (its thread, FIFO and counters); per event, a
+ * host_event. Device memory is 64-byte-aligned heap memory; "pinned" memory is page
+ * (or huge-page) aligned heap memory, not locked: the host backend has no DMA engine
+ * to pin it for. init and shutdown have nothing to do.
+ * Callers: device.c, from any thread; ops run on the stream's own thread.
+ *
+ * Invariants:
+ *   - an op is in exactly one place: its stream's FIFO, or being run by the stream
+ *     thread, which frees it afterwards; ops of one stream run one at a time, in the
+ *     order queued;
+ *   - s->lock guards head, tail, queued, completed and stop, and is never held while
+ *     an op runs: a host function may queue more work, and a caller may queue while
+ *     a long copy runs;
+ *   - completed <= queued, and completed counts an op only after it has run, so a
+ *     thread that sees completed >= n knows the first n ops have taken effect;
+ *   - a host_event is freed when its last reference goes: the caller's handle and,
+ *     until it has run, its queued op; either may go first.
+ * Not done here: no pointer checks (device.c does them), no concurrency inside a
+ * stream, no error from a copy (memmove cannot fail).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,6 +60,8 @@ typedef struct host_op {
 typedef struct host_stream {
   pthread_t thread;
   pthread_mutex_t lock;
+  /* work_cv has one waiter, the stream thread, so it is signalled; idle_cv may have
+   * many (every synchroniser), so it is broadcast. */
   pthread_cond_t work_cv; /* work queued, or stop */
   pthread_cond_t idle_cv; /* completed advanced */
   host_op *head, *tail;
@@ -60,6 +82,8 @@ static void run_op(host_op *op) {
     case OP_COPY: memmove(op->dst, op->src, op->n); break;
     case OP_CALL: op->fn(op->arg); break;
     case OP_FREE: ferry__free(op->dst); break;
+    /* The waiters hold the caller's reference, so the event outlives the broadcast;
+     * the op's reference is dropped last. */
     case OP_EVENT:
       pthread_mutex_lock(&op->event->lock);
       op->event->done = 1;
@@ -76,6 +100,8 @@ static void *stream_main(void *arg) {
   pthread_mutex_lock(&s->lock);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->lock);
+    /* Stop is honoured only once the FIFO is empty: closing a stream runs everything
+     * queued on it first, frees included. */
     if (!s->head) break; /* stop requested and nothing left */
     host_op *op = s->head;
     s->head = op->next;
@@ -149,6 +175,9 @@ static void host_stream_close(ferry_stream *stream) {
   ferry__free(s);
 }
 
+/* Waits for what was queued before the call, not for work queued meanwhile, so a
+ * busy stream cannot keep a synchroniser waiting forever. A host function that
+ * synchronises its own stream would wait for itself. */
 static ferry_status host_stream_sync(ferry_stream *stream) {
   host_stream *s = stream->impl;
   pthread_mutex_lock(&s->lock);
@@ -184,6 +213,8 @@ static ferry_status host_free_async(ferry_stream *stream, void *ptr) {
  * allocation of a huge page or more is huge-page aligned and asks for them; the
  * kernel may say no (THP off), which costs only the speed. */
 static ferry_status host_host_alloc(ferry_device *device, size_t size, void **out) {
+  /* Rounded up to whole pages (or huge pages); the check first keeps the rounding
+   * from wrapping. */
   size_t align = size >= HUGE_PAGE ? HUGE_PAGE : PAGE;
   *out = size <= SIZE_MAX - align ? ferry__aligned_alloc(align, (size + align - 1) / align * align)
                                   : NULL;
@@ -196,6 +227,8 @@ static ferry_status host_host_alloc(ferry_device *device, size_t size, void **ou
 
 static void host_host_free(ferry_device *device, void *ptr) { ferry__free(ptr); }
 
+/* Every kind is a memmove: all of this backend's memory is host memory. On failure
+ * new_op has already left the message. */
 static ferry_status host_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
                                 ferry_copy_kind kind) {
   host_op *op = new_op(stream, OP_COPY);
@@ -221,6 +254,8 @@ static ferry_status host_event_record(ferry_stream *stream, ferry_event *event) 
     ferry__free(e);
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory recording an event", stream->device->name);
   }
+  /* Both references are counted before the op is queued: the stream thread may run it,
+   * and drop its reference, before enqueue returns. */
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->done_cv, NULL);
   atomic_init(&e->refs, 2);

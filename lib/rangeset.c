@@ -1,6 +1,13 @@
 /* lib/rangeset.c - sorted array of disjoint ranges; lookups by binary search.
  * Invariant: items[0..count) are sorted by start and do not overlap, so the only range
- * that can hold an address is the last one starting at or before it. */
+ * that can hold an address is the last one starting at or before it.
+ *
+ * Owns: the items array (count <= capacity). Callers: device.c only, for a device's
+ * live pinned allocations, under that device's accounting_lock; no lock here.
+ * Not done here: put does not check that the new range is disjoint from the others
+ * (live allocations of one allocator are), and take finds a range only by its exact
+ * start, so freeing an interior pointer finds nothing (and frees nothing).
+ */
 #include "lib/rangeset.h"
 
 #include <string.h>
@@ -28,6 +35,7 @@ static size_t upper_bound(const ferry_rangeset *set, uintptr_t addr) {
   return lo;
 }
 
+/* On failure the set keeps its old array: a failed put changes nothing. */
 static int grow(ferry_rangeset *set) {
   size_t cap = set->capacity ? 2 * set->capacity : 8;
   ferry_range *items = ferry__realloc(set->items, cap * sizeof *items);
@@ -62,6 +70,7 @@ int ferry__rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n)
   uintptr_t addr = (uintptr_t)ptr;
   size_t at = upper_bound(set, addr);
   if (at == 0) return 0;
+  /* Compared as offset and remaining size, never as ptr + n, which could wrap. */
   const ferry_range *r = &set->items[at - 1];
   size_t offset = addr - r->start; /* start <= addr, so no wrap */
   return offset < r->size && n <= r->size - offset;

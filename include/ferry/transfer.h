@@ -95,7 +95,8 @@ typedef struct ferry_transfer_options {
   const char *image_field;
   ferry_normalize normalize;
   /* Per-channel mean and std for normalisation, in [0, 1] units. All-zero std means
-   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225). */
+   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225); otherwise every
+   * std must be finite and non-zero and every mean finite (FERRY_EINVAL). */
   float mean[3];
   float std[3];
   /* Run in array order, ON_STREAM ones after ENQUEUE ones' queued work. Copied. */

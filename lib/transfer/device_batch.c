@@ -1,5 +1,26 @@
 /* lib/transfer/device_batch.c - the result of a transfer: the batch tensor and one
- * record of independently owned tensors per sample. */
+ * record of independently owned tensors per sample.
+ *
+ * Owns: a ferry_device_batch: the images slot, batch_size x nfields record slots, the
+ * `ready` event, the ON_STREAM hooks copied from the options, and the first hook
+ * failure with its message.
+ * Callers: the thread that made it, one call at a time; between ferry_transfer and the
+ * completion of `ready`, an ON_STREAM hook also reads and writes it, on the stream's
+ * thread (CUDA: a driver thread), so the caller leaves its records alone until then
+ * (transfer.h).
+ *
+ * Invariants:
+ *   - a slot is `present` exactly when the device batch owns its tensor and will free
+ *     it; take clears the slot and hands the tensor over, replace frees the old one
+ *     and takes the new one;
+ *   - names[k] is the k-th per-sample field and source_field[k] its index in the
+ *     source batch; the image field, if any, has no per-sample slots;
+ *   - hook_status is 0 or the first negative status a hook returned, and hook_message
+ *     holds that hook's message;
+ *   - `ready` is NULL until everything of the transfer is queued; a failed transfer
+ *     frees its device batch itself, so a caller never sees one without it.
+ * Not done here: no copying (transfer.c queues the copies), no locking.
+ */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +44,7 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
   db->slots = slots;
   for (size_t f = 0; f < ferry_batch_num_fields(batch); f++) {
     if ((int)f == image_field) continue;
+    /* A batch's field names fit FERRY_FIELD_NAME_MAX (batch.c checks). */
     strcpy(db->names[db->nfields], ferry_batch_field_spec(batch, f)->name);
     db->source_field[db->nfields++] = (int)f;
   }
@@ -30,6 +52,9 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
   return FERRY_OK;
 }
 
+/* The message is copied now, on the thread that ran the hook (the stream's, for an
+ * ON_STREAM hook): ferry_last_error is per thread, and ferry_device_batch_wait restores
+ * the copy on the caller's. */
 void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook) {
   ferry_status st = hook->fn(db, hook->user);
   if (st >= 0 || db->hook_status < 0) return;
@@ -120,6 +145,8 @@ void ferry_device_batch_free(ferry_device_batch *db) {
   if (!db) return;
   /* A hook still queued on the stream holds a pointer to this batch. */
   if (db->nstream_hooks && db->ready) ferry_event_synchronize(db->ready);
+  /* Each tensor is freed in the order of its own stream: a free queued behind the copies
+   * that fill it cannot take memory from under them. */
   if (db->images.present) ferry_tensor_free(&db->images.tensor);
   for (size_t i = 0; i < db->batch_size * db->nfields; i++)
     if (db->slots[i].present) ferry_tensor_free(&db->slots[i].tensor);

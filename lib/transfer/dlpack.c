@@ -1,4 +1,18 @@
-/* lib/transfer/dlpack.c - ferry tensors as DLPack managed tensors. */
+/* lib/transfer/dlpack.c - ferry tensors as DLPack managed tensors.
+ *
+ * Owns: per exported tensor, one dl_holder: the DLManagedTensor, the shape array it
+ * points at, and the ferry tensor whose memory it hands out. All three go together in
+ * the deleter, which is the only way the memory is freed once exported.
+ * Callers: any thread; the deleter runs on whatever thread the consumer drops its
+ * tensor on (a Python garbage collection, say), which is safe because the free goes
+ * through device.c's locked accounting on the device's default stream. The ferry
+ * device must still be open then.
+ * DLPack 0.6 carries no stream, so the contents must be complete before the hand-over
+ * (the caller waits for the device batch's event); u8 and bool are both kDLUInt 8
+ * (0.6 has no bool); strides are NULL (compact row-major); byte_offset is 0.
+ * Not done here: no import (DLPack into ferry), no versioned (1.x) structs. A view
+ * (owned == 0) can be exported: its deleter frees the wrapper and not the memory.
+ */
 #include <string.h>
 
 #include "ferry/dlpack.h"

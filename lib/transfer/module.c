@@ -1,4 +1,25 @@
-/* lib/transfer/module.c - deferred, all-or-nothing device moves under a per-module lock. */
+/* lib/transfer/module.c - deferred, all-or-nothing device moves under a per-module lock.
+ *
+ * Owns: a ferry_module: its name, reference count, tensors (each with its name), move
+ * statistics and observer.
+ * Callers: any threads at once. Each module has its own mutex and there is no global
+ * one, so a move of one module never holds up another.
+ *
+ * Invariants, under `lock`:
+ *   - every tensor's device is m->device (add refuses others; a move replaces all of
+ *     them or none);
+ *   - tensor names are unique;
+ *   - every tensor's stream is NULL: its free goes on its device's default stream, so
+ *     no stream the module does not own has to outlive it;
+ *   - added owned tensors, and every tensor after a move, are owned by the module;
+ *     added views are only referenced (module.h).
+ * The lock is held across a whole move: the allocations, the copies, the stream's
+ * synchronisation and every observer call. That is what makes a caller arriving
+ * mid-move wait, then find the module moved; it is also why the observer must not
+ * call into the same module (the mutex is not recursive).
+ * Not done here: the devices must outlive the module; the reference count is not a
+ * lock (the last unref frees without taking it: no other handle exists then).
+ */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -119,6 +140,8 @@ static ferry_device *stream_device(ferry_device *from, ferry_device *to) {
  * (ferry__memcpy_or_wait); the move synchronises at the end anyway. */
 static ferry_status copy_all(ferry_module *m, ferry_device *device, ferry_stream *stream,
                              ferry_tensor *fresh) {
+  /* Allocated on the private stream when it is the destination's (ordered before the
+   * copy), else on the destination's default stream. */
   ferry_stream *alloc_stream = stream->device == device ? stream : NULL;
   int to_host = device->kind == FERRY_DEVICE_HOST;
   for (size_t i = 0; i < m->count; i++) {
@@ -138,6 +161,9 @@ static ferry_status copy_all(ferry_module *m, ferry_device *device, ferry_stream
   return FERRY_OK;
 }
 
+/* New copies first, on a private stream, synchronised; only then are they swapped in
+ * and the old tensors freed. A failure frees the copies and leaves the module as it
+ * was, so the next ensure_on retries from scratch. */
 static ferry_status move_locked(ferry_module *m, ferry_device *device) {
   ferry_tensor *fresh = ferry__calloc(m->count ? m->count : 1, sizeof *fresh);
   if (!fresh) return ferry__fail(FERRY_ENOMEM, "module '%s': out of memory for a move", m->name);
@@ -199,6 +225,7 @@ ferry_status ferry_module_get(ferry_module *m, const char *name, ferry_tensor *o
   if (i < 0) {
     st = ferry__fail(FERRY_ENOTFOUND, "module '%s': no tensor called '%s'", m->name, name);
   } else {
+      /* A view: the caller may not free it, and it dangles after the next move. */
     *out = m->tensors[i].tensor;
     out->owned = 0;
     out->stream = NULL;

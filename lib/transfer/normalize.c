@@ -1,4 +1,18 @@
-/* lib/transfer/normalize.c - image normalisation in stream order, CPU or CUDA. */
+/* lib/transfer/normalize.c - image normalisation in stream order, CPU or CUDA.
+ *
+ * Owns: nothing between calls. A queued CPU job owns its own copy of the parameters
+ * and frees itself after running; a CUDA staging buffer is freed in stream order.
+ * Callers: the transfer stage (copy_image_rows), on the caller's thread; a CPU job runs
+ * later on the host stream's thread. The source image must stay unchanged until the
+ * job or kernel has run: the transfer holds the source batch by an event recorded
+ * after all of them.
+ * Invariant: for the same input and parameters, the host and the CUDA paths produce
+ * the same bits (normalize.h says how); tests/transfer checks the host against the
+ * formula in double precision and, on a GPU, the kernel against the host.
+ * Not done here: validating mean and std (transfer.c's check_normalization refuses
+ * a std with a zero or non-finite channel before anything runs), normalisation
+ * across devices (the source is host memory or memory of the stream's device).
+ */
 #include <math.h>
 #include <string.h>
 
@@ -19,6 +33,8 @@ void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const fl
                             int bf16) {
   int given = std && (std[0] != 0.0f || std[1] != 0.0f || std[2] != 0.0f);
   const float *m = given ? mean : imagenet_mean, *s = given ? std : imagenet_std;
+  /* Computed once here, in float, and handed to both paths as is: the CPU and the
+   * kernel never derive them separately. */
   for (int c = 0; c < 3; c++) {
     p->scale[c] = 1.0f / (255.0f * s[c]);
     p->bias[c] = -m[c] / s[c];
@@ -26,7 +42,8 @@ void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const fl
   p->bf16 = bf16;
 }
 
-/* Round to nearest even; the inputs here are always finite. */
+/* Round to nearest even. Not NaN-safe (the carry can turn a NaN into another value),
+ * which is fine for the finite values that a valid mean and std give. */
 static uint16_t f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
@@ -62,6 +79,7 @@ static void run_cpu_job(void *arg) {
 
 static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, size_t hw,
                                 const ferry_norm_params *p) {
+  /* The parameters are copied: the caller's live on its stack, the job runs later. */
   cpu_job *job = ferry__malloc(sizeof *job);
   if (!job) return ferry__fail(FERRY_ENOMEM, "normalise: out of memory queueing an image");
   *job = (cpu_job){.src = src, .dst = dst, .hw = hw, .params = *p};
@@ -73,6 +91,8 @@ static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst
 #if FERRY_HAVE_CUDA
 static ferry_status launch(ferry_stream *stream, const void *src, void *dst, size_t hw,
                            const ferry_norm_params *p) {
+  /* Reports only launch errors; a fault while the kernel runs surfaces at a later
+   * synchronisation, as for any asynchronous CUDA work. */
   int err = ferry__cuda_normalize_launch(stream->impl, src, dst, hw, p);
   if (err != cudaSuccess)
     return ferry__fail(FERRY_EDEVICE, "%s: normalisation kernel launch failed: %s",
@@ -92,6 +112,8 @@ static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_
   ferry_status st = ferry_device_malloc(device, stream, 3 * hw, &stage);
   if (st == FERRY_OK) st = ferry__memcpy_or_wait(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
   if (st == FERRY_OK) st = launch(stream, stage, dst, hw, p);
+  /* Freed after the launch in stream order, on failure too: whatever was queued
+   * finishes with it first. */
   if (stage) ferry_device_free(device, stream, stage);
   return st;
 }

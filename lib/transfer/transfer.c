@@ -10,7 +10,27 @@
  * device its pool is bound for, so its copies are queued; the host side of any other
  * copy (an unpacked batch's per-sample buffers, host-device memory a GPU batch is
  * packed onto) is pageable, and pageable memory is copied synchronously (device.h).
+ *
+ * Owns nothing between calls: what a transfer makes is the device batch it returns and
+ * the events it hands to the source batch (ferry_batch_hold_until).
+ * Callers: any number of threads at once, each on its own stream; the only shared
+ * state, the device's accounting and stream list, is locked in device.c.
+ *
+ * What one direct transfer queues on its stream, in this order (docs/transfer.md):
+ * the batch tensor's allocation and one copy (or normalisation) per sample into it;
+ * per sample, per other field, an allocation of exactly the slice and its copy; an
+ * event held by the source batch; the ENQUEUE hooks' own work; one host function
+ * running the ON_STREAM hooks; the `ready` event. Since it is all one stream, each
+ * step sees every earlier one complete. Invariants this keeps:
+ *   - the source batch is held until every copy that reads it has run, on failure
+ *     too: its arena never returns to the pool under a queued copy;
+ *   - no allocation holds more than one sample's slice of a field, except the batch
+ *     tensor (an output), and nothing but a normalisation's one-image staging buffer
+ *     (CUDA) is freed during the transfer: the device's extra peak is 0, one u8 image
+ *     with normalisation (the previous path's is its packed copy);
+ *   - a failed transfer leaves nothing allocated and returns no device batch.
  */
+#include <math.h>
 #include <string.h>
 
 #include "lib/alloc.h"
@@ -57,6 +77,9 @@ static void hold_batch(ferry_batch *batch, ferry_stream *stream) {
 
 /* ---- ferry_packed_to ---------------------------------------------------------- */
 
+/* A storage-less batch with b's fields and row counts: the layout is a function of
+ * those alone, so its offsets and bytes are b's, and one copy of total_bytes moves the
+ * whole batch. */
 static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
   size_t n = b->nfields, bs = b->batch_size;
   ferry_field_spec specs[FERRY_MAX_FIELDS];
@@ -98,12 +121,15 @@ static ferry_status pack_onto(ferry_batch *b, ferry_device *device, ferry_stream
     st = ferry__memcpy_or_wait(stream, nb->base, b->base, nb->total_bytes,
                               ferry__copy_kind_between(ferry__batch_bytes_on_host(b),
                                                       device->kind == FERRY_DEVICE_HOST));
+  /* A queued copy may still be writing the new storage: let it finish, then free. */
   if (st != FERRY_OK) {
     ferry_stream_synchronize(stream);
     ferry_device_free(device, alloc_stream, nb->base);
     ferry__batch_shell_free(nb);
     return ferry__error_prefix(st, "packing a batch onto %s: ", device->name);
   }
+  /* nb's event makes releasing nb wait for the copy into it (a device batch's release
+   * waits for its held events before freeing). */
   hold_batch(b, stream);
   hold_batch(nb, stream);
   *out = nb;
@@ -129,6 +155,9 @@ ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_str
     *out = batch;
     return FERRY_OK;
   }
+  /* `batch` is held by the copy's event, so releasing it now returns at once for an
+   * arena, and its memory is reused only once the copy has read it. On failure the
+   * caller keeps it. */
   ferry_status st = copying_stream(batch, device, &stream);
   if (st == FERRY_OK) st = pack_onto(batch, device, stream, out);
   if (st != FERRY_OK) return st;
@@ -154,6 +183,8 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   if (st == FERRY_OK)
     st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, view.dtype, view.ndim, view.shape);
   if (st != FERRY_OK) return st;
+  /* Present from its allocation on, so that if the copy fails the device batch's free
+   * still releases it. */
   slot->present = 1;
   return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
 }
@@ -176,6 +207,7 @@ static ferry_status image_layout(const ferry_field_spec *spec, size_t batch_size
   if (spec->dtype != FERRY_U8 || spec->inner_ndim != 3 || spec->inner_shape[2] != 3)
     return ferry__fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
                       spec->name);
+  /* Normalisation also transposes: [H,W,3] per sample becomes [B,3,H,W]. */
   *dtype = normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
   *ndim = 4;
   shape[1] = 3;
@@ -215,6 +247,8 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   ferry_norm_params params, *norm = NULL;
   size_t hw = 0;
   if (o->normalize != FERRY_NORMALIZE_NONE) {
+    /* The kernel reads its source on the target device: a batch in another GPU's
+     * memory would need a copy between devices first. */
     if (!job->src_on_host && job->batch->device != db->device)
       return ferry__fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
                         db->device->name, job->batch->device->name);
@@ -222,6 +256,7 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
     norm = &params;
     hw = (size_t)(shape[2] * shape[3]);
   }
+  /* Present once allocated, for the same reason as a sample's slot. */
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
   return st == FERRY_OK ? copy_image_rows(job, field, hw, norm) : st;
@@ -232,7 +267,10 @@ static void run_stream_hooks(void *arg) {
   for (size_t h = 0; h < db->nstream_hooks; h++) ferry__device_batch_run_hook(db, &db->stream_hooks[h]);
 }
 
-/* ENQUEUE hooks now; ON_STREAM hooks as one host function after the copies. */
+/* ENQUEUE hooks now; ON_STREAM hooks as one host function after the copies. The
+ * ON_STREAM hooks are copied into the device batch, since the caller's options need not
+ * outlive ferry_transfer; if the host function cannot be queued, none is recorded, so
+ * nothing waits for hooks that will never run. */
 static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_options *o) {
   for (size_t h = 0; h < o->nhooks; h++) {
     if (o->hooks[h].stage == FERRY_HOOK_ENQUEUE) ferry__device_batch_run_hook(db, &o->hooks[h]);
@@ -267,7 +305,8 @@ static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, 
                       .src_on_host = ferry__batch_bytes_on_host(batch)};
   job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
   st = queue_copies(&job, image_field);
-  /* Whatever was queued reads the batch: hold it until that has run, even on failure. */
+  /* Whatever was queued reads the batch: hold it until that has run, even on failure.
+   * The hold comes before the hooks: the source batch need not wait for them. */
   hold_batch(batch, stream);
   if (st == FERRY_OK) st = schedule_hooks(db, o);
   if (st == FERRY_OK) st = ferry_event_record(stream, &db->ready);
@@ -292,9 +331,23 @@ static ferry_status transfer_previous(ferry_device *device, ferry_stream *stream
   ferry_batch *packed = NULL;
   ferry_status st = pack_onto(batch, device, stream, &packed);
   if (st != FERRY_OK) return st;
+  /* Dropped whether or not the clones were queued: its free is queued after them. */
   st = transfer_direct(device, stream, packed, o, out);
   drop_packed_copy(packed, stream);
   return st;
+}
+
+/* An all-zero std asks for ImageNet's values; any other std must be finite and
+ * non-zero in every channel, and the mean finite, or the images come out inf or NaN. */
+static ferry_status check_normalization(const ferry_transfer_options *o) {
+  if (o->normalize == FERRY_NORMALIZE_NONE) return FERRY_OK;
+  int all_zero = o->std[0] == 0.0f && o->std[1] == 0.0f && o->std[2] == 0.0f;
+  for (int c = 0; c < 3 && !all_zero; c++)
+    if (!isfinite(o->std[c]) || o->std[c] == 0.0f || !isfinite(o->mean[c]))
+      return ferry__fail(FERRY_EINVAL, "transfer: normalisation channel %d has mean %g and std %g; "
+                         "std must be finite and non-zero (all zeros: ImageNet's)",
+                         c, (double)o->mean[c], (double)o->std[c]);
+  return FERRY_OK;
 }
 
 static ferry_status check_options(const ferry_transfer_options *o) {
@@ -307,7 +360,7 @@ static ferry_status check_options(const ferry_transfer_options *o) {
     if (!o->hooks[h].fn || (o->hooks[h].stage != FERRY_HOOK_ON_STREAM &&
                             o->hooks[h].stage != FERRY_HOOK_ENQUEUE))
       return ferry__fail(FERRY_EINVAL, "transfer: hook %zu has no function or an unknown stage", h);
-  return FERRY_OK;
+  return check_normalization(o);
 }
 
 ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
@@ -318,6 +371,7 @@ ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_ba
   static const ferry_transfer_options defaults = {0};
   const ferry_transfer_options *o = options ? options : &defaults;
   ferry_status st = check_options(o);
+  /* The host backend's stream threads can only memmove, so GPU memory is out of reach. */
   if (st == FERRY_OK && device->kind == FERRY_DEVICE_HOST && !ferry__batch_bytes_on_host(batch))
     st = ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch in %s memory cannot be read by the host "
                     "backend's streams; bring it over with ferry_packed_to first", batch->device->name);

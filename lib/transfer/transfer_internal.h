@@ -1,5 +1,6 @@
 /* lib/transfer/transfer_internal.h - the device batch's insides and the helpers the
- * transfer paths share (internal). */
+ * transfer paths share (internal). The invariants of the device batch's fields are in
+ * device_batch.c's opening comment. */
 #ifndef FERRY_LIB_TRANSFER_INTERNAL_H
 #define FERRY_LIB_TRANSFER_INTERNAL_H
 
