@@ -5,8 +5,10 @@
  * coordinator and workers are in coordinator.c and workers.c; the lock and the
  * three condition variables they share are described in loader_internal.h.
  */
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,11 +34,25 @@ void ferry_loader_config_default(ferry_loader_config *c) {
   ferry_image_options_default(&c->image);
 }
 
+/* A wrong images path would otherwise pass open and fail the first sample, each
+ * sample's message naming a file rather than the folder that is wrong. */
+static ferry_status check_images_folder(const char *images) {
+  struct stat st;
+  if (stat(images, &st) != 0)
+    return ferry__fail(errno == ENOENT || errno == ENOTDIR ? FERRY_ENOTFOUND : FERRY_EIO,
+                      "loader: images folder %s: %s", images, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return ferry__fail(FERRY_EIO, "loader: images folder %s is not a folder", images);
+  return FERRY_OK;
+}
+
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
   if (c->batch_size == 0 || c->max_outstanding == 0)
     return ferry__fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
+  if (c->batch_size > FERRY_LOADER_MAX_BATCH)
+    return ferry__fail(FERRY_EINVAL, "loader: batch_size %zu is more than %d (FERRY_LOADER_MAX_BATCH)",
+                      c->batch_size, FERRY_LOADER_MAX_BATCH);
   if (c->prefetch > FERRY_LOADER_MAX_PREFETCH)
     return ferry__fail(FERRY_EINVAL, "loader: prefetch %zu is more than %d batches", c->prefetch,
                       FERRY_LOADER_MAX_PREFETCH);
@@ -45,7 +61,7 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if (c->workers > 1024) return ferry__fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
-  return FERRY_OK;
+  return check_images_folder(c->images);
 }
 
 /* One field spec; returns its index. */
