@@ -3,6 +3,7 @@
  *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
  *              [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct] [--json]
+ *              [--only PATH]
  *
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
  * transfer), `previous` (packed batch, whole-batch device copy then per-sample
@@ -16,7 +17,9 @@
  * each in its own process; a path's ratio is the median over rounds of its rate
  * over the limit measured in the same round (what docs/benchmarks.md records).
  * --dct lets the loader decode JPEGs at a reduced DCT scale (not Pillow-exact; the
- * limit stays a full decode), to show what that option buys.
+ * limit stays a full decode), to show what that option buys. --only PATH measures that
+ * path alone, without the limit (its ratio columns are then 0): what
+ * repro/python_throughput.py pairs with the Python loader's runs.
  *
  * Serial time: per delivered batch, the CPU time of the loader's coordinator thread
  * plus that of the consumer (this program's main thread: next, the transfer,
@@ -45,6 +48,7 @@ enum { RATE, SERIAL_US, WORK_US, DEPTH, VALUES };
 typedef struct options {
   bench_common data;
   const char *device;
+  const char *only; /* NULL: every path and the limit */
   int warmup, batches, processes, json, dct;
 } options;
 
@@ -154,7 +158,7 @@ static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
                   "                  [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct]\n"
-                  "                  [--json]\n");
+                  "                  [--json] [--only loader|previous|direct|unpacked]\n");
   return 2;
 }
 
@@ -175,6 +179,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
     else if (!strcmp(a, "--processes")) o->processes = atoi(v);
+    else if (!strcmp(a, "--only")) o->only = v;
     else return usage(), -1;
   }
   if (o->data.workers < 1 || o->data.batch < 1 || o->batches < 1 || o->warmup < 0 || o->processes < 1 ||
@@ -187,11 +192,18 @@ static int parse(int argc, char **argv, options *o) {
  * that a ratio compares measurements taken minutes apart at most (these machines
  * drift by more than the differences measured). limit: that round's limit;
  * paths[r]: path r's RATE, SERIAL_US and DEPTH. */
+static int measured(const options *o, const path_run *run) {
+  return !o->only || !strcmp(o->only, run->name);
+}
+
 static int run_round(const options *o, const path_run *runs, double *limit, double paths[PATHS][VALUES]) {
-  if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
+  *limit = 0;
+  if (!o->only && bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
   int failed = 0;
+  memset(paths, 0, sizeof(double) * PATHS * VALUES);
   for (int r = 0; r < PATHS; r++)
-    if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
+    if (measured(o, &runs[r]) &&
+        bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
       memset(paths[r], 0, sizeof paths[r]);
       failed = 1;
     }
@@ -227,11 +239,15 @@ static void print_row(const options *o, const char *name, const path_summary *p,
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o) != 0) return 2;
-  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT},
                                 {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
                                 {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
                                 {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
+  int first = -1; /* the first path measured */
+  for (int r = PATHS - 1; r >= 0; r--)
+    if (measured(&o, &runs[r])) first = r;
+  if (first < 0) return usage();
+  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)
@@ -242,13 +258,14 @@ int main(int argc, char **argv) {
   }
   double ratios[MAX_ROUNDS][PATHS];
   for (int p = 0; p < o.processes; p++)
-    for (int r = 0; r < PATHS; r++) ratios[p][r] = paths[p][r][RATE] / limits[p];
+    for (int r = 0; r < PATHS; r++) ratios[p][r] = limits[p] > 0 ? paths[p][r][RATE] / limits[p] : 0;
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
   if (!o.json)
     printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %10s %12s\n", "path", "workers", "images/s med",
            "[min, max]", "decode limit", "ratio", "[min, max] (per round)", "serial us", "work us",
            "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
+    if (!measured(&o, &runs[r])) continue;
     double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];
@@ -267,6 +284,6 @@ int main(int argc, char **argv) {
            "serial us: coordinator + consumer CPU per batch; work us: the same less their idling "
            "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
-           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][0][DEPTH]);
+           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][first][DEPTH]);
   return 0;
 }

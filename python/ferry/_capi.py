@@ -153,7 +153,8 @@ _SIGNATURES = {
     "ferry_device_batch_take": (c_int, c_void_p, c_size_t, c_char_p, POINTER(Tensor)),
     "ferry_device_batch_take_images": (c_int, c_void_p, POINTER(Tensor)),
     "ferry_device_batch_free": (None, c_void_p),
-    "ferry_tensor_to_dlpack": (c_int, POINTER(Tensor), POINTER(POINTER(DLManagedTensor))),
+    # the DLManagedTensor comes back as a plain address, handed on to PyCapsule_New
+    "ferry_tensor_to_dlpack": (c_int, POINTER(Tensor), POINTER(c_void_p)),
 }
 for _name, (_restype, *_argtypes) in _SIGNATURES.items():
     _fn = getattr(lib, _name)
@@ -182,8 +183,20 @@ def check(status, what=None):
     return status
 
 
-def dlpack_capsule(tensor):
-    """Move a ferry tensor into a DLPack capsule ("dltensor"); the consumer owns it then."""
-    managed = POINTER(DLManagedTensor)()
-    check(lib.ferry_tensor_to_dlpack(byref(tensor), byref(managed)))
-    return _capsule_new(ctypes.cast(managed, c_void_p), b"dltensor", None)
+class Exporter:
+    """Moves ferry tensors into DLPack capsules ("dltensor"), which their consumer then
+    owns. One per thread of use: it reuses its ctypes arguments, since a step hands
+    over dozens of tensors and building them is most of the cost."""
+
+    def __init__(self):
+        self.tensor = Tensor()
+        self.tensor_ref = byref(self.tensor)
+        self._managed = c_void_p()
+        self._managed_ref = byref(self._managed)
+
+    def capsule(self):
+        """self.tensor, moved into a new capsule (self.tensor is cleared)."""
+        status = lib.ferry_tensor_to_dlpack(self.tensor_ref, self._managed_ref)
+        if status != OK:
+            check(status)
+        return _capsule_new(self._managed, b"dltensor", None)

@@ -37,11 +37,15 @@ class TorchConverter:
         import torch
         import torch.utils.dlpack
         self.torch = torch
-        self._from_dlpack = torch.utils.dlpack.from_dlpack
+        self.exporter = _capi.Exporter()
+        # torch.from_dlpack checks the argument's type before calling this: a capsule
+        # is all it is ever given here
+        self._from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 
-    def __call__(self, tensor):
-        is_bool = tensor.dtype == _capi.DTYPE_BOOL
-        out = self._from_dlpack(_capi.dlpack_capsule(tensor))
+    def __call__(self):
+        """exporter.tensor as a torch tensor (the tensor is moved, not copied)."""
+        is_bool = self.exporter.tensor.dtype == _capi.DTYPE_BOOL
+        out = self._from_dlpack(self.exporter.capsule())
         return out.view(self.torch.bool) if is_bool else out
 
 
@@ -51,12 +55,13 @@ class NumpyConverter:
     def __init__(self):
         import numpy
         self.numpy = numpy
+        self.exporter = _capi.Exporter()
 
-    def __call__(self, tensor):
-        is_bool = tensor.dtype == _capi.DTYPE_BOOL
-        if _capi.DTYPES[tensor.dtype][0] == "bfloat16":
-            raise TypeError("numpy has no bfloat16: use tensor_type='torch' for layout='bf16'")
-        out = self.numpy.from_dlpack(_Producer(_capi.dlpack_capsule(tensor)))
+    def __call__(self):
+        """exporter.tensor as a numpy array (moved, not copied). The Loader refuses
+        layout="bf16" with numpy, which has no bfloat16."""
+        is_bool = self.exporter.tensor.dtype == _capi.DTYPE_BOOL
+        out = self.numpy.from_dlpack(_Producer(self.exporter.capsule()))
         return out.view(self.numpy.bool_) if is_bool else out
 
 

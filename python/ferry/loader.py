@@ -171,6 +171,7 @@ class Loader:
             if landed is None:
                 return
             yield landed
+            del landed  # not held across the next batch's transfer (device peak)
 
     def __len__(self):
         """Batches per epoch on this rank (nominal: before any skipped sample)."""
@@ -205,17 +206,20 @@ class Loader:
             lib.ferry_device_batch_free(landed)  # frees only what was not handed over
 
     def _hand_over(self, landed):
-        tensor = _capi.Tensor()
+        """Every tensor of the device batch, taken out and converted: (images, targets)."""
         convert = self._convert
-        check(lib.ferry_device_batch_take_images(landed, byref(tensor)))
-        images = convert(tensor)
+        tensor = convert.exporter.tensor_ref
+        check(lib.ferry_device_batch_take_images(landed, tensor))
+        images = convert()
         targets = []
         take = lib.ferry_device_batch_take
         for i in range(lib.ferry_device_batch_size(landed)):
             sample = {}
             for key, name in self._fields:
-                check(take(landed, i, name, byref(tensor)))
-                sample[key] = convert(tensor)
+                status = take(landed, i, name, tensor)
+                if status != _capi.OK:
+                    check(status, f"sample {i}, field {key}")
+                sample[key] = convert()
             targets.append(sample)
         return images, targets
 
