@@ -29,6 +29,8 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
 double bench_now(void);
 /* CPU seconds the calling thread has used (user and system). */
 double bench_thread_cpu(void);
+/* CPU seconds every thread of the process has used (user and system). */
+double bench_process_cpu(void);
 
 typedef struct bench_range {
   double median, min, max;

@@ -9,7 +9,10 @@ Each round runs, each in a fresh process and back to back: repro/throughput
 --processes 1 --only direct (the C loop this package wraps: ferry_loader_next,
 ferry_transfer to the host device, wait, free) and the Python loop over ferry.Loader
 (the same, plus taking every tensor out and handing it to torch or numpy through
-DLPack, and building the DETR targets); which one goes first alternates. Same loader options as throughput's (all fields, xyxy boxes, f32
+DLPack, and building the DETR targets); which one goes first alternates. Each reports images/s and the CPU
+time of all its threads per image over the timed batches; on a machine whose other
+load comes and goes, the CPU ratio (C direct's CPU per image over Python's) is the
+steadier measure of what the Python layer adds. Same loader options as throughput's (all fields, xyxy boxes, f32
 CHW images, shuffled, seed 0, default prefetch), same libferry.so (BUILD/libferry.so,
 through $FERRY_LIB), the package from the source tree (python/). The ratio is the
 median over rounds of python / direct of the same round; the machine drifts between
@@ -42,14 +45,15 @@ def python_rate(args):
     for _ in range(args.warmup):
         next(stream)
     images = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(args.batches):
         batch, targets = next(stream)
         images += batch.shape[0]
         del batch, targets
     rate = images / (time.perf_counter() - start)
+    cpu_us = (time.process_time() - cpu) * 1e6 / images
     loader.close()
-    return rate
+    return rate, cpu_us
 
 
 def c_rate(args, throughput):
@@ -61,7 +65,7 @@ def c_rate(args, throughput):
                             if args.annotations else []),
                          check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return rows[0]["images_per_s_median"]
+    return rows[0]["images_per_s_median"], rows[0]["cpu_us_per_image"]
 
 
 def summary(values):
@@ -84,7 +88,7 @@ def main():
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(python_rate(args))
+        print(*python_rate(args))
         return 0
     build = os.path.abspath(args.build)
     throughput = os.path.join(build, "repro", "throughput")
@@ -101,7 +105,7 @@ def main():
 
     def python_run():
         out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
-        return float(out.split()[-1])
+        return tuple(float(v) for v in out.split()[-2:])
 
     rounds = []
     for r in range(args.rounds):
@@ -110,20 +114,25 @@ def main():
             c, py = c_rate(args, throughput), python_run()
         else:
             py, c = python_run(), c_rate(args, throughput)
-        rounds.append({"c_direct": c, "python": py, "ratio": py / c})
+        rounds.append({"c_direct": c[0], "python": py[0], "ratio": py[0] / c[0],
+                       "c_cpu_us_per_image": c[1], "python_cpu_us_per_image": py[1],
+                       "cpu_ratio": c[1] / py[1]})
         if not args.json:
-            print(f"round {r + 1}: C direct {c:.1f} images/s, Python {py:.1f}: ratio {py / c:.3f}",
-                  flush=True)
-    result = {key: summary([r[key] for r in rounds]) for key in ("c_direct", "python", "ratio")}
+            print(f"round {r + 1}: C direct {c[0]:.1f} images/s, Python {py[0]:.1f}: ratio "
+                  f"{py[0] / c[0]:.3f}; CPU per image {c[1]:.0f} us and {py[1]:.0f} us: ratio "
+                  f"{c[1] / py[1]:.3f}", flush=True)
+    result = {key: summary([r[key] for r in rounds]) for key in rounds[0]}
     result.update(workers=args.workers, batch=args.batch, resolution=args.resolution,
                   rounds=args.rounds, tensor_type=args.tensor_type or "auto")
     if args.json:
         print(json.dumps(result))
     else:
-        ratio = result["ratio"]
-        print(f"python / C direct: {ratio['median']:.3f} median [{ratio['min']:.3f}, {ratio['max']:.3f}] "
-              f"over {args.rounds} rounds; {args.workers} workers, batch {args.batch}, "
-              f"resolution {args.resolution}")
+        for key, what in (("ratio", "images/s, Python / C direct"),
+                          ("cpu_ratio", "CPU per image, C direct / Python")):
+            v = result[key]
+            print(f"{what}: {v['median']:.3f} median [{v['min']:.3f}, {v['max']:.3f}] over "
+                  f"{args.rounds} rounds; {args.workers} workers, batch {args.batch}, "
+                  f"resolution {args.resolution}")
     return 0
 
 

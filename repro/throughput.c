@@ -28,7 +28,9 @@
  * serial threads were the bottleneck would never wait, so only the rest, the serial
  * WORK (`serial_work_us_per_batch`), bounds the rate whatever the number of
  * workers: `batch / serial work` is the ceiling those threads predict for a node with
- * unlimited cores (`predicted_ceiling_images_per_s`). All are medians over rounds.
+ * unlimited cores (`predicted_ceiling_images_per_s`). `cpu_us_per_image` (JSON only):
+ * the CPU time of every thread of the process over the timed batches, per image,
+ * steadier than images/s on a shared machine. All are medians over rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,7 @@
 enum { PATHS = 4, MAX_ROUNDS = 15 };
 
 /* What one path's child process measures. */
-enum { RATE, SERIAL_US, WORK_US, DEPTH, VALUES };
+enum { RATE, SERIAL_US, WORK_US, DEPTH, CPU_US, VALUES };
 
 typedef struct options {
   bench_common data;
@@ -118,11 +120,12 @@ static int measure_path(void *arg, double *out) {
   images = 0;
   double before[2], after[2];
   serial_ns(l, before);
-  double t0 = bench_now(), cpu0 = bench_thread_cpu();
+  double t0 = bench_now(), cpu0 = bench_thread_cpu(), process0 = bench_process_cpu();
   for (int k = 0; k < o->batches; k++)
     if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
   double consumer_ns = (bench_thread_cpu() - cpu0) * 1e9;
   out[RATE] = (double)images / (bench_now() - t0);
+  out[CPU_US] = (bench_process_cpu() - process0) * 1e6 / (double)images;
   serial_ns(l, after);
   double total_ns = consumer_ns + after[0] - before[0];
   out[SERIAL_US] = total_ns / 1e3 / o->batches;
@@ -212,7 +215,7 @@ static int run_round(const options *o, const path_run *runs, double *limit, doub
 
 /* A path's figures over the rounds. */
 typedef struct path_summary {
-  bench_range rate, ratio, serial_us, work_us;
+  bench_range rate, ratio, serial_us, work_us, cpu_us;
   int depth;
 } path_summary;
 
@@ -225,10 +228,11 @@ static void print_row(const options *o, const char *name, const path_summary *p,
            "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"serial_us_per_batch\": %.2f, "
            "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"serial_work_us_per_batch\": %.2f, "
            "\"serial_work_us_min\": %.2f, \"serial_work_us_max\": %.2f, "
-           "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\"}\n",
+           "\"predicted_ceiling_images_per_s\": %.1f, \"cpu_us_per_image\": %.2f, \"dct_scaling\": %d, "
+           "\"layout\": \"%s\"}\n",
            name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
            p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
-           p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, o->dct,
+           p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, p->cpu_us.median, o->dct,
            layout_name(o->data.layout));
   else
     printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %10.1f %12.0f\n", name,
@@ -266,16 +270,17 @@ int main(int argc, char **argv) {
            "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
     if (!measured(&o, &runs[r])) continue;
-    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
+    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS], cpu[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];
       q[p] = ratios[p][r];
       us[p] = paths[p][r][SERIAL_US];
       work[p] = paths[p][r][WORK_US];
+      cpu[p] = paths[p][r][CPU_US];
     }
     path_summary sum = {bench_summarise(v, (size_t)o.processes), bench_summarise(q, (size_t)o.processes),
                         bench_summarise(us, (size_t)o.processes), bench_summarise(work, (size_t)o.processes),
-                        (int)paths[0][r][DEPTH]};
+                        bench_summarise(cpu, (size_t)o.processes), (int)paths[0][r][DEPTH]};
     print_row(&o, runs[r].name, &sum, limit.median);
   }
   if (!o.json)
