@@ -237,3 +237,18 @@ def test_cuda_batches_equal_the_host_ones(synth, cuda_device):
     gc.collect()
     torch.cuda.synchronize()
     assert ferry.memory_stats(cuda_device)["live_bytes"] == 0
+
+
+def test_cuda_tensors_are_freed_when_torch_frees_them(synth, cuda_device):
+    import torch
+    gc.collect()
+    torch.cuda.synchronize()
+    loader = open_loader(synth, "torch", device=cuda_device)
+    kept = list(loader)
+    assert ferry.memory_stats(cuda_device)["live_bytes"] > 0
+    loader.close()
+    del loader, kept
+    gc.collect()
+    after = ferry.memory_stats(cuda_device)
+    assert after["live_bytes"] == 0 and after["live_allocations"] == 0
+    assert after["pinned_live_bytes"] == 0
