@@ -10,7 +10,7 @@ import pytest
 
 import ferry
 from ferry import _capi
-from conftest import ROOT, c_batches
+from conftest import HAVE_TORCH, ROOT, c_batches, skip_or_fail
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from ctypes_layout import compare  # noqa: E402
@@ -252,3 +252,19 @@ def test_cuda_tensors_are_freed_when_torch_frees_them(synth, cuda_device):
     after = ferry.memory_stats(cuda_device)
     assert after["live_bytes"] == 0 and after["live_allocations"] == 0
     assert after["pinned_live_bytes"] == 0
+
+
+def test_rank_and_world_size_from_torch_distributed(synth, monkeypatch):
+    if not HAVE_TORCH:
+        skip_or_fail("torch is not importable", "FERRY_REQUIRE_TORCH")
+    import torch.distributed as dist
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setenv("RANK", "0")  # torch.distributed, once initialised, wins
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with open_loader(synth, "torch") as loader:
+        stats = loader.stats()
+        assert (stats["rank"], stats["world_size"]) == (1, 2)
+        assert len(loader) == 3  # 24 images / 2 ranks / batch 4
