@@ -25,19 +25,11 @@ from ctypes_layout import compare  # noqa: E402
 STRUCTS = {"Tensor": "ferry_tensor", "ImageOptions": "ferry_image_options",
            "LoaderConfig": "ferry_loader_config", "MemoryStats": "ferry_memory_stats"}
 
+# The ferry package's own numpy path (python/ferry/_convert.py) consumes the capsule.
 TORCH_STANDIN = '''"""A stand-in for torch.from_dlpack when PyTorch is not installed (tests only)."""
 import numpy
 
-
-class _Producer:
-    def __init__(self, capsule):
-        self.capsule = capsule
-
-    def __dlpack__(self, stream=None, **kwargs):
-        return self.capsule
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+from ferry._convert import _Producer
 
 
 def from_dlpack(capsule):
@@ -69,7 +61,8 @@ def main():
             os.mkdir(shim)
             with open(os.path.join(shim, "torch.py"), "w") as f:
                 f.write(TORCH_STANDIN)
-            env["PYTHONPATH"] = shim + os.pathsep + env.get("PYTHONPATH", "")
+            env["PYTHONPATH"] = os.pathsep.join([shim, os.path.join(source_root, "python"),
+                                                 env.get("PYTHONPATH", "")])
             print("note: PyTorch is not installed; numpy.from_dlpack stands in for torch.from_dlpack")
 
         # 1. the ctypes mirrors against the C layout (loading the script defines them;
