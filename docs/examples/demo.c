@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     while ((st = ferry_loader_next(loader, &b)) == FERRY_OK) {
       if (e == 0 && images == 0) describe(b);
       images += ferry_batch_size(b);
-      int boxes = ferry_batch_find_field(b, "boxes");
+      int boxes = ferry_batch_find_field(b, FERRY_FIELD_BOXES);
       if (boxes >= 0) instances += (size_t)ferry_batch_offsets(b, (size_t)boxes)[ferry_batch_size(b)];
       ferry_batch_release(b);
     }

@@ -213,8 +213,8 @@ static ferry_status read_sample(trainer *t, ferry_device_batch *db, size_t s,
                                 sample_targets *out, double *centre_loss, uint64_t *instances,
                                 double g_centre[NCENTRE][NFEAT]) {
   ferry_stream *stream = ferry_device_batch_stream(db);
-  ferry_tensor *boxes = ferry_device_batch_sample_field(db, s, "boxes");
-  ferry_tensor *masks = ferry_device_batch_sample_field(db, s, "masks");
+  ferry_tensor *boxes = ferry_device_batch_sample_field(db, s, FERRY_FIELD_BOXES);
+  ferry_tensor *masks = ferry_device_batch_sample_field(db, s, FERRY_FIELD_MASKS);
   if (!boxes || !masks) {
     fprintf(stderr, "train_loop: sample %zu has no boxes or masks\n", s);
     return FERRY_ENOTFOUND;

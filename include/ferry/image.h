@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,43 +58,43 @@ typedef struct ferry_image_options {
 } ferry_image_options;
 
 /* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485. */
-void ferry_image_options_default(ferry_image_options *o);
+FERRY_API void ferry_image_options_default(ferry_image_options *o);
 
 /* Per-thread decoder: TurboJPEG handle plus reusable scratch. Not thread-safe;
  * open one per worker. */
 typedef struct ferry_decoder ferry_decoder;
 
 /* Open a decoder. FERRY_ENOMEM if the handle or its state cannot be allocated. */
-ferry_status ferry_decoder_open(ferry_decoder **out);
+FERRY_API ferry_status ferry_decoder_open(ferry_decoder **out);
 
 /* Close a decoder and free its scratch. NULL is allowed. */
-void ferry_decoder_close(ferry_decoder *d);
+FERRY_API void ferry_decoder_close(ferry_decoder *d);
 
 /* Width and height from the header only (JPEG SOF or PNG IHDR), without decoding
  * pixels; as stored, i.e. before any EXIF rotation. `name` is used in messages.
  * FERRY_EFORMAT if the bytes are neither, or the header is malformed. */
-ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
-                               int *height);
+FERRY_API ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
+                                         int *height);
 
 /* ferry_image_probe on a file: reads only as much of it as the header needs
  * (growing the read on demand), so probing a dataset's sizes is cheap. */
-ferry_status ferry_image_probe_file(const char *path, int *width, int *height);
+FERRY_API ferry_status ferry_image_probe_file(const char *path, int *width, int *height);
 
 /* Full decode to RGB8 HWC (row stride 3*width) into the decoder's scratch. *out
  * points into that scratch and stays valid until the next call on d. Honours
  * opts->apply_exif and opts->max_pixels (opts NULL: defaults); never DCT-scales.
  * A truncated or corrupt image, even one libjpeg would finish with a warning, is
  * FERRY_EFORMAT; an image kind this decoder does not handle is FERRY_EUNSUPPORTED. */
-ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
-                              const ferry_image_options *opts, const uint8_t **out, int *width,
-                              int *height);
+FERRY_API ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
+                                        const ferry_image_options *opts, const uint8_t **out, int *width,
+                                        int *height);
 
 /* ferry_decode_rgb on a file, read whole into the decoder's reusable file buffer.
  * This is the decode-only limit the loader's throughput is measured against
  * (repro/decode_bench). A missing, unreadable or empty file is an error naming it. */
-ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
-                                  const ferry_image_options *opts, const uint8_t **out,
-                                  int *width, int *height);
+FERRY_API ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
+                                            const ferry_image_options *opts, const uint8_t **out,
+                                            int *width, int *height);
 
 /* Read `path` into the decoder's file buffer, decode, resize to size x size and
  * write the result straight into dst in `layout` (room for 3*size*size elements of
@@ -101,26 +102,26 @@ ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
  * size of the image before the resize (after EXIF rotation when applied; the
  * header size even when DCT scaling decoded it smaller), which is what boxes are
  * scaled from. A missing, unreadable or empty file is an error naming the path. */
-ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
-                                      const ferry_image_options *opts, int size,
-                                      ferry_image_layout layout, void *dst, int *orig_w,
-                                      int *orig_h);
+FERRY_API ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
+                                                const ferry_image_options *opts, int size,
+                                                ferry_image_layout layout, void *dst, int *orig_w,
+                                                int *orig_h);
 
 /* ferry_image_load_resized on bytes in memory; `name` is used in messages. */
-ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
-                                        const char *name, const ferry_image_options *opts,
-                                        int size, ferry_image_layout layout, void *dst,
-                                        int *orig_w, int *orig_h);
+FERRY_API ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
+                                                  const char *name, const ferry_image_options *opts,
+                                                  int size, ferry_image_layout layout, void *dst,
+                                                  int *orig_w, int *orig_h);
 
 /* Resize an RGB8 HWC image (row stride 3*width) to size x size into dst, with the
  * same filter and output layouts as ferry_image_load_resized. Uses d's scratch
  * for the filter tables and the intermediate rows; src must not alias dst. */
-ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
-                                int size, ferry_image_layout layout, void *dst);
+FERRY_API ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
+                                          int size, ferry_image_layout layout, void *dst);
 
 /* Scale a COCO box [x, y, w, h] given in the orig_w x orig_h image into the
  * size x size image it was resized to (each axis by its own factor). */
-void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]);
+FERRY_API void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]);
 
 #ifdef __cplusplus
 }

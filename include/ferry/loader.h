@@ -31,7 +31,9 @@
 #include <stdint.h>
 
 #include "ferry/batch.h"
+#include "ferry/pool.h" /* ferry_pool_stats: the loader reports its pinned pool's use */
 #include "ferry/image.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,7 +83,7 @@ typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *u
 
 /* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
-void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
+FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
 
 typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
@@ -145,37 +147,37 @@ typedef struct ferry_loader_stats {
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */
-void ferry_loader_config_default(ferry_loader_config *config);
+FERRY_API void ferry_loader_config_default(ferry_loader_config *config);
 
 /* Parse the annotations, start the workers and begin epoch 0. */
-ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);
+FERRY_API ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);
 
 /* The next batch of the current epoch, in order; blocks until it is filled.
  * FERRY_EEND ends the epoch (the next call begins the next one). An error under
  * FERRY_ON_ERROR_FAIL ends the epoch too. Call from one thread at a time. */
-ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
+FERRY_API ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
 
 /* Drop what is in flight and start `epoch` from its first batch (as
  * DistributedSampler.set_epoch). */
-ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
+FERRY_API ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
 
 /* Where the loader stands: as of the last batch ferry_loader_next returned. Save it
  * with the model's weights after training on that batch; ferry_loader_state_set on a
  * new loader then continues with the batch after it (docs/examples/train_loop.c). */
-ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
+FERRY_API ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
 /* Continue from a saved state (the seed must match the loader's). */
-ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
+FERRY_API ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
 
 /* Counters since open (samples decoded and skipped, batches, re-plans), the worker and
  * arena counts, and the pinned pool's statistics. */
-ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
+FERRY_API ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
 /* Nominal batches and samples per epoch on this rank (before any skip). */
-uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
-uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
+FERRY_API uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
+FERRY_API uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
 
 /* Stop and join every thread and free every arena, also mid-epoch. Batches the
  * consumer still holds are released here: do not use them afterwards. */
-void ferry_loader_close(ferry_loader *loader);
+FERRY_API void ferry_loader_close(ferry_loader *loader);
 
 #ifdef __cplusplus
 }

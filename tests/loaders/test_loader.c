@@ -96,15 +96,15 @@ Test(sampler, rank_from_the_launchers_environment) {
   int r, w;
   setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(ferry__sampler_rank_from_env(&r, &w), FERRY_OK);
   cr_assert_eq(r, 1);
   cr_assert_eq(w, 4);
   setenv("RANK", "2", 1);
   setenv("WORLD_SIZE", "3", 1);
-  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(ferry__sampler_rank_from_env(&r, &w), FERRY_OK);
   cr_assert_eq(r, 2, "torchrun's variables come first");
   setenv("RANK", "5", 1);
-  ferry_status st = ferry_sampler_rank_from_env(&r, &w);
+  ferry_status st = ferry__sampler_rank_from_env(&r, &w);
   /* Tests may share a process (the TSan harness): leave the environment as found. */
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
@@ -117,12 +117,12 @@ Test(sampler, rank_from_the_launchers_environment) {
 Test(sampler, permutation_is_a_permutation_and_depends_on_seed_and_epoch) {
   size_t a[100], b[100];
   int seen[100] = {0};
-  ferry_sampler_permutation(a, 100, 3, 0);
+  ferry__sampler_permutation(a, 100, 3, 0);
   for (int i = 0; i < 100; i++) seen[a[i]]++;
   for (int i = 0; i < 100; i++) cr_assert_eq(seen[i], 1);
-  ferry_sampler_permutation(b, 100, 3, 1);
+  ferry__sampler_permutation(b, 100, 3, 1);
   cr_assert_neq(memcmp(a, b, sizeof a), 0);
-  ferry_sampler_permutation(b, 100, 3, 0);
+  ferry__sampler_permutation(b, 100, 3, 0);
   cr_assert_eq(memcmp(a, b, sizeof a), 0);
 }
 
