@@ -133,6 +133,10 @@ class Loader:
         self.device = str(device)
         self._device = _open_device(device)
         self._cuda = lib.ferry_device_get_kind(self._device) == _capi.DEVICE_CUDA
+        if self._cuda:
+            if self._convert.name != "torch":
+                raise ValueError("CUDA tensors need torch (numpy arrays live on the CPU)")
+            self._torch_device = self._convert.torch.device(_ferry_device_name(device))
 
         rank, world_size = _distributed_default(rank, world_size)
         config = _capi.LoaderConfig()
@@ -192,7 +196,26 @@ class Loader:
         check(status)
         lib.ferry_loader_state_get(loader, byref(self._state))
         if self._cuda:
-            self._order_after_torch()
+            torch = self._convert.torch
+            # ferry's CUDA calls set this thread's current device: keep torch's as it was
+            with torch.cuda.device(self._torch_device):
+                return self._transfer_after_torch(batch)
+        return self._transfer_and_hand_over(batch)
+
+    def _transfer_after_torch(self, batch):
+        """Before ferry allocates and copies on its own CUDA stream, let the work queued
+        on torch's current stream finish: tensors the training loop dropped are freed on
+        ferry's stream, and their memory must not be reused by this transfer while a
+        queued kernel may still read it (docs/python.md, CUDA streams)."""
+        try:
+            self._convert.torch.cuda.current_stream(self._torch_device).synchronize()
+        except BaseException:
+            lib.ferry_batch_release(batch)
+            raise
+        return self._transfer_and_hand_over(batch)
+
+    def _transfer_and_hand_over(self, batch):
+        """Ferry the packed batch to the device (releasing it), then hand it over."""
         landed = c_void_p()
         status = lib.ferry_transfer(self._device, None, batch, byref(self._transfer), byref(landed))
         lib.ferry_batch_release(batch)  # at once: the arena waits for the copies itself
@@ -222,15 +245,6 @@ class Loader:
                 sample[key] = convert()
             targets.append(sample)
         return images, targets
-
-    def _order_after_torch(self):
-        """Before ferry allocates and copies on its own CUDA stream, let the work queued
-        on torch's current stream finish: tensors the training loop dropped are freed on
-        ferry's stream, and their memory must not be reused by this transfer while a
-        queued kernel may still read it (docs/python.md, CUDA streams)."""
-        if self._convert.name == "torch":
-            torch = self._convert.torch
-            torch.cuda.current_stream(torch.device(_ferry_device_name(self.device))).synchronize()
 
     # ---- epochs, resume, statistics ----------------------------------------------------
 
