@@ -162,6 +162,8 @@ copy_python_package() {
   cp -r "$root/python" "$root/include" "$dir/pkg/"
   cp "$root/tools/ctypes_layout.py" "$dir/pkg/tools/"
   cp "$root/docs/python.md" "$dir/pkg/docs/" # its training loop is one of the tests
+  # the layout test compiles ferry/dlpack.h, and the node has no libdlpack-dev
+  if [ -d /usr/include/dlpack ]; then cp -r /usr/include/dlpack "$dir/pkg/include/"; fi
   find "$dir/pkg" -name __pycache__ -type d -prune -exec rm -rf {} +
 }
 
