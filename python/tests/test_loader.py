@@ -204,6 +204,15 @@ def test_errors_name_what_failed(tmp_path, synth):
     missing = str(tmp_path / "nope.json")
     with pytest.raises(ferry.FerryError, match="nope.json"):
         ferry.Loader(missing, synth[1])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 10, "height": 10}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, "x", 4],
+                         "area": 4, "iscrowd": 0, "segmentation": [[0, 0, 4, 0, 4, 4]]}],
+        "categories": [{"id": 1, "name": "a"}]}))
+    with pytest.raises(ferry.FerryError, match=r"bad\.json: annotations\[0\]\.bbox\[2\]") as raised:
+        ferry.Loader(str(bad), str(tmp_path))
+    assert raised.value.status == -4  # FERRY_EFORMAT
     with pytest.raises(ValueError, match="box_format"):
         ferry.Loader(*synth, box_format="xywh")
     with pytest.raises(ValueError, match="device"):
