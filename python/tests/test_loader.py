@@ -277,3 +277,22 @@ def test_rank_and_world_size_from_torch_distributed(synth, monkeypatch):
         stats = loader.stats()
         assert (stats["rank"], stats["world_size"]) == (1, 2)
         assert len(loader) == 3  # 24 images / 2 ranks / batch 4
+
+
+def test_a_sample_without_instances_gives_empty_tensors(synth, tensor_type, tmp_path):
+    annotations, images = synth
+    with open(annotations, encoding="utf-8") as f:
+        coco = json.load(f)
+    empty_id = coco["images"][0]["id"]
+    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] != empty_id]
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(coco))
+    with ferry.Loader(str(stripped), images, batch_size=24, resolution=R, workers=2,
+                      tensor_type=tensor_type) as loader:
+        (_, targets), = list(loader)
+    empty = [t for t in targets if int(t["image_id"][0]) == empty_id]
+    assert len(empty) == 1
+    assert tuple(empty[0]["boxes"].shape) == (0, 4)
+    assert tuple(empty[0]["masks"].shape) == (0, R, R)
+    assert tuple(empty[0]["labels"].shape) == (0,)
+    assert sum(len(t["labels"]) for t in targets) > 0
