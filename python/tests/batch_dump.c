@@ -65,16 +65,16 @@ int main(int argc, char **argv) {
   c.workers = (size_t)atoi(argv[9]);
   c.rank = atoi(argv[10]);
   c.world_size = atoi(argv[11]);
-  FILE *out = fopen(argv[3], "wb");
-  if (!out) {
-    perror(argv[3]);
-    return 1;
-  }
   ferry_loader *l;
   if (ferry_loader_open(&c, &l) != FERRY_OK) return fail("open");
-  if (ferry_loader_set_epoch(l, strtoll(argv[12], NULL, 10)) != FERRY_OK) return fail("set_epoch");
+  ferry_status st = ferry_loader_set_epoch(l, strtoll(argv[12], NULL, 10));
+  FILE *out = st == FERRY_OK ? fopen(argv[3], "wb") : NULL;
+  if (!out) {
+    int code = st != FERRY_OK ? fail("set_epoch") : (perror(argv[3]), 1);
+    ferry_loader_close(l);
+    return code;
+  }
   ferry_batch *b;
-  ferry_status st;
   uint64_t k = 0;
   while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
     st = dump_batch(out, k++, b);
