@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lib/alloc.h"
+#include "lib/nvjpeg_api.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -196,6 +197,26 @@ static ferry_status open_memory(ferry_loader *l) {
   return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
 }
 
+/* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
+ * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
+ * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
+ * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
+ * nothing. The stats never name a decoder that is not running. */
+static ferry_status resolve_decoder(ferry_loader *l) {
+  ferry_decode_mode want = l->config.image.decode;
+  l->stats.decoder = FERRY_DECODE_CPU;
+  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
+  if (want != FERRY_DECODE_GPU)
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
+  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  return ferry__fail(FERRY_EUNSUPPORTED,
+                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
+                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
+                    ferry_device_name(l->config.device));
+}
+
 static ferry_status start_threads(ferry_loader *l) {
   ferry_status st = ferry__loader_start_workers(l, l->workers);
   if (st != FERRY_OK) return st;
@@ -223,6 +244,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);

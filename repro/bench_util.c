@@ -130,3 +130,16 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->layout = c->layout;
   config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
 }
+
+uint8_t *bench_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *data = n > 0 ? malloc((size_t)n) : NULL;
+  *len = data ? fread(data, 1, (size_t)n, f) : 0;
+  fclose(f);
+  return data;
+}

@@ -33,7 +33,9 @@
 #          --epochs 3 --resume-test), then a worker sweep of repro/throughput
 #          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers
 #          (short runs; later sweep points are skipped, and say so, when the budget
-#          runs out).
+#          runs out), then nvjpeg_parity: nvJPEG's pixels against the CPU decoder's
+#          on the photos and the synthetic set, and its decode-only rate at batch 32
+#          and 128 (where nvjpeg.h was found at bundle time).
 #     Everything goes to LOG, else $OUT/gpu_check.log, else ./gpu_check.log. It budgets
 #     itself to under 5 minutes (FERRY_GPU_CHECK_BUDGET_S, default 290).
 #     Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
@@ -56,7 +58,9 @@ failures=0
 # The manifest, from meson's own list of tests; paths under DIR become @DIR@/...,
 # scripts from the source tree are copied to DIR/scripts. The install test is left
 # out: it checks packaging (meson install, pkg-config, a compiler), needs the source
-# tree and the build at their configured paths, and has no CUDA variant.
+# tree and the build at their configured paths, and has no CUDA variant; so is the
+# exports test, which reads libferry.a (the bundle drops static archives) and has none
+# either.
 write_manifest() {
   local dir=$1
   meson introspect --tests "$dir/build" | python3 -c '
@@ -74,7 +78,7 @@ def rel(path):
     return path
 for t in json.load(sys.stdin):
     suites = sorted(s.split(":")[-1] for s in t["suite"])
-    if not {"lib", "transfer"} & set(suites) or t["name"] == "install":
+    if not {"lib", "transfer", "gpu"} & set(suites) or t["name"] in ("install", "exports"):
         continue
     # FERRY_* and CRITERION_* only: the rest configure sanitizers, which a release
     # bundle is built without. FERRY_SOURCE_ROOT is the source tree, not bundled.
@@ -100,16 +104,22 @@ copy_test_data() {
   fi
   mkdir -p "$dir/data/$(dirname "$sample")"
   cp -r "$shared/$sample" "$dir/data/$sample"
+  # the photos test_resize_gpu resizes (suite gpu)
+  [ -d "$shared/realdata/photos" ] && cp -r "$shared/realdata/photos" "$dir/data/realdata/photos"
+  return 0
 }
 
 # Every binary the run step executes, and libferry.so.
 bundle_binaries() {
   local build=$1
   find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
+  find "$build/tests/loaders" -maxdepth 1 -type f -perm -u+x -name 'test_resize_gpu'
   local p
   for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
     echo "$build/$p"
   done
+  [ -x "$build/repro/nvjpeg_parity" ] && echo "$build/repro/nvjpeg_parity"
+  return 0
   find "$build" -maxdepth 1 -name 'libferry.so*' -type f
 }
 
@@ -135,6 +145,12 @@ copy_libraries() {
       cp -L -n "$path" "$dir/lib/$name"
     done
   done < <(bundle_binaries "$dir/build")
+  # libnvjpeg is opened with dlopen (lib/nvjpeg_api.c), so ldd never lists it: PyPI's
+  # nvidia-nvjpeg, where installed, goes along (test_nvjpeg then requires it to load).
+  local nvjpeg
+  nvjpeg=$(python3 -c 'import importlib.metadata as m; print(m.distribution("nvidia-nvjpeg").locate_file("nvidia/cu13/lib/libnvjpeg.so.13"))' 2>/dev/null)
+  [ -n "$nvjpeg" ] && [ -f "$nvjpeg" ] && cp -L -n "$nvjpeg" "$dir/lib/"
+  return 0
 }
 
 # Under LD_LIBRARY_PATH=DIR/lib every library must come from DIR or be glibc's/the
@@ -290,6 +306,19 @@ python_tests() {
     timeout "$(time_left)" python3 -m pytest -q -p no:cacheprovider "$dir/pkg/python/tests"
 }
 
+# nvJPEG against the CPU decoder on the shared photos and the synthetic set (pixel
+# differences per channel, the routes), then its batched decode-only rate (issue 15).
+nvjpeg_check() {
+  local dir=$1 data=$2 batch
+  [ -x "$dir/build/repro/nvjpeg_parity" ] || { echo "=== nvjpeg_parity: not built (no nvjpeg.h)"; return; }
+  step nvjpeg_parity timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" \
+    "$dir"/data/realdata/photos/* "$data/val2017"
+  for batch in 32 128; do
+    step "nvjpeg rate batch $batch" timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" --json \
+      --rate 2048 --batch "$batch" "$data/val2017"
+  done
+}
+
 run() {
   local dir=${1:?usage: gpu_check.sh run DIR [LOG]} gpu=0 work
   dir=$(cd "$dir" && pwd) || return 1
@@ -318,6 +347,7 @@ run() {
       --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
       --images "$work/synth/val2017"
     sweep "$dir" "$work/synth"
+    nvjpeg_check "$dir" "$work/synth"
   fi
 
   echo "=== gpu_check: $failures failure(s) in $SECONDS s"

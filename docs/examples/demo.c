@@ -1,7 +1,7 @@
 /* demo: the loader over a COCO set: throughput and what one batch holds.
  *
  *   demo --annotations FILE --images DIR [--batch 8] [--workers N] [--resolution 312]
- *        [--epochs 1] [--device host|cuda]
+ *        [--epochs 1] [--device host|cuda] [--decode cpu|gpu|auto]
  *
  * `./run demo` runs it on the embedded synthetic dataset.
  */
@@ -34,7 +34,7 @@ static void describe(const ferry_batch *b) {
 
 static int usage(void) {
   fprintf(stderr, "usage: demo --annotations FILE --images DIR [--batch N] [--workers N] "
-                  "[--resolution R] [--epochs N] [--device host|cuda]\n");
+                  "[--resolution R] [--epochs N] [--device host|cuda] [--decode cpu|gpu|auto]\n");
   return 2;
 }
 
@@ -53,6 +53,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--resolution")) c.resolution = atoi(v);
     else if (!strcmp(a, "--epochs")) epochs = atoi(v);
     else if (!strcmp(a, "--device")) device_name = v;
+    else if (!strcmp(a, "--decode")) {
+      if (ferry_decode_mode_parse(v, &c.image.decode) != FERRY_OK) return usage();
+    }
     else return usage();
   }
   if (!c.annotations || !c.images) return usage();
@@ -70,9 +73,10 @@ int main(int argc, char **argv) {
   }
   ferry_loader_stats stats;
   ferry_loader_stats_get(loader, &stats);
-  printf("ferry demo: %llu images per epoch on rank %d of %d, batch %zu, %zu workers, %dx%d\n",
+  printf("ferry demo: %llu images per epoch on rank %d of %d, batch %zu, %zu workers, %dx%d, "
+         "%s decoder\n",
          (unsigned long long)ferry_loader_samples_per_epoch(loader), stats.rank, stats.world_size,
-         c.batch_size, stats.workers, c.resolution, c.resolution);
+         c.batch_size, stats.workers, c.resolution, c.resolution, ferry_decode_mode_name(stats.decoder));
   int status = 0;
   for (int e = 0; e < epochs && !status; e++) {
     double t0 = now();

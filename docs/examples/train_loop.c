@@ -2,7 +2,7 @@
  *
  *   train_loop --annotations FILE --images DIR [--epochs 5] [--device host|cuda]
  *              [--batch 8] [--resolution 64] [--workers N] [--lr 0.05]
- *              [--resume-test] [--checkpoint FILE] [--print-steps]
+ *              [--resume-test] [--checkpoint FILE] [--print-steps] [--decode cpu|gpu|auto]
  *
  * The model is deliberately tiny, so that the loop around it is what you read:
  *   features  the mean of each normalised colour channel over each image quadrant
@@ -79,6 +79,7 @@ typedef struct options {
   size_t batch, workers;
   int resolution, resume_test, print_steps;
   double lr;
+  ferry_decode_mode decode;
 } options;
 
 /* Everything a training run uses. */
@@ -397,6 +398,7 @@ static int open_loader(const trainer *t, ferry_loader **out) {
   c.rank = 0;
   c.world_size = 1; /* ignore a launcher's RANK/WORLD_SIZE: this loop is one process */
   c.device = t->device;
+  c.image.decode = o->decode;
   if (ferry_loader_open(&c, out) != FERRY_OK) return fail("opening the loader");
   return 0;
 }
@@ -521,7 +523,7 @@ static int resume_test(const options *o) {
 static int usage(void) {
   fprintf(stderr, "usage: train_loop --annotations FILE --images DIR [--epochs N] "
                   "[--device host|cuda] [--batch N] [--resolution R] [--workers N] [--lr X] "
-                  "[--resume-test] [--checkpoint FILE] [--print-steps]\n");
+                  "[--resume-test] [--checkpoint FILE] [--print-steps] [--decode cpu|gpu|auto]\n");
   return 2;
 }
 
@@ -541,6 +543,9 @@ static int parse_options(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--workers")) o->workers = (size_t)atoll(v);
     else if (!strcmp(a, "--resolution")) o->resolution = atoi(v);
     else if (!strcmp(a, "--lr")) o->lr = atof(v);
+    else if (!strcmp(a, "--decode")) {
+      if (ferry_decode_mode_parse(v, &o->decode) != FERRY_OK) return -1;
+    }
     else return -1;
     i++;
   }

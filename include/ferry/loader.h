@@ -144,6 +144,8 @@ typedef struct ferry_loader_stats {
                                   waking up while it waited for a batch */
   size_t peak_busy_workers;   /* most workers filling samples at once: never more than the
                                  cores the process may run on */
+  ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
+                                 (config.image.decode, with AUTO resolved at open) */
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */

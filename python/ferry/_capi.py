@@ -40,7 +40,8 @@ class Tensor(Structure):  # ferry_tensor, include/ferry/tensor.h
 
 
 class ImageOptions(Structure):  # ferry_image_options, include/ferry/image.h
-    _fields_ = [("dct_scaling", c_int), ("apply_exif", c_int), ("max_pixels", c_uint64)]
+    _fields_ = [("dct_scaling", c_int), ("apply_exif", c_int), ("max_pixels", c_uint64),
+                ("decode", c_int)]
 
 
 class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
@@ -72,7 +73,7 @@ class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
                 ("arenas", c_size_t), ("rank", c_int), ("world_size", c_int), ("pool", PoolStats),
                 ("prefetch", c_size_t), ("coordinator_cpu_ns", c_uint64),
                 ("coordinator_idle_cpu_ns", c_uint64), ("consumer_idle_cpu_ns", c_uint64),
-                ("peak_busy_workers", c_size_t)]
+                ("peak_busy_workers", c_size_t), ("decoder", c_int)]
 
 
 class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h
@@ -129,6 +130,8 @@ handle = POINTER(c_void_p)
 _SIGNATURES = {
     "ferry_last_error": (c_char_p,),
     "ferry_strerror": (c_char_p, c_int),
+    "ferry_decode_mode_parse": (c_int, c_char_p, POINTER(c_int)),
+    "ferry_decode_mode_name": (c_char_p, c_int),
     "ferry_device_open": (c_int, c_char_p, handle),
     "ferry_device_close": (None, c_void_p),
     "ferry_device_get_kind": (c_int, c_void_p),

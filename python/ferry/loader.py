@@ -16,7 +16,7 @@ Invariants:
 """
 import os
 import threading
-from ctypes import byref, c_void_p
+from ctypes import byref, c_int, c_void_p
 
 from ferry import _capi
 from ferry._capi import check, lib
@@ -119,8 +119,9 @@ class Loader:
                  device="cpu", seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, on_error="fail", layout="f32", prefetch=None, *,
                  box_format="cxcywh", keep_crowd=False, remap_categories=False,
-                 fields=None, tensor_type=None, max_pinned_bytes=None):
+                 fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu"):
         self._loader = None
+        self.batch_size, self.resolution, self.device = batch_size, resolution, str(device)
         self._convert = converter(tensor_type)
         image_layout, normalize = _choice(LAYOUTS, layout, "layout")
         if normalize == _capi.NORMALIZE_BF16 and self._convert.name == "numpy":
@@ -130,7 +131,6 @@ class Loader:
         if unknown:
             raise ValueError(f"unknown target fields {unknown}")
         self._fields = [(key, key.encode()) for key, _ in TARGET_FIELDS if key in wanted]
-        self.device = str(device)
         self._device = _open_device(device)
         self._cuda = lib.ferry_device_get_kind(self._device) == _capi.DEVICE_CUDA
         if self._cuda:
@@ -157,6 +157,9 @@ class Loader:
         config.device = self._device
         if max_pinned_bytes is not None:
             config.max_pinned_bytes = max_pinned_bytes
+        decode_mode = c_int()
+        check(lib.ferry_decode_mode_parse(str(decode).encode(), byref(decode_mode)), "decode")
+        config.image.decode = decode_mode.value
         self._transfer = _capi.TransferOptions(normalize=normalize)
 
         loader = c_void_p()
@@ -164,8 +167,6 @@ class Loader:
         self._loader = loader
         self._state = _capi.LoaderState()
         check(lib.ferry_loader_state_get(self._loader, byref(self._state)))
-        self.batch_size = batch_size
-        self.resolution = resolution
 
     # ---- iteration -------------------------------------------------------------------
 
@@ -271,6 +272,7 @@ class Loader:
         stats = _capi.LoaderStats()
         check(lib.ferry_loader_stats_get(self._open(), byref(stats)))
         out = _struct_dict(stats)
+        out["decoder"] = lib.ferry_decode_mode_name(stats.decoder).decode()
         memory = _capi.MemoryStats()
         check(lib.ferry_device_memory_stats(self._device, byref(memory)))
         out["device_memory"] = _struct_dict(memory)

@@ -156,6 +156,7 @@ def test_rank_and_world_size_from_the_launcher(synth, monkeypatch):
     with open_loader(synth, "numpy") as loader:
         stats = loader.stats()
         assert (stats["rank"], stats["world_size"]) == (1, 3)
+        assert stats["decoder"] == "cpu"
         assert len(loader) == 2  # 24 images / 3 ranks / batch 4
 
 
@@ -217,6 +218,8 @@ def test_errors_name_what_failed(tmp_path, synth):
         ferry.Loader(*synth, box_format="xywh")
     with pytest.raises(ValueError, match="device"):
         ferry.Loader(*synth, device="tpu")
+    with pytest.raises(ferry.FerryError, match="decode"):
+        ferry.Loader(*synth, decode="fpga")
     loader = open_loader(synth, "numpy")
     loader.close()
     with pytest.raises(ValueError, match="closed"):
