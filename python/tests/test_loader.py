@@ -235,6 +235,18 @@ def test_u8_layout_is_normalised_on_the_device(synth, tensor_type):
     assert numpy.abs(a - b).max() < 1e-5
 
 
+def test_bf16_layout_gives_bfloat16_images(synth):
+    if not HAVE_TORCH:
+        skip_or_fail("torch is not importable", "FERRY_REQUIRE_TORCH")
+    import torch
+    with open_loader(synth, "torch") as f32, open_loader(synth, "torch", layout="bf16") as bf16:
+        (a, _), (b, _) = next(iter(f32)), next(iter(bf16))
+    assert b.dtype == torch.bfloat16 and b.shape == a.shape
+    assert torch.allclose(b.float(), a, atol=0.02, rtol=0.01)
+    with pytest.raises(ValueError, match="bf16"):
+        open_loader(synth, "numpy", layout="bf16")
+
+
 def test_cuda_batches_equal_the_host_ones(synth, cuda_device):
     import torch
     with open_loader(synth, "torch") as host, open_loader(synth, "torch", device=cuda_device) as gpu:
