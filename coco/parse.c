@@ -323,14 +323,18 @@ static ferry_status element_problem(const parser *p, ferry_status st) {
   return FERRY_OK;
 }
 
+/* A top-level array. An optional one may be absent, but not null: pycocotools iterates
+ * over whatever the key holds and fails on null, so a file with "annotations": null is
+ * not the empty set it may look like to a reader. */
 static const json_t *top_array(const parser *p, const char *key, int required, ferry_status *st) {
   const json_t *v = json_object_get(p->coco->root, key);
   *st = FERRY_OK;
-  if (!v || (json_is_null(v) && !required)) {
+  if (!v) {
     if (required) *st = bad(p, key, "", "missing (expected an array)");
     return NULL;
   }
-  if (!json_is_array(v)) *st = bad(p, key, "", "expected an array, got %s", json_kind(v));
+  if (!json_is_array(v))
+    *st = bad(p, key, "", "expected an array%s, got %s", required ? "" : " (or no such key)", json_kind(v));
   return json_is_array(v) ? v : NULL;
 }
 

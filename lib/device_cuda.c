@@ -49,18 +49,26 @@ static ferry_status use_device(ferry_device *device) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "cudaSetDevice", err);
 }
 
+/* Every "no GPU" message ends with the way out: the runtime's own words ("CUDA driver
+ * version is insufficient for CUDA runtime version" on a machine with no driver at
+ * all) do not tell a user that the CPU backend exists. */
+#define RUN_ON_HOST "; the \"host\" device runs on the CPU instead (--device host in the examples)"
+
 static ferry_status cuda_probe(int index) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
-    return ferry__fail(FERRY_ENODEV, "no CUDA device: the CUDA runtime reports \"%s\" (%s)",
+    return ferry__fail(FERRY_ENODEV,
+                      "no CUDA device: no usable NVIDIA GPU and driver were found (the CUDA "
+                      "runtime reports \"%s\", %s)" RUN_ON_HOST,
                       cudaGetErrorString(err), cudaGetErrorName(err));
   }
-  if (count == 0) return ferry__fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 devices");
+  if (count == 0)
+    return ferry__fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 GPUs" RUN_ON_HOST);
   if (index >= count)
-    return ferry__fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d device%s", index,
-                      count, count == 1 ? "" : "s");
+    return ferry__fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d GPU%s" RUN_ON_HOST,
+                      index, count, count == 1 ? "" : "s");
   return FERRY_OK;
 }
 
@@ -252,7 +260,8 @@ const ferry_backend ferry__cuda_backend = {
 
 static ferry_status cuda_unavailable(int index) {
   return ferry__fail(FERRY_ENODEV,
-                    "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled)");
+                    "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled); "
+                    "the \"host\" device runs on the CPU instead (--device host in the examples)");
 }
 
 const ferry_backend ferry__cuda_backend = {.name = "cuda", .probe = cuda_unavailable};

@@ -173,6 +173,10 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
 }
 
 
+/* Appended to the failure that ends an epoch: a user who would rather lose the sample
+ * than the epoch learns that the loader can. */
+#define SKIP_HINT " (config.on_error = FERRY_ON_ERROR_SKIP skips failed samples instead)"
+
 /* The head plan has failed samples: under the skip policy, forget them and lay the
  * rest out again; else end the epoch with the first failure. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
@@ -193,7 +197,8 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   size_t bad = 0;
   while (head->status[bad] == FERRY_OK) bad++;
   char message[FERRY_ERROR_MAX];
-  memcpy(message, head->message[bad], sizeof message);
+  snprintf(message, sizeof message, "%.*s%s", (int)(sizeof message - sizeof SKIP_HINT),
+           head->message[bad], SKIP_HINT);
   ferry_status status = head->status[bad];
   cancel_inflight(l);
   push_marker(l, run, ITEM_ERROR, status, message);

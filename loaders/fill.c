@@ -91,7 +91,7 @@ ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *d
   char path[4096];
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
   if (st == FERRY_OK) st = image_path(ctx, &img, path, sizeof path);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", index);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
   int w = 0, h = 0;
   st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
                                 slice(batch, ctx->slots.images, slot), &w, &h);
@@ -99,6 +99,8 @@ ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *d
     st = ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
                     w, h, (long long)img.width, (long long)img.height);
   if (st == FERRY_OK) st = write_targets(ctx, batch, slot, index, &img);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu (image id %lld): ", index, (long long)img.id);
+  if (st != FERRY_OK)
+    return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
+                              (long long)img.id, img.file_name);
   return FERRY_OK;
 }

@@ -5,12 +5,15 @@
  * coordinator and workers are in coordinator.c and workers.c; the lock and the
  * three condition variables they share are described in loader_internal.h.
  */
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "lib/alloc.h"
+#include "lib/nvjpeg_api.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -31,11 +34,25 @@ void ferry_loader_config_default(ferry_loader_config *c) {
   ferry_image_options_default(&c->image);
 }
 
+/* A wrong images path would otherwise pass open and fail the first sample, each
+ * sample's message naming a file rather than the folder that is wrong. */
+static ferry_status check_images_folder(const char *images) {
+  struct stat st;
+  if (stat(images, &st) != 0)
+    return ferry__fail(errno == ENOENT || errno == ENOTDIR ? FERRY_ENOTFOUND : FERRY_EIO,
+                      "loader: images folder %s: %s", images, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return ferry__fail(FERRY_EIO, "loader: images folder %s is not a folder", images);
+  return FERRY_OK;
+}
+
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
   if (c->batch_size == 0 || c->max_outstanding == 0)
     return ferry__fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
+  if (c->batch_size > FERRY_LOADER_MAX_BATCH)
+    return ferry__fail(FERRY_EINVAL, "loader: batch_size %zu is more than %d (FERRY_LOADER_MAX_BATCH)",
+                      c->batch_size, FERRY_LOADER_MAX_BATCH);
   if (c->prefetch > FERRY_LOADER_MAX_PREFETCH)
     return ferry__fail(FERRY_EINVAL, "loader: prefetch %zu is more than %d batches", c->prefetch,
                       FERRY_LOADER_MAX_PREFETCH);
@@ -44,7 +61,7 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if (c->workers > 1024) return ferry__fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
-  return FERRY_OK;
+  return check_images_folder(c->images);
 }
 
 /* One field spec; returns its index. */
@@ -196,6 +213,26 @@ static ferry_status open_memory(ferry_loader *l) {
   return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
 }
 
+/* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
+ * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
+ * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
+ * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
+ * nothing. The stats never name a decoder that is not running. */
+static ferry_status resolve_decoder(ferry_loader *l) {
+  ferry_decode_mode want = l->config.image.decode;
+  l->stats.decoder = FERRY_DECODE_CPU;
+  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
+  if (want != FERRY_DECODE_GPU)
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
+  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  return ferry__fail(FERRY_EUNSUPPORTED,
+                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
+                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
+                    ferry_device_name(l->config.device));
+}
+
 static ferry_status start_threads(ferry_loader *l) {
   ferry_status st = ferry__loader_start_workers(l, l->workers);
   if (st != FERRY_OK) return st;
@@ -223,6 +260,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);

@@ -43,6 +43,24 @@ typedef enum ferry_image_layout {
 /* Pillow's Image.MAX_IMAGE_PIXELS: the default decompression-bomb limit. */
 #define FERRY_IMAGE_DEFAULT_MAX_PIXELS UINT64_C(89478485)
 
+/* Where a loader decodes its images (ferry_image_options.decode). The single-image
+ * calls of this header always decode on the CPU; the loader reads the field at
+ * ferry_loader_open (docs/images.md, "Choosing a decoder"). Status: the device decode
+ * stage is not in the pipeline yet, so GPU fails at open everywhere, saying why, and
+ * AUTO decodes on the CPU (ferry_loader_stats.decoder says so). */
+typedef enum ferry_decode_mode {
+  FERRY_DECODE_CPU = 0,  /* TurboJPEG and libpng on the worker threads (the default) */
+  FERRY_DECODE_GPU = 1,  /* nvJPEG on the loader's CUDA device: ferry_loader_open fails
+                            (FERRY_EUNSUPPORTED) when the device is the host or nvJPEG
+                            is missing, naming what is */
+  FERRY_DECODE_AUTO = 2  /* GPU where it can open, else CPU; the loader's stats say which */
+} ferry_decode_mode;
+
+/* "cpu", "gpu" or "auto" (command-line flags, configs) into *out: FERRY_OK, or
+ * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
+FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
+FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
+
 typedef struct ferry_image_options {
   /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at
    * the smallest scale (k/8) still at least the target in both dimensions, then
@@ -55,9 +73,12 @@ typedef struct ferry_image_options {
   /* Images with more than this many pixels fail with FERRY_ELIMIT before any pixel
    * is decoded. 0 disables the check. Default FERRY_IMAGE_DEFAULT_MAX_PIXELS. */
   uint64_t max_pixels;
+  /* The loader's decoder. Default FERRY_DECODE_CPU. */
+  ferry_decode_mode decode;
 } ferry_image_options;
 
-/* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485. */
+/* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485,
+ * decode FERRY_DECODE_CPU. */
 FERRY_API void ferry_image_options_default(ferry_image_options *o);
 
 /* Per-thread decoder: TurboJPEG handle plus reusable scratch. Not thread-safe;

@@ -62,7 +62,8 @@ typedef enum ferry_box_format {
 } ferry_box_format;
 
 typedef enum ferry_error_policy {
-  FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and sample */
+  FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and the
+                              sample's dataset index (its position in the annotations) */
   FERRY_ON_ERROR_SKIP = 1  /* the sample is dropped, counted, and the next one takes its place */
 } ferry_error_policy;
 
@@ -76,10 +77,13 @@ typedef struct ferry_loader_progress {
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
 
-/* The pinned budget ferry_loader_config_default sets (1 GiB), and the deepest
- * prefetch a loader takes (a bound on its bookkeeping, far past any need). */
+/* The pinned budget ferry_loader_config_default sets (1 GiB), the deepest prefetch a
+ * loader takes (a bound on its bookkeeping, far past any need), and the largest
+ * batch_size (65536 samples: past any training batch, and it stops a negative number
+ * cast to size_t from reaching the allocator as a huge one). */
 #define FERRY_LOADER_PINNED_BUDGET_DEFAULT ((size_t)1 << 30)
 #define FERRY_LOADER_MAX_PREFETCH 4096
+#define FERRY_LOADER_MAX_BATCH 65536
 
 /* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
@@ -87,8 +91,9 @@ FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, 
 
 typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
-  const char *images;          /* folder that file_name is relative to (required) */
-  size_t batch_size;           /* 8 */
+  const char *images;          /* folder that file_name is relative to (required; checked
+                                  to be a folder at open) */
+  size_t batch_size;           /* 8; 1..FERRY_LOADER_MAX_BATCH */
   size_t workers;              /* 0: one per core this process may run on. However many,
                                   no more of them fill samples at once than it has cores */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
@@ -144,6 +149,8 @@ typedef struct ferry_loader_stats {
                                   waking up while it waited for a batch */
   size_t peak_busy_workers;   /* most workers filling samples at once: never more than the
                                  cores the process may run on */
+  ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
+                                 (config.image.decode, with AUTO resolved at open) */
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */

@@ -14,6 +14,22 @@ void ferry_image_options_default(ferry_image_options *o) {
   o->dct_scaling = 0;
   o->apply_exif = 0;
   o->max_pixels = FERRY_IMAGE_DEFAULT_MAX_PIXELS;
+  o->decode = FERRY_DECODE_CPU;
+}
+
+static const char *const decode_mode_names[] = {"cpu", "gpu", "auto"};
+
+ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out) {
+  for (int m = 0; name && m < 3; m++)
+    if (strcmp(name, decode_mode_names[m]) == 0) {
+      *out = (ferry_decode_mode)m;
+      return FERRY_OK;
+    }
+  return ferry__fail(FERRY_EINVAL, "decode mode '%s' is not cpu, gpu or auto", name ? name : "(null)");
+}
+
+const char *ferry_decode_mode_name(ferry_decode_mode mode) {
+  return mode >= 0 && mode < 3 ? decode_mode_names[mode] : "?";
 }
 
 ferry_status ferry_decoder_open(ferry_decoder **out) {

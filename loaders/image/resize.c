@@ -321,6 +321,16 @@ static int vertical_first(int width, int height, int size) {
   return width != size && height > size && height - size > 2 * (width - size);
 }
 
+size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size); }
+
+void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem) {
+  build_taps(axis, in_size, out_size, mem);
+}
+
+int ferry__resize_vertical_first(int width, int height, int size) {
+  return vertical_first(width, height, size);
+}
+
 static ferry_status check_resize_args(const uint8_t *src, int width, int height, int size,
                                       ferry_image_layout layout, const void *dst) {
   if (!src || !dst || width <= 0 || height <= 0)

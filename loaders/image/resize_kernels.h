@@ -29,6 +29,14 @@ typedef struct ferry_resize_axis {
   int32_t *weights;
 } ferry_resize_axis;
 
+/* The filter tables of one axis, as the CPU resize builds them, for another
+ * resampler that must agree with it byte for byte (the GPU resize, lib/resize_cuda.h):
+ * the bytes they need (8-byte aligned memory), and the tables laid out in `mem`. */
+size_t ferry__resize_axis_bytes(int in_size, int out_size);
+void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem);
+/* The pass order the CPU resize takes for this shape (1: vertical first). */
+int ferry__resize_vertical_first(int width, int height, int size);
+
 /* Normalisation, torchvision's to_tensor then normalize in float32 steps:
  * lut[c][v] == ((float)v / 255 - mean[c]) / std[c], each operation rounded to
  * float. A kernel may look the value up or compute it with the same operations;

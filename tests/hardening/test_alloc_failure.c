@@ -114,8 +114,8 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   cr_assert(ferry__alloc_injection_available(), "built without -Dalloc_failure_injection=true");
   ferry_loader_config cfg;
   ferry_loader_config_default(&cfg);
-  cfg.annotations = write_subset(realdata("dali_coco/coco/instances.json"), IMAGES, "subset.json");
-  cfg.images = realdata("dali_coco/coco/images");
+  cfg.annotations = write_subset(realdata_path("dali_coco/coco/instances.json"), IMAGES, "subset.json");
+  cfg.images = realdata_path("dali_coco/coco/images");
   cfg.batch_size = 2;
   cfg.resolution = 16;
   cfg.workers = 2;
