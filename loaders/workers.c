@@ -98,11 +98,9 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
     if (self->woken) l->waking--;
   }
   plan *p = l->work_head;
-  /* a stop wins over queued work */
   if (!p || l->workers_stop) return SIZE_MAX;
   if (++l->busy_workers > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->busy_workers;
   size_t slot = p->claimed++;
-  /* its last slot: the plan leaves the queue */
   if (p->claimed == p->count) {
     l->work_head = p->next_work;
     if (!l->work_head) l->work_tail = NULL;

@@ -137,7 +137,6 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
   ferry_status st = ferry__image_check_limit(name, w, h, req->opts);
   if (st < 0) return st;
   int gray16 = request_rgb(png, info);
-  /* passes: 7 for Adam7, else 1 */
   int passes = png_set_interlace_handling(png);
   png_read_update_info(png, info);
   size_t row_bytes = png_get_rowbytes(png, info);
