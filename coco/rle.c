@@ -161,7 +161,10 @@ static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t 
 static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
   if (!rle) return ferry__fail(FERRY_EINVAL, "%s: NULL RLE", fn);
   if (rle->m > 0 && !rle->counts) return ferry__fail(FERRY_EINVAL, "%s: RLE without counts", fn);
-  return FERRY_OK;
+  /* A hand-built RLE may claim any size; past 2^32-1 pixels merge's run lengths
+   * would wrap and give a wrong mask with FERRY_OK. */
+  ferry_status st = ferry__rle_check_size(rle->h, rle->w);
+  return st < 0 ? ferry__error_prefix(st, "%s: ", fn) : FERRY_OK;
 }
 
 ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,

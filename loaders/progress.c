@@ -27,6 +27,8 @@ void ferry_loader_progress_bar(const ferry_loader_progress *p, void *user) {
           done, "##############################", WIDTH - done, "",
           (unsigned long long)p->batches_delivered, (unsigned long long)p->batches_per_epoch,
           (unsigned long long)p->samples_skipped);
-  if (p->batches_delivered >= p->batches_per_epoch) fputc('\n', stderr);
+  /* The line ends with the epoch, not at the nominal count: skipped samples can end
+   * it short of batches_per_epoch. */
+  if (p->epoch_ended) fputc('\n', stderr);
   fflush(stderr);
 }

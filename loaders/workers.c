@@ -21,9 +21,10 @@
  *   - a worker writes only its own slot of a plan (status, message, the sample's
  *     slices of the batch), so no two fills touch the same bytes.
  * Not done here: what a sample is (fill.c), the order batches go out in (handoff.c,
- * coordinator.c), retries. A worker that could not open its decoder stays up and
- * fails every sample it claims, with that reason (under the skip policy, those
- * samples are skipped).
+ * coordinator.c), retries. Decoders are opened by start_workers, before any thread
+ * starts: a loader that cannot give every worker one fails to open, rather than have
+ * the workers without one fail (or, under the skip policy, skip) whichever samples
+ * they happened to claim, which would make batch k depend on timing.
  */
 #include <stdio.h>
 
@@ -37,6 +38,7 @@ typedef struct worker_slot {
   size_t index;
   pthread_cond_t wake;
   int woken;           /* set by wake_workers when it takes the worker off the idle stack */
+  ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
 } worker_slot;
 
 /* Wake as many idle workers as there are new slots and free cores, and no more: a
@@ -131,33 +133,24 @@ static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry__thread_name("ferry-worker-", self->index);
-  /* Opened on this thread, before the lock: a decoder belongs to one thread, and
-   * opening one allocates. */
-  ferry_decoder *decoder = NULL;
-  ferry_status open_status = ferry_decoder_open(&decoder);
-  char open_message[FERRY_ERROR_MAX];
-  if (open_status != FERRY_OK) snprintf(open_message, sizeof open_message, "worker: %s", ferry_last_error());
+  ferry_decoder *decoder = self->decoder; /* this thread's alone from here on */
   pthread_mutex_lock(&l->lock);
   plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
-    ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
     pthread_mutex_unlock(&l->lock);
-    if (st == FERRY_OK) {
-      /* Without the lock: the fill reads only what is fixed at open (l->fill) and
-       * this slot's fields of the plan, which no one changes while it is claimed. */
-      st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
-      /* The message is this thread's (error.c): copied into the slot here, so that
-       * the consumer's thread can restore it with the status. */
-      if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
-    } else {
-      snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
-    }
+    /* Without the lock: the fill reads only what is fixed at open (l->fill) and this
+     * slot's fields of the plan, which no one changes while it is claimed. */
+    ferry_status st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+    /* The message is this thread's (error.c): copied into the slot here, so that the
+     * consumer's thread can restore it with the status. */
+    if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     pthread_mutex_lock(&l->lock);
-    if (open_status == FERRY_OK) l->stats.samples_decoded++;
+    l->stats.samples_decoded++;
     finish(l, p, slot, st);
   }
   pthread_mutex_unlock(&l->lock);
   ferry_decoder_close(decoder);
+  self->decoder = NULL;
   return NULL;
 }
 
@@ -174,6 +167,13 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
     l->worker_slots[i].loader = l;
     l->worker_slots[i].index = i;
     pthread_cond_init(&l->worker_slots[i].wake, NULL);
+  }
+  /* Every decoder before any thread: opening one allocates, and a worker without one
+   * could only fail the samples it claims. Those opened stay with their slots and are
+   * closed by ferry__loader_stop_workers if the open fails here. */
+  for (size_t i = 0; i < count; i++) {
+    ferry_status st = ferry_decoder_open(&l->worker_slots[i].decoder);
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: worker %zu of %zu: ", i + 1, count);
   }
   for (size_t i = 0; i < count; i++) {
     if (pthread_create(&l->worker_threads[i], NULL, worker_main, &l->worker_slots[i]) != 0)
@@ -193,7 +193,10 @@ void ferry__loader_stop_workers(ferry_loader *l) {
   for (size_t i = 0; i < l->workers_started; i++) pthread_cond_signal(&l->worker_slots[i].wake);
   pthread_mutex_unlock(&l->lock);
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
-  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) pthread_cond_destroy(&l->worker_slots[i].wake);
+  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) {
+    pthread_cond_destroy(&l->worker_slots[i].wake);
+    ferry_decoder_close(l->worker_slots[i].decoder); /* NULL once its worker closed it */
+  }
   l->workers_started = l->nworkers = l->idle_workers = 0;
   ferry__free(l->worker_threads);
   ferry__free(l->worker_slots);
