@@ -1,4 +1,21 @@
-/* loaders/fill.c - one sample: decode its image and write its targets in place. */
+/* loaders/fill.c - one sample: decode its image and write its targets in place.
+ *
+ * Owns nothing that outlives a call: the sample's path is built on the stack, and
+ * every byte written goes into the slot's slices of a batch the coordinator laid out.
+ * Callers: the workers (workers.c worker_main), many at once, without loader->lock;
+ * each with its own decoder, each on a slot it alone has claimed.
+ *
+ * Invariants:
+ *   - the fill context is read-only (fixed at open, loader.c), and the batch is
+ *     touched only through this slot's slices, so two fills never share a byte;
+ *   - the rows written for a field are the ones the layout reserved: the coordinator
+ *     counted them with the same target options (ctx->target) at open;
+ *   - on failure the message on this thread names the dataset index, and once the
+ *     image is known its id and file; the slot's bytes are then left as they are,
+ *     since the plan is never delivered with a failed slot (handoff.c).
+ * Not done here: retrying, skipping (coordinator.c decides from the status), or
+ * checking a symlink inside the images folder: `escapes` reads the name only.
+ */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +34,9 @@ static int escapes(const char *name) {
   return 0;
 }
 
+/* The file of image `img`: file_name under the images folder, or as it is when it is
+ * absolute and allow_escaping_paths lets it be. A name that does not fit in `size`
+ * is an error rather than a cut path that could name another file. */
 static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *img, char *path,
                                size_t size) {
   if (!img->file_name || !img->file_name[0])
@@ -31,13 +51,17 @@ static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *
   return FERRY_OK;
 }
 
+/* This slot's bytes of `field`, or NULL when the config did not ask for the field
+ * (slot -1): the target writer then skips it. */
 static void *slice(ferry_batch *batch, int field, size_t slot) {
   ferry_tensor view;
   if (field < 0 || ferry_batch_sample(batch, (size_t)field, slot, &view) != FERRY_OK) return NULL;
   return view.data;
 }
 
-/* Boxes arrive as xyxy in the file's pixels; make them what the config asks. */
+/* Boxes arrive as xyxy in the file's pixels; make them what the config asks. w and h
+ * are the annotated size, which fill_sample has checked against the decoded image.
+ * In doubles, then rounded once to float. */
 static void convert_boxes(float *boxes, int64_t n, const fill_context *ctx, double w, double h) {
   for (int64_t i = 0; i < n; i++) {
     float *b = boxes + 4 * i;
@@ -70,6 +94,8 @@ static ferry_status write_targets(const fill_context *ctx, ferry_batch *batch, s
   };
   ferry_status st = ferry_coco_target_write(ctx->coco, index, &ctx->target, &t);
   if (st != FERRY_OK) return st;
+  /* The slot's box count is its row count in the layout (offsets[slot + 1] -
+   * offsets[slot]), the same the target writer filled. */
   int64_t n = 0;
   if (f->boxes >= 0) {
     n = ferry_batch_offsets(batch, (size_t)f->boxes)[slot + 1] - ferry_batch_offsets(batch, (size_t)f->boxes)[slot];
@@ -81,6 +107,7 @@ static ferry_status write_targets(const fill_context *ctx, ferry_batch *batch, s
   if (orig) orig[0] = img->height, orig[1] = img->width;
   int64_t *size = slice(batch, f->size, slot);
   if (size) size[0] = size[1] = ctx->resolution;
+  /* Always defined (loader.c define_fields), so never NULL. */
   *(int64_t *)slice(batch, f->sample_index, slot) = (int64_t)index;
   return FERRY_OK;
 }
@@ -92,12 +119,18 @@ ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *d
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
   if (st == FERRY_OK) st = image_path(ctx, &img, path, sizeof path);
   if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
+  /* Straight into the slot's image slice, no copy. w and h come back as the file's
+   * size, EXIF-rotated when ctx->image.apply_exif is set: the annotations must then
+   * give the size as displayed. A size that differs from the annotations fails the
+   * sample: the boxes and masks, made at the annotated size, would not fit the image. */
   int w = 0, h = 0;
   st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
                                 slice(batch, ctx->slots.images, slot), &w, &h);
   if (st == FERRY_OK && (w != img.width || h != img.height))
     st = ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
                     w, h, (long long)img.width, (long long)img.height);
+  /* Targets only for an image that loaded and matches: a failed sample's work stops
+   * at its first error. */
   if (st == FERRY_OK) st = write_targets(ctx, batch, slot, index, &img);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,

@@ -1,9 +1,29 @@
 /* loaders/loader.c - the public loader: configuration, open/close, next, state.
  *
- * Owns the consumer's side of the pipeline (ferry_loader_next, the release hook)
- * and sizing at open: the worker count, the prefetch depth and the pool. The
- * coordinator and workers are in coordinator.c and workers.c; the lock and the
- * three condition variables they share are described in loader_internal.h.
+ * Owns the consumer's side of the pipeline (ferry_loader_next, set_epoch, state,
+ * stats) and sizing at open: the worker count, the prefetch depth and the pool. The
+ * coordinator and workers are in coordinator.c and workers.c, the release hook and
+ * the other hand-offs in handoff.c; the lock and the condition variables they share
+ * are described in loader_internal.h.
+ * Callers: the user's threads. open and close from one thread, close once every
+ * other call has returned; next from one thread at a time (loader.h); set_epoch,
+ * state_get/set and stats_get from any, each under loader->lock.
+ *
+ * Invariants:
+ *   - everything open computes (config, the fill context, the field table, the
+ *     instance counts, the depth and arena counts) is fixed before the first thread
+ *     starts and never written again: the coordinator and the workers read it
+ *     without the lock;
+ *   - the consumer's view (state, samples_in_epoch, skipped_in_epoch) moves only with
+ *     what next takes off the ready queue, or at once with a restart; it is what
+ *     state_get saves, so a resumed loader continues with the batch after it;
+ *   - `held` lists the batches delivered and not yet released; there are never more
+ *     than `arenas` (the coordinator makes no more), so next can tell a consumer
+ *     that holds them all instead of waiting forever;
+ *   - open either returns a loader whose threads all run, or closes what it opened:
+ *     close accepts a loader stopped at any step of open.
+ * Not done here: the order of batches (coordinator.c), filling (workers.c, fill.c),
+ * the wait for a batch's events before its arena is reused (lib/pool.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -45,6 +65,8 @@ static ferry_status check_images_folder(const char *images) {
   return FERRY_OK;
 }
 
+/* Every bound a config can break, checked before anything is allocated or parsed,
+ * so a wrong argument costs no annotation parse. */
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
@@ -64,7 +86,8 @@ static ferry_status check_config(const ferry_loader_config *c) {
   return check_images_folder(c->images);
 }
 
-/* One field spec; returns its index. */
+/* One field spec; returns its index. The table has FERRY_MAX_FIELDS entries and
+ * define_fields adds at most 11. */
 static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry_field_kind kind,
                      int ndim, int64_t d0, int64_t d1, int64_t d2) {
   ferry_field_spec *f = &l->fields[l->nfields];
@@ -72,6 +95,10 @@ static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry
   return (int)l->nfields++;
 }
 
+/* The batch's fields, in the order their slots are handed out. images and
+ * sample_index always exist (fill.c writes both without looking); every other slot
+ * stays -1 (memset to 0xFF bytes) unless asked for, and keypoints also needs a
+ * dataset that has them. */
 static void define_fields(ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   int64_t R = c->resolution;
@@ -94,7 +121,10 @@ static void define_fields(ferry_loader *l) {
     s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);
 }
 
-/* Instance counts of every image, up front: they lay every batch out. */
+/* Instance counts of every image, up front: they lay every batch out. Counted with the
+ * same target options the workers write with, so a batch's rows and what fill.c
+ * writes into them agree; an annotation the targets cannot use (no bbox) fails here,
+ * at open, rather than in a sample. */
 static ferry_status count_instances(ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco);
   l->instances = ferry__calloc(n, sizeof *l->instances);
@@ -127,6 +157,7 @@ static ferry_status open_data(ferry_loader *l) {
   return count_instances(l);
 }
 
+/* rank and world_size both -1: from the launcher's environment (sampler.c). */
 static ferry_status open_sampler(ferry_loader *l) {
   int rank = l->config.rank, world = l->config.world_size;
   if (rank < 0) {
@@ -167,6 +198,8 @@ static size_t usable_cores(void) {
   return cores > 0 ? (size_t)cores : 1;
 }
 
+/* The worker count; the number that may fill at once (max_busy) is the core count
+ * whatever this is, so more workers than cores only sleep (docs/tuning.md). */
 static size_t resolve_workers(const ferry_loader_config *c) {
   return c->workers ? c->workers : usable_cores();
 }
@@ -180,7 +213,10 @@ static size_t resolve_workers(const ferry_loader_config *c) {
 enum { SAMPLES_PER_WORKER = 4 };
 
 /* Batches in flight: what the config asks for, or SAMPLES_PER_WORKER samples per
- * worker (at least 2 batches), within the pinned budget. */
+ * worker (at least 2 batches), within the pinned budget. The budget pays for the
+ * consumer's max_outstanding arenas first; the depth gets the rest, at least 1 (an
+ * arena too large for the budget, or one whose size overflows, leaves 1). It binds
+ * only packed loaders: an unpacked batch is plain per-sample memory, not the pool. */
 static size_t resolve_prefetch(const ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   if (c->prefetch) return c->prefetch;
@@ -197,6 +233,9 @@ static size_t resolve_prefetch(const ferry_loader *l) {
   return want;
 }
 
+/* One arena for each batch in flight or ready, plus one for each the consumer may
+ * hold. The coordinator never makes more batches than there are arenas, so in the
+ * pool it waits only for an arena released but still pending on its events. */
 static ferry_status open_memory(ferry_loader *l) {
   l->prefetch = resolve_prefetch(l);
   l->arenas = l->prefetch + l->config.max_outstanding;
@@ -282,6 +321,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
 
 
 
+/* The spare list at close: items are not recycled any more, so freed outright. */
 static void free_items(ready_item *item) {
   while (item) {
     ready_item *next = item->next;
@@ -291,7 +331,11 @@ static void free_items(ready_item *item) {
   }
 }
 
-/* Wait for the next current-generation item; NULL with the status set if none can come. */
+/* Wait for the next current-generation item; NULL with the status set if none can come.
+ * An item of an older generation at the head is left for the coordinator to drop
+ * (it wakes on the restart that made it stale). With nothing ready and every arena
+ * held by the consumer, no batch can be made until one is released: that is an
+ * error, not a wait that would never end. */
 static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
   for (;;) {
     if (l->stopping) {
@@ -319,7 +363,8 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
   }
 }
 
-/* After an end or an error, the consumer's view moves to the next epoch. */
+/* After an end or an error, the consumer's view moves to the next epoch, as the
+ * coordinator did when it queued the marker (coordinator.c begin_epoch). */
 static void next_epoch_view(ferry_loader *l, int64_t ended) {
   l->state.epoch = ended + 1;
   l->state.batches_delivered = 0;
@@ -327,6 +372,9 @@ static void next_epoch_view(ferry_loader *l, int64_t ended) {
   l->samples_in_epoch = l->skipped_in_epoch = 0;
 }
 
+/* The view and `held` change under the lock; the progress callback runs after it is
+ * let go, so that the callback may call the loader (stats_get, state_get). An item
+ * is recycled whatever its kind: a batch's item carries only its address. */
 ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
   *out = NULL;
@@ -362,7 +410,10 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   return st;
 }
 
-/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. */
+/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. The new
+ * generation voids every plan and ready item at once (the coordinator cancels and
+ * drops them when it wakes), and the view is set here, so a state_get right after
+ * already says where the loader stands. Batches the consumer holds stay valid. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
   pthread_mutex_lock(&l->lock);
   l->generation++;
@@ -390,6 +441,8 @@ ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
   return FERRY_OK;
 }
 
+/* The seed draws every epoch's order: a state saved under another seed names
+ * positions in a different order, so it is refused rather than resumed. */
 ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s) {
   if (!l || !s) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_set: loader and state are required");
   if (s->seed != l->config.seed)
@@ -425,11 +478,18 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
 
 uint64_t ferry_loader_samples_per_epoch(const ferry_loader *l) { return l->sampler.per_rank; }
 
+/* Nominal: skipped samples make an epoch shorter, never longer. */
 uint64_t ferry_loader_batches_per_epoch(const ferry_loader *l) {
   uint64_t n = l->sampler.per_rank, b = l->config.batch_size;
   return l->config.drop_last ? n / b : (n + b - 1) / b;
 }
 
+/* The order matters. stopping and a new generation make the consumer and the
+ * coordinator give up; cancelling the pool frees a coordinator blocked on an arena;
+ * the coordinator is joined before the workers, since its exit waits for the slots
+ * they hold; the consumer's batches go back before the pool that owns their arenas
+ * is closed, and the pool before the device whose memory it pinned. Their hooks are
+ * removed first: the loader they point to is going away. */
 void ferry_loader_close(ferry_loader *l) {
   if (!l) return;
   pthread_mutex_lock(&l->lock);

@@ -24,6 +24,11 @@
  *     batch once the pipeline is full.
  * Lock order: loader->lock, then the pool's lock (the coordinator never holds the
  * loader's lock while it waits for an arena).
+ * Who writes what: fields fixed at open (config, fill, fields, instances, the depth
+ * and arena counts) are read without the lock, and the sampler's order is the
+ * coordinator's alone (coordinator.c); once the threads run, everything from `lock`
+ * down changes under it, except a claimed slot, which its worker fills without the
+ * lock (and writes its message before retaking it, workers.c).
  */
 #ifndef FERRY_LOADERS_LOADER_INTERNAL_H
 #define FERRY_LOADERS_LOADER_INTERNAL_H
@@ -70,8 +75,10 @@ typedef struct plan {
   size_t claimed;          /* slots handed to workers so far (under the lock) */
   size_t pending;          /* slots not yet finished */
   size_t failures;         /* slots that finished with an error */
+  /* set by cancel_inflight: a cancelled plan is never delivered */
   int canceled;
   int64_t epoch;
+  /* the loader's generation when it was laid out (a restart voids older ones) */
   uint64_t generation;
   ferry_batch *batch;
   struct ready_item *item; /* what it is delivered in, taken up front so committing cannot fail */
@@ -115,6 +122,7 @@ struct ferry_loader {
   pthread_mutex_t lock;
   pthread_cond_t coord_cv;     /* coordinator: head complete, room ahead, restart or stop */
   pthread_cond_t ready_cv;     /* consumer: an item is ready, a fatal error, or stop */
+  /* set once, by close */
   int stopping;
   uint64_t generation;         /* bumped by set_epoch/state_set/close */
   /* the coordinator's view */
@@ -130,6 +138,7 @@ struct ferry_loader {
   plan *inflight_head, *inflight_tail;
   size_t inflight;
   uint64_t epoch_skipped;      /* samples skipped in the coordinator's epoch so far */
+  /* where the coordinator begins the next generation (set by set_epoch, state_set) */
   int64_t restart_epoch;
   uint64_t restart_cursor;
   /* workers */
