@@ -84,6 +84,7 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   if (p->count == 0 || (p->count < B && l->config.drop_last)) return FERRY_EEND;
   for (size_t f = 0; f < l->nfields; f++)
     for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
+  if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
@@ -177,13 +178,23 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
  * than the epoch learns that the loader can. */
 #define SKIP_HINT " (config.on_error = FERRY_ON_ERROR_SKIP skips failed samples instead)"
 
+/* A slot that failed only because the GPU decoder's layout was wrong for it (the
+ * sample goes to the CPU; gpu_fill.c recorded it): laid out again, never skipped. */
+static int rerouted(const ferry_loader *l, ferry_status st) {
+  return st == FERRY_EAGAIN && l->fill.gpu.api;
+}
+
 /* The head plan has failed samples: under the skip policy, forget them and lay the
- * rest out again; else end the epoch with the first failure. */
+ * rest out again; else end the epoch with the first failure. Samples to be laid out
+ * again for the CPU decoder are neither: a plan with only those is laid out again
+ * under either policy. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   plan *head = l->inflight_head;
-  if (l->config.on_error == FERRY_ON_ERROR_SKIP) {
+  size_t reroutes = 0;
+  for (size_t i = 0; i < head->count; i++) reroutes += rerouted(l, head->status[i]);
+  if (l->config.on_error == FERRY_ON_ERROR_SKIP || reroutes == head->failures) {
     for (size_t i = 0; i < head->count; i++)
-      if (head->status[i] != FERRY_OK) {
+      if (head->status[i] != FERRY_OK && !rerouted(l, head->status[i])) {
         run->failed[head->position[i]] = 1;
         l->epoch_skipped++;
         l->stats.samples_skipped++;
@@ -195,7 +206,7 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
     return;
   }
   size_t bad = 0;
-  while (head->status[bad] == FERRY_OK) bad++;
+  while (head->status[bad] == FERRY_OK || rerouted(l, head->status[bad])) bad++;
   char message[FERRY_ERROR_MAX];
   snprintf(message, sizeof message, "%.*s%s", (int)(sizeof message - sizeof SKIP_HINT),
            head->message[bad], SKIP_HINT);

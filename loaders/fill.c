@@ -1,4 +1,5 @@
-/* loaders/fill.c - one sample: decode its image and write its targets in place. */
+/* loaders/fill.c - one sample: decode its image and write its targets in place.
+ * The GPU decoder's variant (gpu_fill.c) shares the file, target and size steps. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,7 +32,7 @@ static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *
   return FERRY_OK;
 }
 
-static void *slice(ferry_batch *batch, int field, size_t slot) {
+void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot) {
   ferry_tensor view;
   if (field < 0 || ferry_batch_sample(batch, (size_t)field, slot, &view) != FERRY_OK) return NULL;
   return view.data;
@@ -57,16 +58,16 @@ static void convert_boxes(float *boxes, int64_t n, const fill_context *ctx, doub
   }
 }
 
-static ferry_status write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
-                                  size_t index, const ferry_coco_image *img) {
+ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
+                                        size_t index, const ferry_coco_image *img) {
   const field_slots *f = &ctx->slots;
   ferry_coco_target t = {
-    .boxes = slice(batch, f->boxes, slot),
-    .labels = slice(batch, f->labels, slot),
-    .area = slice(batch, f->area, slot),
-    .iscrowd = slice(batch, f->iscrowd, slot),
-    .masks = slice(batch, f->masks, slot),
-    .keypoints = slice(batch, f->keypoints, slot),
+    .boxes = ferry__loader_slice(batch, f->boxes, slot),
+    .labels = ferry__loader_slice(batch, f->labels, slot),
+    .area = ferry__loader_slice(batch, f->area, slot),
+    .iscrowd = ferry__loader_slice(batch, f->iscrowd, slot),
+    .masks = ferry__loader_slice(batch, f->masks, slot),
+    .keypoints = ferry__loader_slice(batch, f->keypoints, slot),
   };
   ferry_status st = ferry_coco_target_write(ctx->coco, index, &ctx->target, &t);
   if (st != FERRY_OK) return st;
@@ -75,30 +76,41 @@ static ferry_status write_targets(const fill_context *ctx, ferry_batch *batch, s
     n = ferry_batch_offsets(batch, (size_t)f->boxes)[slot + 1] - ferry_batch_offsets(batch, (size_t)f->boxes)[slot];
     convert_boxes(t.boxes, n, ctx, (double)img->width, (double)img->height);
   }
-  int64_t *id = slice(batch, f->image_id, slot);
+  int64_t *id = ferry__loader_slice(batch, f->image_id, slot);
   if (id) id[0] = t.image_id;
-  int64_t *orig = slice(batch, f->orig_size, slot);
+  int64_t *orig = ferry__loader_slice(batch, f->orig_size, slot);
   if (orig) orig[0] = img->height, orig[1] = img->width;
-  int64_t *size = slice(batch, f->size, slot);
+  int64_t *size = ferry__loader_slice(batch, f->size, slot);
   if (size) size[0] = size[1] = ctx->resolution;
-  *(int64_t *)slice(batch, f->sample_index, slot) = (int64_t)index;
+  *(int64_t *)ferry__loader_slice(batch, f->sample_index, slot) = (int64_t)index;
   return FERRY_OK;
+}
+
+ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
+                                     char *path, size_t size) {
+  ferry_status st = ferry_coco_image_at(ctx->coco, index, img);
+  if (st == FERRY_OK) st = image_path(ctx, img, path, size);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
+  return FERRY_OK;
+}
+
+ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img) {
+  if (w == img->width && h == img->height) return FERRY_OK;
+  return ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
+                     w, h, (long long)img->width, (long long)img->height);
 }
 
 ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
                                       ferry_batch *batch, size_t slot, size_t index) {
   ferry_coco_image img;
   char path[4096];
-  ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
-  if (st == FERRY_OK) st = image_path(ctx, &img, path, sizeof path);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
+  ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
+  if (st != FERRY_OK) return st;
   int w = 0, h = 0;
   st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
-                                slice(batch, ctx->slots.images, slot), &w, &h);
-  if (st == FERRY_OK && (w != img.width || h != img.height))
-    st = ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
-                    w, h, (long long)img.width, (long long)img.height);
-  if (st == FERRY_OK) st = write_targets(ctx, batch, slot, index, &img);
+                                ferry__loader_slice(batch, ctx->slots.images, slot), &w, &h);
+  if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, &img);
+  if (st == FERRY_OK) st = ferry__loader_write_targets(ctx, batch, slot, index, &img);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
                               (long long)img.id, img.file_name);

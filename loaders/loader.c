@@ -78,9 +78,15 @@ static void define_fields(ferry_loader *l) {
   unsigned want = c->fields;
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
-  s->images = c->layout == FERRY_LAYOUT_U8_HWC
-                  ? add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
-                  : add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  if (l->fill.gpu.api) {
+    /* No pixels but the fallbacks' u8 ones: the device makes the images tensor. */
+    s->jpeg = add_field(l, FERRY_FIELD_JPEG, FERRY_U8, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+    s->cpu_images = add_field(l, FERRY_FIELD_CPU_IMAGES, FERRY_U8, FERRY_FIELD_ROWS, 3, R, R, 3);
+  } else if (c->layout == FERRY_LAYOUT_U8_HWC) {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3);
+  } else {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  }
   s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
   if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
   if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
@@ -124,7 +130,9 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.image = l->config.image;
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
-  return count_instances(l);
+  st = count_instances(l);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  return st;
 }
 
 static ferry_status open_sampler(ferry_loader *l) {
@@ -140,15 +148,25 @@ static ferry_status open_sampler(ferry_loader *l) {
 }
 
 
-/* The bytes of a batch of mean instance counts, plus the quarter of headroom the
- * pool gives an arena: what one arena costs in the steady state. */
+/* The mean of n values, rounded up (0 for none; negative values count as 0). */
+static int64_t mean_up(const int64_t *v, size_t n) {
+  int64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i] > 0 ? v[i] : 0;
+  return n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+}
+
+/* The bytes of a batch of mean instance counts (and, with the GPU decoder, mean file
+ * sizes and no fallback), plus the quarter of headroom the pool gives an arena: what
+ * one arena costs in the steady state. */
 static size_t typical_arena_bytes(const ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco), B = l->config.batch_size;
-  int64_t total = 0;
-  for (size_t i = 0; i < n; i++) total += l->instances[i];
-  int64_t mean = n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+  int64_t mean = mean_up(l->instances, n);
   int64_t rows[FERRY_MAX_FIELDS];
   for (size_t f = 0; f < l->nfields; f++) rows[f] = mean;
+  if (l->fill.gpu.api) {
+    rows[l->fill.slots.jpeg] = mean_up(l->fill.gpu.file_bytes, n);
+    rows[l->fill.slots.cpu_images] = 0;
+  }
   size_t per_sample = 0;
   for (size_t f = 0; f < l->nfields; f++) {
     size_t one;
@@ -219,9 +237,14 @@ static ferry_status open_memory(ferry_loader *l) {
  * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
  * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
  * nothing. The stats never name a decoder that is not running. */
-static ferry_status resolve_decoder(ferry_loader *l) {
+static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
+  if (api) { /* ferry__loader_open_gpu: a table given by a test */
+    l->fill.gpu.api = api;
+    l->stats.decoder = FERRY_DECODE_GPU;
+    return FERRY_OK;
+  }
   if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
   if (want != FERRY_DECODE_GPU)
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
@@ -243,7 +266,8 @@ static ferry_status start_threads(ferry_loader *l) {
   return FERRY_OK;
 }
 
-ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
   ferry_status st = check_config(config);
@@ -260,7 +284,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
+  if (st == FERRY_OK) st = resolve_decoder(l, api); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);
@@ -275,6 +299,16 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   }
   *out = l;
   return FERRY_OK;
+}
+
+ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+  return open_loader(config, NULL, out);
+}
+
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                   ferry_loader **out) {
+  if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
+  return open_loader(config, api, out);
 }
 
 
@@ -447,6 +481,8 @@ void ferry_loader_close(ferry_loader *l) {
   if (l->owns_device) ferry_device_close(l->device);
   ferry__sampler_destroy(&l->sampler);
   ferry__free(l->instances);
+  ferry__free(l->fill.gpu.file_bytes);
+  ferry__free(l->fill.gpu.route);
   ferry_coco_close(l->coco);
   ferry__free(l->annotations_path);
   ferry__free(l->images_dir);

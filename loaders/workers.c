@@ -105,30 +105,47 @@ static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
     pthread_cond_signal(&l->coord_cv);
 }
 
+/* A filled (or failed) sample in the stats. With the GPU decoder, a sample laid out
+ * again (FERRY_EAGAIN) is counted once, when its layout is the right one; one that
+ * failed on the CPU path still counts as a fallback (why it went there). */
+static void count_sample(ferry_loader_stats *stats, int gpu, ferry_status st, int fallback) {
+  if (st == FERRY_EAGAIN) return;
+  stats->samples_decoded++;
+  if (!gpu) return;
+  if (fallback >= 0) stats->samples_cpu_fallback[fallback]++;
+  else if (st == FERRY_OK) stats->samples_gpu_decode++;
+}
+
 static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry__thread_name("ferry-worker-", self->index);
   ferry_decoder *decoder = NULL;
+  gpu_worker *gpu = NULL;
   ferry_status open_status = ferry_decoder_open(&decoder);
+  if (open_status == FERRY_OK && l->fill.gpu.api) open_status = ferry__gpu_worker_open(&l->fill, &gpu);
   char open_message[FERRY_ERROR_MAX];
   if (open_status != FERRY_OK) snprintf(open_message, sizeof open_message, "worker: %s", ferry_last_error());
   pthread_mutex_lock(&l->lock);
   plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
     ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
+    int fallback = -1;
     pthread_mutex_unlock(&l->lock);
     if (st == FERRY_OK) {
-      st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+      size_t index = p->dataset_index[slot];
+      st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
+               : ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, index);
       if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     } else {
       snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
     }
     pthread_mutex_lock(&l->lock);
-    if (open_status == FERRY_OK) l->stats.samples_decoded++;
+    if (open_status == FERRY_OK) count_sample(&l->stats, gpu != NULL, st, fallback);
     finish(l, p, slot, st);
   }
   pthread_mutex_unlock(&l->lock);
+  ferry__gpu_worker_close(gpu);
   ferry_decoder_close(decoder);
   return NULL;
 }

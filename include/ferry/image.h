@@ -58,6 +58,21 @@ typedef enum ferry_decode_mode {
 
 /* "cpu", "gpu" or "auto" (command-line flags, configs) into *out: FERRY_OK, or
  * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
+/* Why the GPU decoder sent a sample to the CPU path instead (the index of
+ * ferry_loader_stats.samples_cpu_fallback). */
+typedef enum ferry_decode_fallback {
+  FERRY_FALLBACK_NOT_JPEG = 0,  /* PNG, or anything without the JPEG signature */
+  FERRY_FALLBACK_CORRUPT,       /* nvJPEG's parser refuses the stream (the CPU path then
+                                   fails or skips it by config.on_error, naming the file) */
+  FERRY_FALLBACK_COMPONENTS,    /* CMYK/YCCK, or a component count other than 1 and 3 */
+  FERRY_FALLBACK_PRECISION,     /* not 8-bit samples */
+  FERRY_FALLBACK_ENCODING,      /* lossless, arithmetic, or progressive on the hardware engine */
+  FERRY_FALLBACK_SUBSAMPLING,   /* unknown, or 4:1:1 / 4:1:0 on the hardware engine */
+  FERRY_FALLBACK_UNSUPPORTED,   /* the hardware engine's own check refuses it */
+  FERRY_FALLBACK_ORIENTED,      /* EXIF says rotate and the options apply EXIF */
+  FERRY_FALLBACK_REASONS
+} ferry_decode_fallback;
+
 FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
 FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
 
