@@ -13,6 +13,7 @@
 
 #include "lib/alloc.h"
 #include "lib/thread.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -89,6 +90,7 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
+  if (l->fill.gpu.stage) ferry__batch_set_jpeg_stage(p->batch, l->fill.gpu.stage);
   return FERRY_OK;
 }
 

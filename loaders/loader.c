@@ -14,6 +14,7 @@
 
 #include "lib/alloc.h"
 #include "lib/nvjpeg_api.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -132,6 +133,7 @@ static ferry_status open_data(ferry_loader *l) {
   define_fields(l);
   st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
   return st;
 }
 
@@ -477,6 +479,7 @@ void ferry_loader_close(ferry_loader *l) {
   ferry__free(l->held);
   free_items(l->spare_items);
   ferry__free(l->reserve_item);
+  ferry__jpeg_stage_close(l->fill.gpu.stage); /* after the batches: it waits for their device work */
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
   ferry__sampler_destroy(&l->sampler);

@@ -56,6 +56,7 @@ typedef struct gpu_decode {
   const struct ferry_nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
   unsigned char *route;      /* [images], read and written with relaxed atomics */
+  struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
 } gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
@@ -208,6 +209,10 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
  * coordinator's layout, every other field's rows already set). O(count), no lock. */
 void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows);
+/* The transfer stage that decodes this loader's batches on the device, with the CPU
+ * resize's filter tables (lib/transfer/jpeg_stage.h). */
+struct ferry_jpeg_stage;
+ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 

@@ -210,3 +210,103 @@ Test(gpu_loader, the_pinned_batch_holds_compressed_bytes_not_pixels, .timeout = 
   ferry_loader_close(cpu);
   ferry_loader_close(gpu);
 }
+
+/* ---- the transfer stage, on the host backend ---- */
+
+/* Both loaders' batches through ferry_transfer onto the host device: the GPU
+ * decoder's images tensor (the fake's decode, the resize kernels' arithmetic, the
+ * normalisation) must be the CPU path's u8 images normalised by the same transfer,
+ * byte for byte, and the records the same fields with the same bytes. */
+static void expect_same_device_batches(ferry_device *host, ferry_batch *a, ferry_batch *b, ferry_normalize norm) {
+  ferry_transfer_options o = {.normalize = norm};
+  ferry_device_batch *da, *db;
+  cr_assert_eq(ferry_transfer(host, NULL, a, &o, &da), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_device_batch_wait(da), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK, "%s", ferry_last_error());
+  ferry_tensor *ia = ferry_device_batch_images(da), *ib = ferry_device_batch_images(db);
+  cr_assert_not_null(ib, "the stage made no images tensor");
+  cr_assert_eq(ia->dtype, ib->dtype);
+  cr_assert_eq(ia->ndim, ib->ndim);
+  for (int d = 0; d < ia->ndim; d++) cr_expect_eq(ia->shape[d], ib->shape[d], "dim %d", d);
+  cr_assert_eq(ia->nbytes, ib->nbytes);
+  cr_expect_eq(memcmp(ia->data, ib->data, ia->nbytes), 0, "images differ (normalize %d)", (int)norm);
+  cr_assert_eq(ferry_device_batch_num_fields(da), ferry_device_batch_num_fields(db),
+               "the compressed and fallback fields are no records");
+  for (size_t k = 0; k < ferry_device_batch_num_fields(da); k++) {
+    cr_assert_str_eq(ferry_device_batch_field_name(da, k), ferry_device_batch_field_name(db, k));
+    for (size_t i = 0; i < ferry_device_batch_size(da); i++) {
+      ferry_tensor *ta = ferry_device_batch_sample_field(da, i, ferry_device_batch_field_name(da, k));
+      ferry_tensor *tb = ferry_device_batch_sample_field(db, i, ferry_device_batch_field_name(db, k));
+      cr_assert(ta && tb);
+      cr_assert_eq(ta->nbytes, tb->nbytes);
+      cr_expect(ta->nbytes == 0 || memcmp(ta->data, tb->data, ta->nbytes) == 0, "%s sample %zu",
+                ferry_device_batch_field_name(da, k), i);
+    }
+  }
+  ferry_device_batch_free(da);
+  ferry_device_batch_free(db);
+}
+
+static void stage_epoch(unsigned fallback_every) {
+  fake_nvjpeg.fallback_every = fallback_every;
+  ferry_loader_config c;
+  test_config(&c);
+  c.layout = FERRY_LAYOUT_U8_HWC;
+  c.resolution = 48;
+  c.image.dct_scaling = 0; /* the fake decodes at full size, as nvJPEG does */
+  ferry_loader *cpu = open_loader(&c), *gpu;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &gpu), FERRY_OK, "%s", ferry_last_error());
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  static const ferry_normalize modes[] = {FERRY_NORMALIZE_F32, FERRY_NORMALIZE_NONE, FERRY_NORMALIZE_BF16};
+  size_t batches = 0;
+  for (;; batches++) {
+    ferry_batch *a, *b;
+    ferry_status sa = ferry_loader_next(cpu, &a), sb = ferry_loader_next(gpu, &b);
+    cr_assert_eq(sa, sb, "%s", ferry_last_error());
+    if (sa == FERRY_EEND) break;
+    cr_assert_eq(sa, FERRY_OK, "%s", ferry_last_error());
+    expect_same_device_batches(host, a, b, modes[batches % 3]);
+    ferry_batch_release(a);
+    ferry_batch_release(b);
+  }
+  cr_expect_gt(batches, 3);
+  cr_expect_gt(fake_nvjpeg.decodes, 0, "nvJPEG's batched decode ran");
+  cr_expect_leq(fake_nvjpeg.decodes, (int)batches, "one batched decode per transfer at most");
+  ferry_loader_close(cpu);
+  ferry_loader_close(gpu);
+  ferry_device_close(host);
+}
+
+Test(jpeg_stage, the_device_images_are_the_cpu_paths_when_the_decoders_agree, .timeout = 120) {
+  stage_epoch(0);
+}
+
+Test(jpeg_stage, fallbacks_pixels_join_the_same_tensor, .timeout = 120) {
+  stage_epoch(3);
+}
+
+Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .timeout = 60) {
+  fake_nvjpeg.fallback_every = 0;
+  fake_nvjpeg.fail_decode = 1;
+  ferry_loader_config c;
+  test_config(&c);
+  ferry_loader *gpu;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &gpu), FERRY_OK, "%s", ferry_last_error());
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_batch *b;
+  cr_assert_eq(ferry_loader_next(gpu, &b), FERRY_OK, "%s", ferry_last_error());
+  ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
+  ferry_device_batch *db = (ferry_device_batch *)&o;
+  cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_EDEVICE);
+  cr_expect_null(db);
+  cr_expect(strstr(ferry_last_error(), "nvjpegDecodeBatched"), "%s", ferry_last_error());
+  /* The previous path cannot carry the stage: refused rather than handing out bytes. */
+  o.mode = FERRY_TRANSFER_PACKED_THEN_CLONE;
+  cr_expect_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_EUNSUPPORTED);
+  ferry_batch_release(b);
+  ferry_loader_close(gpu);
+  ferry_device_close(host);
+}
