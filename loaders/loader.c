@@ -234,28 +234,25 @@ static ferry_status open_memory(ferry_loader *l) {
 }
 
 /* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
- * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
- * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
- * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
- * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
- * nothing. The stats never name a decoder that is not running. */
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing): GPU
+ * fails at open without them, AUTO falls back to the CPU. With the GPU decoder the
+ * batches carry compressed bytes (gpu_fill.c) and ferry_transfer's direct path makes
+ * the images tensor on the device (lib/transfer/jpeg_stage.h). */
 static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
-  if (api) { /* ferry__loader_open_gpu: a table given by a test */
-    l->fill.gpu.api = api;
-    l->stats.decoder = FERRY_DECODE_GPU;
-    return FERRY_OK;
-  }
-  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
-  if (want != FERRY_DECODE_GPU)
+  if (want != FERRY_DECODE_CPU && want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
-  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
-  return ferry__fail(FERRY_EUNSUPPORTED,
-                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
-                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
-                    ferry_device_name(l->config.device));
+  if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
+  if (!api) {
+    ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+    if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
+    if (st != FERRY_OK && want == FERRY_DECODE_AUTO) return FERRY_OK;
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  }
+  l->fill.gpu.api = api; /* a test's fake table (ferry__loader_open_gpu), or nvJPEG */
+  l->stats.decoder = FERRY_DECODE_GPU;
+  return FERRY_OK;
 }
 
 static ferry_status start_threads(ferry_loader *l) {

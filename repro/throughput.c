@@ -20,6 +20,10 @@
  * limit stays a full decode), to show what that option buys. --decode sets the
  * loader's config.image.decode (issue 15); a decoder that cannot open (gpu on the host
  * device, or without nvJPEG) fails before anything is measured, saying what it needs.
+ * With the GPU decoder only the transfers are measured ("direct", "unpacked"): the
+ * loader alone decodes no pixel and the previous path cannot carry the decode; the
+ * transfer normalises to f32 [B,3,R,R] (u8 [B,R,R,3] with --layout u8), the CPU
+ * paths' images, so the rates compare the same end product.
  * Memory per delivered batch: the bytes of its pinned arena (`pinned_bytes_per_batch`)
  * and the device memory its transfer allocates (`device_bytes_per_batch`; 0 for the
  * loader alone), means over the measured batches.
@@ -54,6 +58,7 @@ typedef struct options {
   const char *device;
   int warmup, batches, processes, json, dct;
   ferry_decode_mode decode;
+  int gpu_decoder; /* the loader resolved decode to the GPU (preflight) */
 } options;
 
 typedef struct path_run {
@@ -61,6 +66,7 @@ typedef struct path_run {
   const char *name;
   int packed, transfer; /* transfer 0: the loader alone, batches released on arrival */
   ferry_transfer_mode mode;
+  int skipped;          /* not measured: with the GPU decoder, the paths that decode no pixel */
 } path_run;
 
 static int fail(const char *what) {
@@ -110,7 +116,10 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
     ferry_batch_release(b);
     return FERRY_OK;
   }
-  ferry_transfer_options options = {.mode = run->mode};
+  /* The GPU decoder's images tensor is made by the transfer: normalised like the CPU
+   * path's f32 layout, or u8 as its u8 layout. */
+  ferry_normalize norm = run->opt->data.layout == FERRY_LAYOUT_F32_CHW ? FERRY_NORMALIZE_F32 : FERRY_NORMALIZE_NONE;
+  ferry_transfer_options options = {.mode = run->mode, .normalize = run->opt->gpu_decoder ? norm : FERRY_NORMALIZE_NONE};
   ferry_device_batch *db;
   double live = device_live_bytes(dev);
   st = ferry_transfer(dev, s, b, &options, &db);
@@ -235,7 +244,8 @@ static int run_round(const options *o, const path_run *runs, double *limit, doub
   if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
   int failed = 0;
   for (int r = 0; r < PATHS; r++)
-    if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
+    if (runs[r].skipped) memset(paths[r], 0, sizeof paths[r]);
+    else if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
       memset(paths[r], 0, sizeof paths[r]);
       failed = 1;
     }
@@ -273,7 +283,7 @@ static void print_row(const options *o, const char *name, const path_summary *p,
 
 /* A decoder other than the CPU must open before anything is measured: say what it
  * needs and stop, rather than fail in every child process. */
-static int preflight(const options *o) {
+static int preflight(options *o) {
   if (o->decode == FERRY_DECODE_CPU) return 0;
   ferry_device *dev;
   if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
@@ -282,8 +292,10 @@ static int preflight(const options *o) {
   c.image.decode = o->decode;
   ferry_loader *l;
   int failed = ferry_loader_open(&c, &l) != FERRY_OK;
+  ferry_loader_stats st;
   if (failed) fprintf(stderr, "throughput: --decode %s: %s\n", ferry_decode_mode_name(o->decode), ferry_last_error());
-  else ferry_loader_close(l);
+  else if (ferry_loader_stats_get(l, &st) == FERRY_OK) o->gpu_decoder = st.decoder == FERRY_DECODE_GPU;
+  if (!failed) ferry_loader_close(l);
   ferry_device_close(dev);
   return failed ? -1 : 0;
 }
@@ -293,10 +305,13 @@ int main(int argc, char **argv) {
   if (parse(argc, argv, &o) != 0) return 2;
   if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   if (preflight(&o) != 0) return 1;
-  const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT},
-                                {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
-                                {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
-                                {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
+  path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT, 0},
+                                {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE, 0},
+                                {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT, 0},
+                                {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT, 0}};
+  /* With the GPU decoder the loader alone decodes no pixel, and the previous path
+   * cannot carry the decode (docs/images.md): only the transfers are measured. */
+  runs[0].skipped = runs[1].skipped = o.gpu_decoder;
   double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)
@@ -314,6 +329,7 @@ int main(int argc, char **argv) {
            "[min, max]", "decode limit", "ratio", "[min, max] (per round)", "serial us", "work us",
            "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
+    if (runs[r].skipped) continue;
     double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];

@@ -45,9 +45,12 @@ typedef enum ferry_image_layout {
 
 /* Where a loader decodes its images (ferry_image_options.decode). The single-image
  * calls of this header always decode on the CPU; the loader reads the field at
- * ferry_loader_open (docs/images.md, "Choosing a decoder"). Status: the device decode
- * stage is not in the pipeline yet, so GPU fails at open everywhere, saying why, and
- * AUTO decodes on the CPU (ferry_loader_stats.decoder says so). */
+ * ferry_loader_open (docs/images.md, "Choosing a decoder"). With the GPU decoder a
+ * loader's batches hold each sample's compressed bytes (FERRY_FIELD_JPEG) or, for an
+ * image nvJPEG cannot take, its u8 pixels (FERRY_FIELD_CPU_IMAGES), and no images
+ * field: ferry_transfer (direct path) decodes, resizes and normalises them into the
+ * device batch's images tensor. Status: built and tested on the host through a fake
+ * nvJPEG; not yet run on a GPU (docs/images.md says what is verified). */
 typedef enum ferry_decode_mode {
   FERRY_DECODE_CPU = 0,  /* TurboJPEG and libpng on the worker threads (the default) */
   FERRY_DECODE_GPU = 1,  /* nvJPEG on the loader's CUDA device: ferry_loader_open fails
