@@ -110,19 +110,27 @@ static epoch_counts compare_epoch(const ferry_loader_config *c, ferry_loader *cp
   }
 }
 
-static void open_pair(ferry_loader_config *c, ferry_loader **cpu, ferry_loader **gpu, ferry_coco **coco) {
-  test_config(c);
-  c->layout = FERRY_LAYOUT_U8_HWC; /* the fallbacks' pixels are u8 */
-  c->shuffle = 1;
-  *cpu = open_loader(c);
-  cr_assert_eq(ferry__loader_open_gpu(c, &fake_nvjpeg_api, gpu), FERRY_OK, "%s", ferry_last_error());
-  cr_assert_eq(ferry_coco_open(c->annotations, NULL, coco), FERRY_OK, "%s", ferry_last_error());
+/* The CPU loader and the GPU decoder's (the fake sending one in `fallback_every` images
+ * to the CPU) over the same set, and the annotations to find each sample's file. */
+typedef struct pair {
+  ferry_loader_config c;
+  ferry_loader *cpu, *gpu;
+  ferry_coco *coco;
+} pair;
+
+static void open_pair(pair *p, unsigned fallback_every) {
+  fake_nvjpeg.fallback_every = fallback_every;
+  test_config(&p->c);
+  p->c.layout = FERRY_LAYOUT_U8_HWC; /* the fallbacks' pixels are u8 */
+  p->cpu = open_loader(&p->c);
+  cr_assert_eq(ferry__loader_open_gpu(&p->c, &fake_nvjpeg_api, &p->gpu), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_coco_open(p->c.annotations, NULL, &p->coco), FERRY_OK, "%s", ferry_last_error());
 }
 
-static void close_pair(ferry_loader *cpu, ferry_loader *gpu, ferry_coco *coco) {
-  ferry_loader_close(cpu);
-  ferry_loader_close(gpu);
-  ferry_coco_close(coco);
+static void close_pair(pair *p) {
+  ferry_loader_close(p->cpu);
+  ferry_loader_close(p->gpu);
+  ferry_coco_close(p->coco);
 }
 
 static ferry_loader_stats stats_of(ferry_loader *l) {
@@ -138,35 +146,29 @@ static uint64_t fallbacks(const ferry_loader_stats *s) {
 }
 
 Test(gpu_loader, every_jpeg_goes_to_the_device_as_its_file_and_the_targets_are_the_cpus, .timeout = 120) {
-  fake_nvjpeg.fallback_every = 0;
-  ferry_loader_config c;
-  ferry_loader *cpu, *gpu;
-  ferry_coco *coco;
-  open_pair(&c, &cpu, &gpu, &coco);
-  epoch_counts n = compare_epoch(&c, cpu, gpu, coco);
+  pair p;
+  open_pair(&p, 0);
+  epoch_counts n = compare_epoch(&p.c, p.cpu, p.gpu, p.coco);
   cr_assert_eq(n.samples, LOADER_TEST_IMAGES);
   cr_expect_eq(n.fallbacks, 0);
-  ferry_loader_stats s = stats_of(gpu);
+  ferry_loader_stats s = stats_of(p.gpu);
   cr_expect_eq(s.decoder, FERRY_DECODE_GPU);
   /* The workers fill ahead into the next epoch: at least this epoch is counted. */
   cr_expect_geq(s.samples_gpu_decode, LOADER_TEST_IMAGES);
   cr_expect_eq(s.samples_gpu_decode, s.samples_decoded);
   cr_expect_eq(fallbacks(&s), 0);
   cr_expect_eq(s.replans, 0);
-  cr_expect_eq(stats_of(cpu).samples_gpu_decode, 0, "the CPU decoder counts nothing here");
-  close_pair(cpu, gpu, coco);
+  cr_expect_eq(stats_of(p.cpu).samples_gpu_decode, 0, "the CPU decoder counts nothing here");
+  close_pair(&p);
 }
 
 Test(gpu_loader, a_fallback_is_laid_out_again_once_with_the_cpus_pixels, .timeout = 120) {
-  fake_nvjpeg.fallback_every = 3;
-  ferry_loader_config c;
-  ferry_loader *cpu, *gpu;
-  ferry_coco *coco;
-  open_pair(&c, &cpu, &gpu, &coco);
-  epoch_counts first = compare_epoch(&c, cpu, gpu, coco);
+  pair p;
+  open_pair(&p, 3);
+  epoch_counts first = compare_epoch(&p.c, p.cpu, p.gpu, p.coco);
   cr_assert_gt(first.fallbacks, 0, "the fake sends about a third of the images to the CPU");
   cr_assert_lt(first.fallbacks, first.samples);
-  ferry_loader_stats s = stats_of(gpu);
+  ferry_loader_stats s = stats_of(p.gpu);
   /* Every filled sample is counted once, on one path (the workers fill ahead into the
    * next epoch, so the counts are at least this epoch's). */
   cr_expect_eq(s.samples_gpu_decode + fallbacks(&s), s.samples_decoded);
@@ -177,13 +179,13 @@ Test(gpu_loader, a_fallback_is_laid_out_again_once_with_the_cpus_pixels, .timeou
   cr_expect_gt(s.replans, 0);
   cr_expect_leq(s.replans, first.fallbacks, "at most one re-layout per fallback");
   /* The routes are remembered: the next epoch lays every sample out right at once. */
-  epoch_counts second = compare_epoch(&c, cpu, gpu, coco);
-  ferry_loader_stats s2 = stats_of(gpu);
+  epoch_counts second = compare_epoch(&p.c, p.cpu, p.gpu, p.coco);
+  ferry_loader_stats s2 = stats_of(p.gpu);
   cr_expect_eq(second.fallbacks, first.fallbacks);
   cr_expect_eq(s2.replans, s.replans, "no re-layout in the second epoch");
   cr_expect_geq(fallbacks(&s2), 2 * first.fallbacks);
   cr_expect_eq(s2.samples_gpu_decode + fallbacks(&s2), s2.samples_decoded);
-  close_pair(cpu, gpu, coco);
+  close_pair(&p);
 }
 
 Test(gpu_loader, the_pinned_batch_holds_compressed_bytes_not_pixels, .timeout = 60) {
