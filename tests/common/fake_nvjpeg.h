@@ -24,6 +24,13 @@ static struct {
   int fail_decode;         /* DecodeBatched fails */
 } fake_nvjpeg;
 
+/* A fresh fake: the TSan harness runs every test in one process. Call it before any
+ * loader that uses the fake is open. */
+static inline void fake_nvjpeg_reset(unsigned fallback_every) {
+  memset(&fake_nvjpeg, 0, sizeof fake_nvjpeg);
+  fake_nvjpeg.fallback_every = fallback_every;
+}
+
 typedef struct fake_nv_stream {
   const uint8_t *data;
   size_t len;

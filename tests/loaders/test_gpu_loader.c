@@ -119,7 +119,7 @@ typedef struct pair {
 } pair;
 
 static void open_pair(pair *p, unsigned fallback_every) {
-  fake_nvjpeg.fallback_every = fallback_every;
+  fake_nvjpeg_reset(fallback_every);
   test_config(&p->c);
   p->c.layout = FERRY_LAYOUT_U8_HWC; /* the fallbacks' pixels are u8 */
   p->cpu = open_loader(&p->c);
@@ -189,7 +189,7 @@ Test(gpu_loader, a_fallback_is_laid_out_again_once_with_the_cpus_pixels, .timeou
 }
 
 Test(gpu_loader, the_pinned_batch_holds_compressed_bytes_not_pixels, .timeout = 60) {
-  fake_nvjpeg.fallback_every = 0;
+  fake_nvjpeg_reset(0);
   ferry_loader_config c;
   test_config(&c);
   c.layout = FERRY_LAYOUT_F32_CHW;
@@ -251,7 +251,7 @@ static void expect_same_device_batches(ferry_device *host, ferry_batch *a, ferry
 }
 
 static void stage_epoch(unsigned fallback_every) {
-  fake_nvjpeg.fallback_every = fallback_every;
+  fake_nvjpeg_reset(fallback_every);
   ferry_loader_config c;
   test_config(&c);
   c.layout = FERRY_LAYOUT_U8_HWC;
@@ -290,7 +290,7 @@ Test(jpeg_stage, fallbacks_pixels_join_the_same_tensor, .timeout = 120) {
 }
 
 Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .timeout = 60) {
-  fake_nvjpeg.fallback_every = 0;
+  fake_nvjpeg_reset(0);
   fake_nvjpeg.fail_decode = 1;
   ferry_loader_config c;
   test_config(&c);
