@@ -61,6 +61,9 @@ typedef enum ferry_decode_mode {
 
 /* "cpu", "gpu" or "auto" (command-line flags, configs) into *out: FERRY_OK, or
  * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
+FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
+FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
+
 /* Why the GPU decoder sent a sample to the CPU path instead (the index of
  * ferry_loader_stats.samples_cpu_fallback). */
 typedef enum ferry_decode_fallback {
@@ -75,9 +78,6 @@ typedef enum ferry_decode_fallback {
   FERRY_FALLBACK_ORIENTED,      /* EXIF says rotate and the options apply EXIF */
   FERRY_FALLBACK_REASONS
 } ferry_decode_fallback;
-
-FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
-FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
 
 typedef struct ferry_image_options {
   /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at
