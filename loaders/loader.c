@@ -377,16 +377,21 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
     l->stats.batches_delivered++;
     progress = (ferry_loader_progress){l->state.epoch, l->state.batches_delivered,
                                        ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
-                                       l->skipped_in_epoch};
+                                       l->skipped_in_epoch, 0};
     *out = item->batch;
   } else if (item) {
+    if (item->kind == ITEM_END) /* the final counts, before the view moves on */
+      progress = (ferry_loader_progress){item->epoch, l->state.batches_delivered,
+                                         ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
+                                         item->skipped, 1};
     next_epoch_view(l, item->epoch);
     st = item->kind == ITEM_END ? FERRY_EEND : ferry__error_restore(item->status, item->message);
   }
   ferry__loader_item_put(l, item);
   pthread_mutex_unlock(&l->lock);
-  if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch");
-  if (*out && l->config.progress) l->config.progress(&progress, l->config.progress_user);
+  if ((*out || progress.epoch_ended) && l->config.progress)
+    l->config.progress(&progress, l->config.progress_user);
+  if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch"); /* the callback may call ferry */
   return st;
 }
 

@@ -15,11 +15,15 @@ double bench_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-double bench_thread_cpu(void) {
+static double cpu_seconds(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+double bench_thread_cpu(void) { return cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
+double bench_process_cpu(void) { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

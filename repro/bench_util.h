@@ -34,6 +34,8 @@ uint8_t *bench_read_file(const char *path, size_t *len);
 double bench_now(void);
 /* CPU seconds the calling thread has used (user and system). */
 double bench_thread_cpu(void);
+/* CPU seconds every thread of the process has used (user and system). */
+double bench_process_cpu(void);
 
 typedef struct bench_range {
   double median, min, max;

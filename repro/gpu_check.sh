@@ -16,12 +16,17 @@
 #     and meson-private (the bundle is run, never rebuilt), checks under
 #     LD_LIBRARY_PATH=DIR/lib that every binary resolves each library to DIR or to
 #     glibc, and prints the bundle's size (it fails over 64 MiB: it must be carried).
+#     The Python package's sources and tests go to DIR/pkg (python/, include/,
+#     tools/ctypes_layout.py and docs/python.md, as python/tests expects them).
 #
 #   repro/gpu_check.sh run DIR [LOG]     (there, from any path, any working directory)
 #     with LD_LIBRARY_PATH=DIR/lib, and FERRY_REQUIRE_CUDA=1 when nvidia-smi sees a
 #     GPU (so a CUDA test variant that skips is a failure, and any CUDA variant
 #     reported skipped counts as one too):
 #       1. every test of DIR/tests.txt (the lib and transfer suites: every CUDA test);
+#       1b. when the node's python3 has torch, pytest and numpy: python/tests (the
+#          package from DIR/pkg over the bundle's libferry.so), CUDA variants included
+#          (a python3 without them is reported, not counted as a failure);
 #       2. cuda_peak_memory (table, and --json, which must have CUDA rows);
 #       3. synth_coco: a 1,000-image set (20 images without a GPU, as a smoke test);
 #       4. on a GPU: the training loop's exact resume (train_loop --device cuda
@@ -166,6 +171,19 @@ check_self_contained() {
   return "$bad"
 }
 
+# The Python package (python/ferry) and its tests, laid out as python/tests expects.
+copy_python_package() {
+  local dir=$1
+  rm -rf "$dir/pkg"
+  mkdir -p "$dir/pkg/tools" "$dir/pkg/docs"
+  cp -r "$root/python" "$root/include" "$dir/pkg/"
+  cp "$root/tools/ctypes_layout.py" "$dir/pkg/tools/"
+  cp "$root/docs/python.md" "$dir/pkg/docs/" # its training loop is one of the tests
+  # the layout test compiles ferry/dlpack.h, and the node has no libdlpack-dev
+  if [ -d /usr/include/dlpack ]; then cp -r /usr/include/dlpack "$dir/pkg/include/"; fi
+  find "$dir/pkg" -name __pycache__ -type d -prune -exec rm -rf {} +
+}
+
 bundle() {
   local dir=${1:?usage: gpu_check.sh bundle DIR}
   mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
@@ -176,6 +194,7 @@ bundle() {
   ninja -C "$dir/build" -j "$(nproc 2>/dev/null || echo 2)" || return 1
   write_manifest "$dir" || return 1
   copy_test_data "$dir" || return 1
+  copy_python_package "$dir" || return 1
   copy_libraries "$dir" || return 1
   # Objects, static archives and meson's private state: only the build needed them.
   find "$dir/build" -name '*.p' -type d -prune -exec rm -rf {} +
@@ -280,6 +299,19 @@ sweep() {
   done
 }
 
+# python/tests against the bundle's libferry.so, when this python3 can run them.
+python_tests() {
+  local dir=$1 lib
+  if ! python3 -c 'import torch, pytest, numpy' 2>/dev/null; then
+    echo "=== python tests: not run, python3 here lacks torch, pytest or numpy"
+    return 0
+  fi
+  lib=$(find "$dir/build/" -maxdepth 1 -name 'libferry.so*' -type f | head -n 1)
+  step "python tests" env FERRY_LIB="$lib" PYTHONPATH="$dir/pkg/python" \
+    FERRY_SYNTH_COCO="$dir/build/repro/synth_coco" FERRY_REQUIRE_TORCH=1 \
+    timeout "$(time_left)" python3 -m pytest -q -p no:cacheprovider "$dir/pkg/python/tests"
+}
+
 # nvJPEG against the CPU decoder on the shared photos and the synthetic set (pixel
 # differences per channel, the routes), then its batched decode-only rate (issue 15).
 nvjpeg_check() {
@@ -311,6 +343,7 @@ run() {
   fi
 
   run_tests "$dir" "$gpu"
+  python_tests "$dir"
   peak_memory "$dir" "$gpu"
   local images=20
   [ "$gpu" -eq 1 ] && images=1000

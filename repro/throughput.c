@@ -3,6 +3,7 @@
  *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
  *              [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct] [--json]
+ *              [--only PATH]
  *              [--decode cpu|gpu|auto]
  *
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
@@ -17,7 +18,9 @@
  * each in its own process; a path's ratio is the median over rounds of its rate
  * over the limit measured in the same round (what docs/benchmarks.md records).
  * --dct lets the loader decode JPEGs at a reduced DCT scale (not Pillow-exact; the
- * limit stays a full decode), to show what that option buys. --decode sets the
+ * limit stays a full decode), to show what that option buys. --only PATH measures that
+ * path alone, without the limit (its ratio columns are then 0): what
+ * repro/python_throughput.py pairs with the Python loader's runs. --decode sets the
  * loader's config.image.decode (issue 15); a decoder that cannot open (gpu on the host
  * device, or without nvJPEG) fails before anything is measured, saying what it needs.
  * With the GPU decoder only the transfers are measured ("direct", "unpacked"): the
@@ -35,7 +38,9 @@
  * serial threads were the bottleneck would never wait, so only the rest, the serial
  * WORK (`serial_work_us_per_batch`), bounds the rate whatever the number of
  * workers: `batch / serial work` is the ceiling those threads predict for a node with
- * unlimited cores (`predicted_ceiling_images_per_s`). All are medians over rounds.
+ * unlimited cores (`predicted_ceiling_images_per_s`). `cpu_us_per_image` (JSON only):
+ * the CPU time of every thread of the process over the timed batches, per image,
+ * steadier than images/s on a shared machine. All are medians over rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +56,12 @@
 enum { PATHS = 4, MAX_ROUNDS = 15 };
 
 /* What one path's child process measures. */
-enum { RATE, SERIAL_US, WORK_US, DEPTH, PINNED_BYTES, DEVICE_BYTES, DECODER, VALUES };
+enum { RATE, SERIAL_US, WORK_US, DEPTH, PINNED_BYTES, DEVICE_BYTES, DECODER, CPU_US, VALUES };
 
 typedef struct options {
   bench_common data;
   const char *device;
+  const char *only; /* NULL: every path and the limit */
   int warmup, batches, processes, json, dct;
   ferry_decode_mode decode;
   int gpu_decoder; /* the loader resolved decode to the GPU (preflight) */
@@ -66,7 +72,6 @@ typedef struct path_run {
   const char *name;
   int packed, transfer; /* transfer 0: the loader alone, batches released on arrival */
   ferry_transfer_mode mode;
-  int skipped;          /* not measured: with the GPU decoder, the paths that decode no pixel */
 } path_run;
 
 static int fail(const char *what) {
@@ -160,11 +165,12 @@ static int measure_path(void *arg, double *out) {
   t = (tally){0};
   double before[2], after[2];
   serial_ns(l, before);
-  double t0 = bench_now(), cpu0 = bench_thread_cpu();
+  double t0 = bench_now(), cpu0 = bench_thread_cpu(), process0 = bench_process_cpu();
   for (int k = 0; k < o->batches; k++)
     if (step(l, dev, s, run, &t) != FERRY_OK) return fail(run->name);
   double consumer_ns = (bench_thread_cpu() - cpu0) * 1e9;
   out[RATE] = (double)t.images / (bench_now() - t0);
+  out[CPU_US] = (bench_process_cpu() - process0) * 1e6 / (double)t.images;
   out[PINNED_BYTES] = t.pinned_bytes / o->batches;
   out[DEVICE_BYTES] = t.device_bytes / o->batches;
   serial_ns(l, after);
@@ -204,7 +210,8 @@ static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
                   "                  [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct]\n"
-                  "                  [--json] [--decode cpu|gpu|auto]\n");
+                  "                  [--json] [--decode cpu|gpu|auto]\n"
+                  "                  [--only loader|previous|direct|unpacked]\n");
   return 2;
 }
 
@@ -225,6 +232,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
     else if (!strcmp(a, "--processes")) o->processes = atoi(v);
+    else if (!strcmp(a, "--only")) o->only = v;
     else if (!strcmp(a, "--decode")) {
       if (ferry_decode_mode_parse(v, &o->decode) != FERRY_OK) return fail("--decode"), usage(), -1;
     }
@@ -240,12 +248,21 @@ static int parse(int argc, char **argv, options *o) {
  * that a ratio compares measurements taken minutes apart at most (these machines
  * drift by more than the differences measured). limit: that round's limit;
  * paths[r]: path r's RATE, SERIAL_US and DEPTH. */
+/* With the GPU decoder the loader alone decodes no pixel, and the previous path
+ * cannot carry the decode (docs/images.md): only the transfers are measured. */
+static int measured(const options *o, const path_run *run) {
+  if (o->gpu_decoder && (!run->transfer || run->mode == FERRY_TRANSFER_PACKED_THEN_CLONE)) return 0;
+  return !o->only || !strcmp(o->only, run->name);
+}
+
 static int run_round(const options *o, const path_run *runs, double *limit, double paths[PATHS][VALUES]) {
-  if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
+  *limit = 0;
+  if (!o->only && bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
   int failed = 0;
+  memset(paths, 0, sizeof(double) * PATHS * VALUES);
   for (int r = 0; r < PATHS; r++)
-    if (runs[r].skipped) memset(paths[r], 0, sizeof paths[r]);
-    else if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
+    if (measured(o, &runs[r]) &&
+        bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
       memset(paths[r], 0, sizeof paths[r]);
       failed = 1;
     }
@@ -254,7 +271,7 @@ static int run_round(const options *o, const path_run *runs, double *limit, doub
 
 /* A path's figures over the rounds. */
 typedef struct path_summary {
-  bench_range rate, ratio, serial_us, work_us;
+  bench_range rate, ratio, serial_us, work_us, cpu_us;
   int depth;
   double pinned_bytes, device_bytes; /* per batch, the first round's */
   ferry_decode_mode decoder;         /* the decoder the loader ran (AUTO resolved) */
@@ -270,11 +287,13 @@ static void print_row(const options *o, const char *name, const path_summary *p,
            "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"serial_work_us_per_batch\": %.2f, "
            "\"serial_work_us_min\": %.2f, \"serial_work_us_max\": %.2f, "
            "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\", "
-           "\"decode\": \"%s\", \"decoder\": \"%s\", \"pinned_bytes_per_batch\": %.0f, \"device_bytes_per_batch\": %.0f}\n",
+           "\"decode\": \"%s\", \"decoder\": \"%s\", \"pinned_bytes_per_batch\": %.0f, \"device_bytes_per_batch\": %.0f, "
+           "\"cpu_us_per_image\": %.2f}\n",
            name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
            p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
            p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, o->dct,
-           layout_name(o->data.layout), ferry_decode_mode_name(o->decode), ferry_decode_mode_name(p->decoder), p->pinned_bytes, p->device_bytes);
+           layout_name(o->data.layout), ferry_decode_mode_name(o->decode), ferry_decode_mode_name(p->decoder), p->pinned_bytes, p->device_bytes,
+           p->cpu_us.median);
   else
     printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %10.1f %12.0f\n", name,
            o->data.workers, p->rate.median, p->rate.min, p->rate.max, limit, p->ratio.median, p->ratio.min,
@@ -303,15 +322,24 @@ static int preflight(options *o) {
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o) != 0) return 2;
+  const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT},
+                                {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
+                                {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
+                                {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
+  int first = -1; /* the first path measured */
+  for (int r = PATHS - 1; r >= 0; r--)
+    if (measured(&o, &runs[r])) first = r;
+  if (first < 0) return usage();
   if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   if (preflight(&o) != 0) return 1;
-  path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT, 0},
-                                {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE, 0},
-                                {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT, 0},
-                                {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT, 0}};
-  /* With the GPU decoder the loader alone decodes no pixel, and the previous path
-   * cannot carry the decode (docs/images.md): only the transfers are measured. */
-  runs[0].skipped = runs[1].skipped = o.gpu_decoder;
+  /* The GPU decoder, now known, measures fewer paths. */
+  first = -1;
+  for (int r = PATHS - 1; r >= 0; r--)
+    if (measured(&o, &runs[r])) first = r;
+  if (first < 0) {
+    fprintf(stderr, "throughput: --only %s measures nothing with the GPU decoder\n", o.only);
+    return 2;
+  }
   double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)
@@ -322,24 +350,25 @@ int main(int argc, char **argv) {
   }
   double ratios[MAX_ROUNDS][PATHS];
   for (int p = 0; p < o.processes; p++)
-    for (int r = 0; r < PATHS; r++) ratios[p][r] = paths[p][r][RATE] / limits[p];
+    for (int r = 0; r < PATHS; r++) ratios[p][r] = limits[p] > 0 ? paths[p][r][RATE] / limits[p] : 0;
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
   if (!o.json)
     printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %10s %12s\n", "path", "workers", "images/s med",
            "[min, max]", "decode limit", "ratio", "[min, max] (per round)", "serial us", "work us",
            "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
-    if (runs[r].skipped) continue;
-    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
+    if (!measured(&o, &runs[r])) continue;
+    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS], cpu[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];
       q[p] = ratios[p][r];
       us[p] = paths[p][r][SERIAL_US];
       work[p] = paths[p][r][WORK_US];
+      cpu[p] = paths[p][r][CPU_US];
     }
     path_summary sum = {bench_summarise(v, (size_t)o.processes), bench_summarise(q, (size_t)o.processes),
                         bench_summarise(us, (size_t)o.processes), bench_summarise(work, (size_t)o.processes),
-                        (int)paths[0][r][DEPTH], paths[0][r][PINNED_BYTES], paths[0][r][DEVICE_BYTES],
+                        bench_summarise(cpu, (size_t)o.processes), (int)paths[0][r][DEPTH], paths[0][r][PINNED_BYTES], paths[0][r][DEVICE_BYTES],
                         (ferry_decode_mode)paths[0][r][DECODER]};
     print_row(&o, runs[r].name, &sum, limit.median);
   }
@@ -350,7 +379,7 @@ int main(int argc, char **argv) {
            "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches; decoder %s; per batch "
            "(direct): %.0f pinned bytes, %.0f device bytes\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
-           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][0][DEPTH],
+           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][first][DEPTH],
            ferry_decode_mode_name((ferry_decode_mode)paths[0][2][DECODER]), paths[0][2][PINNED_BYTES], paths[0][2][DEVICE_BYTES]);
   return 0;
 }

@@ -73,6 +73,9 @@ typedef struct ferry_loader_progress {
   uint64_t batches_per_epoch;  /* nominal, before any skip */
   uint64_t samples_delivered;  /* in this epoch */
   uint64_t samples_skipped;    /* in this epoch */
+  int epoch_ended;             /* 1 on the one call made when the epoch ends (ferry_loader_next
+                                * returned FERRY_EEND): the counts are then final, and may be
+                                * short of batches_per_epoch when samples were skipped */
 } ferry_loader_progress;
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
@@ -116,7 +119,8 @@ typedef struct ferry_loader_config {
   int allow_escaping_paths;    /* 0: file names with ".." or absolute paths are errors */
   ferry_image_options image;   /* decoder options (DCT scaling, EXIF, pixel limit) */
   ferry_device *device;        /* pins arenas for this device; NULL: plain host memory */
-  ferry_progress_fn progress;  /* called on the consumer's thread after each batch */
+  ferry_progress_fn progress;  /* called on the consumer's thread after each batch, and
+                                * once more at the end of each epoch (epoch_ended) */
   void *progress_user;
   size_t max_pinned_bytes;     /* bound on the pinned pool when prefetch is 0: the depth is
                                   cut so that prefetch + max_outstanding arenas of a batch of
