@@ -28,6 +28,7 @@
 
 #include "lib/alloc.h"
 #include "lib/thread.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -104,14 +105,17 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   p->batch = NULL;
   if (p->count == 0 || (p->count < B && l->config.drop_last)) return FERRY_EEND;
   /* The layout from the instance counts alone, before any pixel is decoded: every
-   * field gets the image's count (a per-sample field ignores it, lib/batch.c). */
+   * field gets the image's count (a per-sample field ignores it, lib/batch.c); the
+   * GPU decoder's jpeg and cpu_images rows are then set from its per-image facts. */
   for (size_t f = 0; f < l->nfields; f++)
     for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
+  if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
   /* Counts it in `outstanding` until the consumer releases it (handoff.c). */
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
+  if (l->fill.gpu.stage) ferry__batch_set_jpeg_stage(p->batch, l->fill.gpu.stage);
   return FERRY_OK;
 }
 
@@ -215,18 +219,28 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
  * than the epoch learns that the loader can. */
 #define SKIP_HINT " (config.on_error = FERRY_ON_ERROR_SKIP skips failed samples instead)"
 
+/* A slot that failed only because the GPU decoder's layout was wrong for it (the
+ * sample goes to the CPU; gpu_fill.c recorded it): laid out again, never skipped. */
+static int rerouted(const ferry_loader *l, ferry_status st) {
+  return st == FERRY_EAGAIN && l->fill.gpu.api;
+}
+
 /* The head plan has failed samples: under the skip policy, forget them and lay the
- * rest out again; else end the epoch with the first failure. */
+ * rest out again; else end the epoch with the first failure. Samples to be laid out
+ * again for the CPU decoder are neither: a plan with only those is laid out again
+ * under either policy. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   plan *head = l->inflight_head;
-  /* Skip: the failed positions are marked for the rest of the epoch, and the head and
-   * everything behind it (laid out on the assumption that they would succeed) are
-   * laid out again from the head's start. The batches before it were delivered
-   * already and stay as they were, so batch k depends on which samples fail, never
-   * on when. */
-  if (l->config.on_error == FERRY_ON_ERROR_SKIP) {
+  /* Skip (or only reroutes, under either policy): the failed positions are marked for
+   * the rest of the epoch, and the head and everything behind it (laid out on the
+   * assumption that they would succeed) are laid out again from the head's start. The
+   * batches before it were delivered already and stay as they were, so batch k
+   * depends on which samples fail, never on when. */
+  size_t reroutes = 0;
+  for (size_t i = 0; i < head->count; i++) reroutes += rerouted(l, head->status[i]);
+  if (l->config.on_error == FERRY_ON_ERROR_SKIP || reroutes == head->failures) {
     for (size_t i = 0; i < head->count; i++)
-      if (head->status[i] != FERRY_OK) {
+      if (head->status[i] != FERRY_OK && !rerouted(l, head->status[i])) {
         run->failed[head->position[i]] = 1;
         l->epoch_skipped++;
         l->stats.samples_skipped++;
@@ -237,10 +251,11 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
     cancel_inflight(l);
     return;
   }
-  /* Fail: the first failure in slot order, not the first to happen, so the message
-   * does not depend on timing. The message is cut so that the hint always fits. */
+  /* Fail: the first real failure in slot order, not the first to happen, so the
+   * message does not depend on timing. The message is cut so that the hint always
+   * fits. */
   size_t bad = 0;
-  while (head->status[bad] == FERRY_OK) bad++;
+  while (head->status[bad] == FERRY_OK || rerouted(l, head->status[bad])) bad++;
   char message[FERRY_ERROR_MAX];
   snprintf(message, sizeof message, "%.*s%s", (int)(sizeof message - sizeof SKIP_HINT),
            head->message[bad], SKIP_HINT);
@@ -304,8 +319,9 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   char message[FERRY_ERROR_MAX] = "loader: out of memory laying out a batch";
   if (p) {
     /* Unlocked: plan_create may wait for an arena. It reads only what the coordinator
-     * alone writes (run, the sampler) or what is fixed at open. The message is copied
-     * on this thread, where ferry_last_error holds it. */
+     * alone writes (run, the sampler), what is fixed at open, and the GPU decoder's
+     * route bytes (atomics). The message is copied on this thread, where
+     * ferry_last_error holds it. */
     pthread_mutex_unlock(&l->lock);
     st = plan_create(l, run, p);
     if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);

@@ -11,9 +11,10 @@
  *
  * Invariants:
  *   - everything open computes (config, the fill context, the field table, the
- *     instance counts, the depth and arena counts) is fixed before the first thread
- *     starts and never written again: the coordinator and the workers read it
- *     without the lock;
+ *     instance counts, the depth and arena counts) is fixed before the coordinator
+ *     and the workers start, and never written again: they read it without the
+ *     lock. The one exception is the GPU decoder's per-image route bytes, which
+ *     workers update with atomics (gpu_fill.c);
  *   - the consumer's view (state, samples_in_epoch, skipped_in_epoch) moves only with
  *     what next takes off the ready queue, or at once with a restart; it is what
  *     state_get saves, so a resumed loader continues with the batch after it;
@@ -22,8 +23,9 @@
  *     that holds them all instead of waiting forever;
  *   - open either returns a loader whose threads all run, or closes what it opened:
  *     close accepts a loader stopped at any step of open.
- * Not done here: the order of batches (coordinator.c), filling (workers.c, fill.c),
- * the wait for a batch's events before its arena is reused (lib/pool.c).
+ * Not done here: the order of batches (coordinator.c), filling (workers.c, fill.c,
+ * gpu_fill.c), the wait for a batch's events before its arena is reused
+ * (lib/pool.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -34,6 +36,7 @@
 
 #include "lib/alloc.h"
 #include "lib/nvjpeg_api.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -95,19 +98,26 @@ static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry
   return (int)l->nfields++;
 }
 
-/* The batch's fields, in the order their slots are handed out. images and
- * sample_index always exist (fill.c writes both without looking); every other slot
- * stays -1 (memset to 0xFF bytes) unless asked for, and keypoints also needs a
- * dataset that has them. */
+/* The batch's fields, in the order their slots are handed out. sample_index always
+ * exists (fill.c writes it without looking), and so does images unless the GPU
+ * decoder is in use (jpeg and cpu_images instead); every other slot stays -1
+ * (memset to 0xFF bytes) unless asked for, and keypoints also needs a dataset that
+ * has them. */
 static void define_fields(ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   int64_t R = c->resolution;
   unsigned want = c->fields;
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
-  s->images = c->layout == FERRY_LAYOUT_U8_HWC
-                  ? add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
-                  : add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  if (l->fill.gpu.api) {
+    /* No pixels but the fallbacks' u8 ones: the device makes the images tensor. */
+    s->jpeg = add_field(l, FERRY_FIELD_JPEG, FERRY_U8, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+    s->cpu_images = add_field(l, FERRY_FIELD_CPU_IMAGES, FERRY_U8, FERRY_FIELD_ROWS, 3, R, R, 3);
+  } else if (c->layout == FERRY_LAYOUT_U8_HWC) {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3);
+  } else {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  }
   s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
   if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
   if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
@@ -154,7 +164,10 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.image = l->config.image;
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
-  return count_instances(l);
+  st = count_instances(l);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
+  return st;
 }
 
 /* rank and world_size both -1: from the launcher's environment (sampler.c). */
@@ -171,15 +184,25 @@ static ferry_status open_sampler(ferry_loader *l) {
 }
 
 
-/* The bytes of a batch of mean instance counts, plus the quarter of headroom the
- * pool gives an arena: what one arena costs in the steady state. */
+/* The mean of n values, rounded up (0 for none; negative values count as 0). */
+static int64_t mean_up(const int64_t *v, size_t n) {
+  int64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i] > 0 ? v[i] : 0;
+  return n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+}
+
+/* The bytes of a batch of mean instance counts (and, with the GPU decoder, mean file
+ * sizes and no fallback), plus the quarter of headroom the pool gives an arena: what
+ * one arena costs in the steady state. */
 static size_t typical_arena_bytes(const ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco), B = l->config.batch_size;
-  int64_t total = 0;
-  for (size_t i = 0; i < n; i++) total += l->instances[i];
-  int64_t mean = n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+  int64_t mean = mean_up(l->instances, n);
   int64_t rows[FERRY_MAX_FIELDS];
   for (size_t f = 0; f < l->nfields; f++) rows[f] = mean;
+  if (l->fill.gpu.api) {
+    rows[l->fill.slots.jpeg] = mean_up(l->fill.gpu.file_bytes, n);
+    rows[l->fill.slots.cpu_images] = 0;
+  }
   size_t per_sample = 0;
   for (size_t f = 0; f < l->nfields; f++) {
     size_t one;
@@ -253,23 +276,25 @@ static ferry_status open_memory(ferry_loader *l) {
 }
 
 /* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
- * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
- * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
- * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
- * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
- * nothing. The stats never name a decoder that is not running. */
-static ferry_status resolve_decoder(ferry_loader *l) {
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing): GPU
+ * fails at open without them, AUTO falls back to the CPU. With the GPU decoder the
+ * batches carry compressed bytes (gpu_fill.c) and ferry_transfer's direct path makes
+ * the images tensor on the device (lib/transfer/jpeg_stage.h). */
+static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
-  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
-  if (want != FERRY_DECODE_GPU)
+  if (want != FERRY_DECODE_CPU && want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
-  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
-  return ferry__fail(FERRY_EUNSUPPORTED,
-                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
-                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
-                    ferry_device_name(l->config.device));
+  if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
+  if (!api) {
+    ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+    if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
+    if (st != FERRY_OK && want == FERRY_DECODE_AUTO) return FERRY_OK;
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  }
+  l->fill.gpu.api = api; /* a test's fake table (ferry__loader_open_gpu), or nvJPEG */
+  l->stats.decoder = FERRY_DECODE_GPU;
+  return FERRY_OK;
 }
 
 static ferry_status start_threads(ferry_loader *l) {
@@ -282,7 +307,8 @@ static ferry_status start_threads(ferry_loader *l) {
   return FERRY_OK;
 }
 
-ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
   ferry_status st = check_config(config);
@@ -299,7 +325,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
+  if (st == FERRY_OK) st = resolve_decoder(l, api); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);
@@ -314,6 +340,16 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   }
   *out = l;
   return FERRY_OK;
+}
+
+ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+  return open_loader(config, NULL, out);
+}
+
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                   ferry_loader **out) {
+  if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
+  return open_loader(config, api, out);
 }
 
 
@@ -508,10 +544,13 @@ void ferry_loader_close(ferry_loader *l) {
   ferry__free(l->held);
   free_items(l->spare_items);
   ferry__free(l->reserve_item);
+  ferry__jpeg_stage_close(l->fill.gpu.stage); /* after the batches: it waits for their device work */
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
   ferry__sampler_destroy(&l->sampler);
   ferry__free(l->instances);
+  ferry__free(l->fill.gpu.file_bytes);
+  ferry__free(l->fill.gpu.route);
   ferry_coco_close(l->coco);
   ferry__free(l->annotations_path);
   ferry__free(l->images_dir);

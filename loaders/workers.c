@@ -39,6 +39,7 @@ typedef struct worker_slot {
   pthread_cond_t wake;
   int woken;           /* set by wake_workers when it takes the worker off the idle stack */
   ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
+  gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
 } worker_slot;
 
 /* Wake as many idle workers as there are new slots and free cores, and no more: a
@@ -129,26 +130,44 @@ static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
     pthread_cond_signal(&l->coord_cv);
 }
 
+/* A filled (or failed) sample in the stats. With the GPU decoder, a sample laid out
+ * again (FERRY_EAGAIN) is counted once, when its layout is the right one; one that
+ * failed on the CPU path still counts as a fallback (why it went there). */
+static void count_sample(ferry_loader_stats *stats, int gpu, ferry_status st, int fallback) {
+  if (st == FERRY_EAGAIN) return;
+  stats->samples_decoded++;
+  if (!gpu) return;
+  if (fallback >= 0) stats->samples_cpu_fallback[fallback]++;
+  else if (st == FERRY_OK) stats->samples_gpu_decode++;
+}
+
 static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry__thread_name("ferry-worker-", self->index);
   ferry_decoder *decoder = self->decoder; /* this thread's alone from here on */
+  gpu_worker *gpu = self->gpu;
   pthread_mutex_lock(&l->lock);
   plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
     pthread_mutex_unlock(&l->lock);
     /* Without the lock: the fill reads only what is fixed at open (l->fill) and this
-     * slot's fields of the plan, which no one changes while it is claimed. */
-    ferry_status st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+     * slot's fields of the plan, which no one changes while it is claimed (the GPU
+     * decoder's routes excepted: atomics, gpu_fill.c). */
+    size_t index = p->dataset_index[slot];
+    int fallback = -1;
+    ferry_status st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
+                          : ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, index);
     /* The message is this thread's (error.c): copied into the slot here, so that the
      * consumer's thread can restore it with the status. */
     if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     pthread_mutex_lock(&l->lock);
-    l->stats.samples_decoded++;
+    count_sample(&l->stats, gpu != NULL, st, fallback);
     finish(l, p, slot, st);
   }
   pthread_mutex_unlock(&l->lock);
+  ferry__gpu_worker_close(gpu);
+  self->gpu = NULL;
   ferry_decoder_close(decoder);
   self->decoder = NULL;
   return NULL;
@@ -173,6 +192,7 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
    * closed by ferry__loader_stop_workers if the open fails here. */
   for (size_t i = 0; i < count; i++) {
     ferry_status st = ferry_decoder_open(&l->worker_slots[i].decoder);
+    if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_worker_open(&l->fill, &l->worker_slots[i].gpu);
     if (st != FERRY_OK) return ferry__error_prefix(st, "loader: worker %zu of %zu: ", i + 1, count);
   }
   for (size_t i = 0; i < count; i++) {
@@ -196,6 +216,7 @@ void ferry__loader_stop_workers(ferry_loader *l) {
   for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) {
     pthread_cond_destroy(&l->worker_slots[i].wake);
     ferry_decoder_close(l->worker_slots[i].decoder); /* NULL once its worker closed it */
+    ferry__gpu_worker_close(l->worker_slots[i].gpu);
   }
   l->workers_started = l->nworkers = l->idle_workers = 0;
   ferry__free(l->worker_threads);

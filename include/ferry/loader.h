@@ -155,6 +155,11 @@ typedef struct ferry_loader_stats {
                                  cores the process may run on */
   ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
                                  (config.image.decode, with AUTO resolved at open) */
+  /* With the GPU decoder: samples whose compressed bytes went to nvJPEG, and samples
+   * decoded on the CPU instead, by reason (ferry_decode_fallback). Counted when a
+   * worker fills the sample, re-planned ones included, as samples_decoded is. */
+  uint64_t samples_gpu_decode;
+  uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */
