@@ -113,7 +113,8 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
-  /* Counts it in `outstanding` until the consumer releases it (handoff.c). */
+  /* The hook takes the batch off `outstanding` when the consumer releases it
+   * (handoff.c). */
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
   if (l->fill.gpu.stage) ferry__batch_set_jpeg_stage(p->batch, l->fill.gpu.stage);
   return FERRY_OK;
@@ -361,7 +362,8 @@ void *ferry__loader_coordinate(void *arg) {
   epoch_run run = {0};
   run.failed = ferry__calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
-  /* restart_epoch and restart_cursor are 0 at open unless state_set came first. */
+  /* restart_epoch and restart_cursor are 0 at open, unless set_epoch or state_set
+   * came before this thread took the lock. */
   if (run.failed) begin_epoch(l, &run, l->restart_epoch, l->restart_cursor);
   else fail_fatally(l, FERRY_ENOMEM, "loader: out of memory for the epoch's bookkeeping");
   /* One step per turn, most urgent first: a restart voids everything in flight; a

@@ -54,7 +54,7 @@ static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *
 }
 
 /* This slot's bytes of `field`, or NULL when the config did not ask for the field
- * (slot -1): the target writer then skips it. */
+ * (field -1): the target writer then skips it. */
 void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot) {
   ferry_tensor view;
   if (field < 0 || ferry_batch_sample(batch, (size_t)field, slot, &view) != FERRY_OK) return NULL;

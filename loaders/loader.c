@@ -68,8 +68,8 @@ static ferry_status check_images_folder(const char *images) {
   return FERRY_OK;
 }
 
-/* Every bound a config can break, checked before anything is allocated or parsed,
- * so a wrong argument costs no annotation parse. */
+/* The config's bounds, checked before anything is allocated or parsed, so a wrong
+ * argument costs no annotation parse. */
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
@@ -90,7 +90,7 @@ static ferry_status check_config(const ferry_loader_config *c) {
 }
 
 /* One field spec; returns its index. The table has FERRY_MAX_FIELDS entries and
- * define_fields adds at most 11. */
+ * define_fields adds at most 12. */
 static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry_field_kind kind,
                      int ndim, int64_t d0, int64_t d1, int64_t d2) {
   ferry_field_spec *f = &l->fields[l->nfields];

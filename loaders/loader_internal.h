@@ -25,9 +25,9 @@
  * Lock order: loader->lock, then the pool's lock (the coordinator never holds the
  * loader's lock while it waits for an arena).
  * Who writes what: fields fixed at open (config, fill, fields, instances, the depth
- * and arena counts) are read without the lock, and the sampler's order is the
- * coordinator's alone (coordinator.c), and the GPU decoder's route bytes change by
- * atomics (gpu_decode below); once the threads run, everything from `lock` down
+ * and arena counts) are read without the lock; the sampler's order is the
+ * coordinator's alone (coordinator.c); the GPU decoder's route bytes change by
+ * atomics (gpu_decode below). Once the threads run, everything from `lock` down
  * changes under it, except a claimed slot, which its worker fills without the lock
  * (and writes its message before retaking it, workers.c).
  */

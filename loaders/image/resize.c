@@ -17,8 +17,9 @@
  * decoder) and users of ferry_image_resize; a decoder is used by one thread at a time,
  * and every buffer here is that decoder's scratch, so resizes on different decoders
  * share nothing but the read-only normalisation table (built once, normalize.c).
- * The GPU resize (lib/resize_cuda.h) takes filters made by ferry__resize_axis_build,
- * so that it agrees with this file byte for byte.
+ * The GPU resize (lib/resize_cuda.h) takes filters made by ferry__resize_axis_build
+ * and this file's pass order (handed to it by gpu_fill.c), so that it agrees with
+ * this file byte for byte.
  * Invariants:
  *   - d->taps holds the filters of d->taps_shape, tagged right after a build (which
  *     cannot fail halfway); d->plan holds the horizontal plan of (d->plan_kernels,
