@@ -38,6 +38,9 @@ typedef struct epoch_run {
   int64_t epoch;
   uint64_t next_start;   /* where the next plan begins */
   int exhausted;         /* no sample left after next_start */
+  int retry_when_drained; /* the plan at next_start failed to lay out while others were in
+                           * flight: tried again once they are delivered, so that an error
+                           * that persists reaches the consumer after them, in order */
   uint8_t *failed;       /* [per_rank]: positions known to fail (skip policy) */
 } epoch_run;
 
@@ -112,7 +115,9 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
-  if (st != FERRY_OK) return st;
+  if (st != FERRY_OK)
+    return ferry__error_prefix(st, "loader: the batch from dataset index %zu (%zu samples): ",
+                               p->dataset_index[0], p->count);
   /* The hook takes the batch off `outstanding` when the consumer releases it
    * (handoff.c). */
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
@@ -208,6 +213,7 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
   run->epoch = epoch;
   run->next_start = cursor;
   run->exhausted = 0;
+  run->retry_when_drained = 0;
   l->epoch_skipped = 0;
   memset(run->failed, 0, l->sampler.per_rank);
   if (!l->reserve_item) l->reserve_item = ferry__calloc(1, sizeof *l->reserve_item);
@@ -312,8 +318,10 @@ static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
  * that exists, the consumer's included, which is what makes a slow consumer stop
  * the planning rather than have more batches made. */
 static int plan_ahead(ferry_loader *l, epoch_run *run) {
-  if (run->exhausted || l->inflight + l->ready >= l->prefetch || l->outstanding >= l->arenas)
+  if (run->exhausted || l->inflight + l->ready >= l->prefetch || l->outstanding >= l->arenas ||
+      (run->retry_when_drained && l->inflight_head))
     return 0;
+  run->retry_when_drained = 0;
   l->outstanding++; /* reserved before blocking, so the count never overshoots */
   plan *p = plan_get(l);
   ferry_status st = FERRY_ENOMEM;
@@ -333,12 +341,14 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
     l->outstanding--;
     /* EEND: nothing more to lay out this epoch; the end is queued once the plans in
      * flight are committed (the main loop). An error of a dropped generation, or of
-     * a close (the pool was cancelled), is nobody's to report.
-     * NOTE (a defect, reported by the comments3 pass): unlike learn_from_failures,
-     * the error ends the epoch without cancelling the plans in flight before this
-     * one; they are delivered after the marker, as batches of the epoch it ended. */
+     * a close (the pool was cancelled), is nobody's to report. Any other error
+     * belongs after the batches laid out before this one: while some are in flight
+     * the layout is tried again once they are delivered (memory may have come back
+     * meanwhile); only with none left does the error end the epoch, in order. */
     if (st == FERRY_EEND) run->exhausted = 1;
-    else if (!l->stopping && run->generation == l->generation) {
+    else if (!l->stopping && run->generation == l->generation && l->inflight_head) {
+      run->retry_when_drained = 1;
+    } else if (!l->stopping && run->generation == l->generation) {
       push_marker(l, run, ITEM_ERROR, st, message);
       begin_epoch(l, run, run->epoch + 1, 0);
     }
