@@ -84,6 +84,14 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if (c->resolution < 1 || c->resolution > 8192)
     return ferry__fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
   if (c->workers > 1024) return ferry__fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
+  /* Enums are ints to C: an unknown value would otherwise fail every sample (layout)
+   * or quietly act as the default (box_format, on_error). */
+  if (c->layout != FERRY_LAYOUT_F32_CHW && c->layout != FERRY_LAYOUT_U8_HWC)
+    return ferry__fail(FERRY_EINVAL, "loader: config.layout %d is neither F32_CHW nor U8_HWC", (int)c->layout);
+  if (c->on_error != FERRY_ON_ERROR_FAIL && c->on_error != FERRY_ON_ERROR_SKIP)
+    return ferry__fail(FERRY_EINVAL, "loader: config.on_error %d is neither FAIL nor SKIP", (int)c->on_error);
+  if ((unsigned)c->box_format > (unsigned)FERRY_BOXES_CXCYWH_NORM)
+    return ferry__fail(FERRY_EINVAL, "loader: config.box_format %d is not a ferry_box_format", (int)c->box_format);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
   return check_images_folder(c->images);

@@ -326,6 +326,19 @@ Test(loader, bad_configs_and_files_are_explained) {
   c.images = c.annotations; /* a file */
   cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EIO);
   cr_assert(strstr(ferry_last_error(), "is not a folder"), "%s", ferry_last_error());
+  /* An enum value the header does not define is refused at open, naming the field. */
+  test_config(&c);
+  c.layout = (ferry_image_layout)7;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "config.layout 7"), "%s", ferry_last_error());
+  test_config(&c);
+  c.on_error = (ferry_error_policy)2;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "config.on_error 2"), "%s", ferry_last_error());
+  test_config(&c);
+  c.box_format = (ferry_box_format)-1;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "config.box_format -1"), "%s", ferry_last_error());
   /* A batch past the bound (what "--batch -1" becomes as a size_t) is refused at open. */
   test_config(&c);
   c.batch_size = FERRY_LOADER_MAX_BATCH + 1;
