@@ -78,13 +78,12 @@ static ferry_status get_integer(const parser *p, const char *elem, const json_t 
 }
 
 static ferry_status get_optional_string(const parser *p, const char *elem, const json_t *obj, const char *key,
-                                        const char **out) {
+                                        uint64_t *out) {
   const json_t *v = json_object_get(obj, key);
-  *out = "";
+  *out = 0;
   if (!v || json_is_null(v)) return FERRY_OK;
   if (!json_is_string(v)) return bad(p, elem, key, "expected a string, got %s", json_kind(v));
-  *out = json_string_value(v);
-  return FERRY_OK;
+  return ferry__coco_intern(p->coco, json_string_value(v), strlen(json_string_value(v)), out);
 }
 
 static ferry_status get_image_side(const parser *p, const char *elem, const json_t *obj, const char *key,
@@ -236,9 +235,8 @@ static ferry_status parse_segmentation(const parser *p, const char *elem, const 
   const json_t *counts = json_object_get(seg, "counts");
   if (json_is_string(counts)) {
     ann->pub.segm = FERRY_SEGM_RLE;
-    ann->rle_string = json_string_value(counts);
     ann->seg_len = json_string_length(counts);
-    return FERRY_OK;
+    return ferry__coco_intern(p->coco, json_string_value(counts), ann->seg_len, &ann->rle_string);
   }
   if (json_is_array(counts)) return parse_rle_counts(p, elem, counts, ann);
   return bad(p, elem, "segmentation.counts", "expected a string or an array of run lengths");
@@ -283,7 +281,7 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
       return bad(p, elem, "image_id", "no image %lld", (long long)ann->pub.image_id);
   }
   if ((st = get_integer(p, elem, obj, "category_id", !result, &ann->pub.category_id, &present)) < 0) return st;
-  ann->pub.label = ann->pub.category_id;
+  ann->pub.label = ann->pub.category_id;  /* remapped on access: ferry__coco_label */
   if (!present || coco->categories.n == 0) {
     if (coco->opts.remap_categories && present)
       return bad(p, elem, "category_id", "cannot remap category ids: the file has no categories");
@@ -291,7 +289,6 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   }
   size_t cat = ferry_coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
   if (cat == SIZE_MAX) return bad(p, elem, "category_id", "no category %lld", (long long)ann->pub.category_id);
-  if (coco->opts.remap_categories) ann->pub.label = (int64_t)cat;
   return FERRY_OK;
 }
 
@@ -421,7 +418,7 @@ static ferry_status parse_annotations(const parser *p, const json_t *arr) {
     coco_ann ann;
     memset(&ann, 0, sizeof ann);
     ann.pub.json_index = i;
-    size_t marks[4] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n};
+    size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
     st = parse_annotation(p, json_array_get(arr, i), elem, &ann);
     if (st == FERRY_OK) {
       if ((st = ferry_coco_vec_push(&coco->anns, &ann)) < 0) return st;
@@ -430,6 +427,7 @@ static ferry_status parse_annotations(const parser *p, const json_t *arr) {
       coco->coords.n = marks[1];
       coco->counts.n = marks[2];
       coco->keypoints.n = marks[3];
+      coco->strings.n = marks[4];
       if ((st = element_problem(p, st)) < 0) return st;
     }
   }
