@@ -73,7 +73,7 @@ static ferry_status check_sections(const char *name, const index_header *h, size
       return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u has id %u and %u-byte elements", name, id, s->id, s->elem_size);
     if (s->offset % FERRY_INDEX_ALIGN || s->offset < sizeof *h || s->offset > len ||
         s->count > (len - s->offset) / s->elem_size)
-      return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u (%llu elements at %llu) lies outside the %zu-byte file",
+      return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u (%llu elements at offset %llu) is misaligned or lies outside the %zu-byte file",
                         name, id, (unsigned long long)s->count, (unsigned long long)s->offset, len);
   }
   return FERRY_OK;
