@@ -56,6 +56,7 @@ struct ferry_coco {
   int backing_mapped;
   ferry_coco_options opts;
   int result_list;
+  int any_category_id;         /* some annotation gives a category_id */
   coco_vec images;             /* coco_image */
   coco_vec categories;         /* coco_category */
   coco_vec anns;               /* coco_ann, file order */

@@ -20,6 +20,8 @@
 #define FERRY_INDEX_VERSION 1u
 #define FERRY_INDEX_ALIGN 64u
 #define FERRY_INDEX_FLAG_RESULT_LIST 1u
+#define FERRY_INDEX_FLAG_CATEGORY_IDS 2u  /* some annotation gives a category_id */
+#define FERRY_INDEX_FLAGS (FERRY_INDEX_FLAG_RESULT_LIST | FERRY_INDEX_FLAG_CATEGORY_IDS)
 
 typedef enum index_section_id {
   SEC_IMAGES,        /* coco_image, "images" order */

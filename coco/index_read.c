@@ -62,7 +62,7 @@ static ferry_status check_header(const char *name, const unsigned char *base, si
   if (h->file_size != len)
     return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: %zu bytes, the header says %llu (truncated or extended)",
                       name, len, (unsigned long long)h->file_size);
-  if (h->flags & ~FERRY_INDEX_FLAG_RESULT_LIST) return bad_index(name, "unknown flags");
+  if (h->flags & ~FERRY_INDEX_FLAGS) return bad_index(name, "unknown flags");
   return FERRY_OK;
 }
 
@@ -181,7 +181,7 @@ static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
     if (coco->image_anns[i] >= coco->anns.n) return bad_record(coco, "per-image annotation entry", i, "out of range");
   for (size_t i = 0; i < coco->anns.n; i++)
     if ((st = check_annotation(coco, &COCO_AT(coco->anns, coco_ann, i), i)) < 0) return st;
-  if (coco->opts.remap_categories && coco->categories.n == 0 && coco->anns.n)
+  if (coco->opts.remap_categories && coco->categories.n == 0 && coco->any_category_id)
     return ferry_fail(FERRY_EFORMAT, "%s: cannot remap category ids: the file has no categories", coco->name);
   return FERRY_OK;
 }
@@ -229,6 +229,7 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
   coco->backing_len = len;
   coco->backing_mapped = mapped;
   coco->result_list = (h.flags & FERRY_INDEX_FLAG_RESULT_LIST) != 0;
+  coco->any_category_id = (h.flags & FERRY_INDEX_FLAG_CATEGORY_IDS) != 0;
   coco->num_keypoints = h.num_keypoints;
   const index_section *s = h.sections;
   attach(&coco->images, base, &s[SEC_IMAGES]);

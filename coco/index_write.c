@@ -83,7 +83,8 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
   h.source_mtime_ns = source->mtime_ns;
   h.source_hash = source->hash;
   h.num_keypoints = coco->num_keypoints;
-  h.flags = coco->result_list ? FERRY_INDEX_FLAG_RESULT_LIST : 0;
+  h.flags = (coco->result_list ? FERRY_INDEX_FLAG_RESULT_LIST : 0) |
+            (coco->any_category_id ? FERRY_INDEX_FLAG_CATEGORY_IDS : 0);
   h.num_sections = SEC_COUNT;
   h.file_size = lay_out(coco, &h);
   char *out = ferry_calloc(1, h.file_size);

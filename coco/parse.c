@@ -282,6 +282,7 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   }
   if ((st = get_integer(p, elem, obj, "category_id", !result, &ann->pub.category_id, &present)) < 0) return st;
   ann->pub.label = ann->pub.category_id;  /* remapped on access: ferry__coco_label */
+  if (present) coco->any_category_id = 1;
   if (!present || coco->categories.n == 0) {
     if (coco->opts.remap_categories && present)
       return bad(p, elem, "category_id", "cannot remap category ids: the file has no categories");
