@@ -50,6 +50,7 @@ static void stripe(uint64_t v[4], const unsigned char *p) {
 
 void ferry__hash64_update(ferry__hash64_state *s, const void *data, size_t len) {
   const unsigned char *p = data;
+  if (len == 0) return;  /* data may be NULL (an empty section) */
   s->total += len;
   if (s->buffered) {
     size_t take = 32 - s->buffered < len ? 32 - s->buffered : len;

@@ -19,6 +19,9 @@
 #define FERRY_INDEX_MAGIC_LEN 8
 #define FERRY_INDEX_VERSION 1u
 #define FERRY_INDEX_ALIGN 64u
+/* K: a JSON's bound is its own length; an index's header could claim anything, and
+ * targets allocate N x K x 3 floats, so the index format caps it (COCO-WholeBody: 133). */
+#define FERRY_INDEX_MAX_KEYPOINTS 16384u
 #define FERRY_INDEX_FLAG_RESULT_LIST 1u
 #define FERRY_INDEX_FLAG_CATEGORY_IDS 2u  /* some annotation gives a category_id */
 #define FERRY_INDEX_FLAGS (FERRY_INDEX_FLAG_RESULT_LIST | FERRY_INDEX_FLAG_CATEGORY_IDS)

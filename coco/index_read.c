@@ -109,32 +109,52 @@ static ferry_status check_strings(const ferry_coco *coco) {
   return FERRY_OK;
 }
 
+/* Images with their annotation slices: back to back over image_anns, in order, as
+ * parse.c's counting sort lays them (so no annotation is counted twice). */
 static ferry_status check_images(const ferry_coco *coco, size_t image_anns) {
+  size_t next = 0;
   for (size_t i = 0; i < coco->images.n; i++) {
     const coco_image *img = &COCO_AT(coco->images, coco_image, i);
     if (!string_ok(coco, img->file_name)) return bad_record(coco, "image", i, "file name outside the string pool");
     if (img->width < 0 || img->height < 0 || img->width > MAX_IMAGE_SIDE || img->height > MAX_IMAGE_SIDE)
       return bad_record(coco, "image", i, "invalid size");
-    if (!range_ok(img->first_ann, img->num_anns, image_anns)) return bad_record(coco, "image", i, "annotation range out of bounds");
+    if (img->first_ann != next || !range_ok(img->first_ann, img->num_anns, image_anns))
+      return bad_record(coco, "image", i, "annotation range out of bounds or out of order");
+    next += img->num_anns;
   }
+  if (next != image_anns) return bad_index(coco->name, "the images do not cover the per-image annotation table");
   return FERRY_OK;
 }
 
+/* Categories, and K: the longest keypoint list among them, as parse.c computes it. */
 static ferry_status check_categories(const ferry_coco *coco) {
+  size_t longest = 0;
   for (size_t i = 0; i < coco->categories.n; i++) {
     const coco_category *cat = &COCO_AT(coco->categories, coco_category, i);
     if (!string_ok(coco, cat->name)) return bad_record(coco, "category", i, "name outside the string pool");
-    if (cat->num_keypoints > coco->num_keypoints) return bad_record(coco, "category", i, "more keypoints than K");
+    if (cat->num_keypoints > longest) longest = cat->num_keypoints;
   }
+  if (coco->num_keypoints != longest || longest > FERRY_INDEX_MAX_KEYPOINTS)
+    return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: K = %zu keypoints, the categories name %zu (at most %u)",
+                      coco->name, coco->num_keypoints, longest, FERRY_INDEX_MAX_KEYPOINTS);
   return FERRY_OK;
 }
 
-static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, size_t n, const char *what) {
-  for (size_t i = 0; i < n; i++) {
-    if (t[i].index >= n) return bad_record(coco, what, i, "position out of range");
-    if (i && t[i].id < t[i - 1].id) return bad_record(coco, what, i, "ids not sorted");
+/* An id table: sorted, each entry the id of the element it names, every element once. */
+static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, const coco_vec *elems, const char *what) {
+  size_t n = elems->n;
+  unsigned char *seen = ferry_calloc(n ? n : 1, 1);
+  if (!seen) return ferry_fail(FERRY_ENOMEM, "%s: out of memory checking the index", coco->name);
+  ferry_status st = FERRY_OK;
+  for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+    int64_t id;
+    if (t[i].index >= n || seen[t[i].index]++) st = bad_record(coco, what, i, "position out of range or repeated");
+    else if (memcpy(&id, (const char *)elems->data + t[i].index * elems->elem, sizeof id), id != t[i].id)
+      st = bad_record(coco, what, i, "id differs from its element's");
+    else if (i && t[i].id <= t[i - 1].id) st = bad_record(coco, what, i, "ids not sorted or repeated");
   }
-  return FERRY_OK;
+  ferry_free(seen);
+  return st;
 }
 
 static ferry_status check_parts(const ferry_coco *coco) {
@@ -183,11 +203,17 @@ static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
   ferry_status st;
   if ((st = check_strings(coco)) < 0 || (st = check_images(coco, image_anns)) < 0 ||
       (st = check_categories(coco)) < 0 || (st = check_parts(coco)) < 0 ||
-      (st = check_id_table(coco, coco->image_ids, coco->images.n, "image id entry")) < 0 ||
-      (st = check_id_table(coco, coco->category_ids, coco->categories.n, "category id entry")) < 0)
+      (st = check_id_table(coco, coco->image_ids, &coco->images, "image id entry")) < 0 ||
+      (st = check_id_table(coco, coco->category_ids, &coco->categories, "category id entry")) < 0)
     return st;
-  for (size_t i = 0; i < image_anns; i++)
-    if (coco->image_anns[i] >= coco->anns.n) return bad_record(coco, "per-image annotation entry", i, "out of range");
+  for (size_t img = 0; img < coco->images.n; img++) {
+    const coco_image *im = &COCO_AT(coco->images, coco_image, img);
+    for (size_t k = im->first_ann; k < im->first_ann + im->num_anns; k++) {
+      size_t a = coco->image_anns[k];
+      if (a >= coco->anns.n || COCO_AT(coco->anns, coco_ann, a).pub.image_index != img)
+        return bad_record(coco, "per-image annotation entry", k, "out of range or of another image");
+    }
+  }
   for (size_t i = 0; i < coco->anns.n; i++)
     if ((st = check_annotation(coco, &COCO_AT(coco->anns, coco_ann, i), i)) < 0) return st;
   if (coco->opts.remap_categories && coco->categories.n == 0 && coco->any_category_id)

@@ -73,6 +73,9 @@ static void copy_anns(const ferry_coco *coco, char *dst) {
 
 ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
                                          size_t *len) {
+  if (coco->num_keypoints > FERRY_INDEX_MAX_KEYPOINTS)
+    return ferry_fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
+                      coco->num_keypoints, FERRY_INDEX_MAX_KEYPOINTS);
   index_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, FERRY_INDEX_MAGIC, FERRY_INDEX_MAGIC_LEN);

@@ -581,6 +581,13 @@ static void record_size(index_bytes *b) { header_of(b)->sections[SEC_ANNS].elem_
 static void polygon_parts(index_bytes *b) { first_ann(b)->seg_first = UINT64_MAX - 1, reseal(b); }
 static void part_vertices(index_bytes *b) { ((coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b); }
 static void image_index(index_bytes *b) { first_ann(b)->pub.image_index = 2, reseal(b); }
+static void image_of_other(index_bytes *b) { first_ann(b)->pub.image_index = 1, reseal(b); }
+static void image_ids_swapped(index_bytes *b) {
+  id_entry *t = section_of(b, SEC_IMAGE_IDS);
+  t[1] = t[0];
+  reseal(b);
+}
+static void image_id_differs(index_bytes *b) { ((id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b); }
 static void image_range(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b); }
 static void file_name(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b); }
 static void rle_counts(index_bytes *b) { first_ann(b)[1].seg_len = 1000, reseal(b); }
@@ -589,6 +596,7 @@ static void segm_kind(index_bytes *b) { first_ann(b)->pub.segm = (ferry_segm_kin
 static void keypoints(index_bytes *b) { first_ann(b)->kp_first = 5, reseal(b); }
 static void image_anns(index_bytes *b) { ((size_t *)section_of(b, SEC_IMAGE_ANNS))[0] = 3, reseal(b); }
 static void category(index_bytes *b) { first_ann(b)->pub.category_id = 99, reseal(b); }
+static void keypoints_k(index_bytes *b) { header_of(b)->num_keypoints = 1u << 30, reseal(b); }
 static void strings_unterminated(index_bytes *b) {
   index_section *s = &header_of(b)->sections[SEC_STRINGS];
   b->data[s->offset + s->count - 1] = 'x';
@@ -624,7 +632,10 @@ static const index_case index_cases[] = {
   {"index record size differs", record_size, INDEX_OPEN, FERRY_EFORMAT, "160-byte elements"},
   {"index polygon parts out of range", polygon_parts, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: polygon parts out of bounds"},
   {"index polygon vertices overflowing", part_vertices, INDEX_OPEN, FERRY_EFORMAT, "polygon part 0: vertices out of bounds"},
-  {"index annotation of image 2 of 2", image_index, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: image out of range"},
+  {"index annotation of image 2 of 2", image_index, INDEX_OPEN, FERRY_EFORMAT, "of another image"},
+  {"index annotation listed under another image", image_of_other, INDEX_OPEN, FERRY_EFORMAT, "of another image"},
+  {"index image id table naming one image twice", image_ids_swapped, INDEX_OPEN, FERRY_EFORMAT, "image id entry 1: position out of range or repeated"},
+  {"index image id table disagreeing with the images", image_id_differs, INDEX_OPEN, FERRY_EFORMAT, "image id entry 1: id differs"},
   {"index image annotation range overflowing", image_range, INDEX_OPEN, FERRY_EFORMAT, "image 1: annotation range"},
   {"index file name outside the strings", file_name, INDEX_OPEN, FERRY_EFORMAT, "image 0: file name outside"},
   {"index RLE counts past their section", rle_counts, INDEX_OPEN, FERRY_EFORMAT, "annotation 1: RLE counts out of bounds"},
@@ -633,6 +644,7 @@ static const index_case index_cases[] = {
   {"index keypoints past their section", keypoints, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: keypoints out of bounds"},
   {"index per-image entry out of range", image_anns, INDEX_OPEN, FERRY_EFORMAT, "per-image annotation entry 0"},
   {"index category that does not exist", category, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: no such category"},
+  {"index claiming 2^30 keypoints per instance", keypoints_k, INDEX_OPEN, FERRY_EFORMAT, "K = 1073741824 keypoints, the categories name 2"},
   {"index string pool not NUL-terminated", strings_unterminated, INDEX_OPEN, FERRY_EFORMAT, "string pool"},
   {"index RLE runs not summing to h*w (mask)", rle_sum, INDEX_MASK, FERRY_EFORMAT, "annotations[1].segmentation.counts"},
 };
