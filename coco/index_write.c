@@ -66,7 +66,7 @@ static uint64_t lay_out(const ferry_coco *coco, index_header *h) {
 /* The annotation records as they go to disk: the label is stored as the raw category
  * id (ferry__coco_label remaps on access), whatever options the coco was opened with. */
 static void copy_anns(const ferry_coco *coco, char *dst) {
-  memcpy(dst, coco->anns.data, coco->anns.n * sizeof(coco_ann));
+  if (coco->anns.n) memcpy(dst, coco->anns.data, coco->anns.n * sizeof(coco_ann));
   coco_ann *anns = (coco_ann *)dst;
   for (size_t i = 0; i < coco->anns.n; i++) anns[i].pub.label = anns[i].pub.category_id;
 }
