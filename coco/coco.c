@@ -137,6 +137,27 @@ static void *json_alloc(size_t size) {
 
 static void use_ferry_allocator(void) { json_set_alloc_funcs(json_alloc, ferry_free); }
 
+/* An empty coco ready for parsing. */
+static ferry_status coco_for_parsing(const char *name, const ferry_coco_options *opts, ferry_coco **out) {
+  ferry_status st = ferry__coco_new(name, opts, out);
+  if (st == FERRY_OK && (st = start_string_pool(*out)) < 0) {
+    ferry_coco_close(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+/* The lean way (coco/json_stream.c), for a strict open: 1 when it did the whole job. A
+ * collecting open takes the whole-tree way, which reports each problem exactly once. */
+static int opened_streamed(const char *json, size_t len, const char *name, const ferry_coco_options *opts,
+                           ferry_coco **out) {
+  if ((opts && opts->on_problem) || coco_for_parsing(name, opts, out) < 0) return 0;
+  if (ferry__coco_parse_streamed(*out, json, len)) return 1;
+  ferry_coco_close(*out);
+  *out = NULL;
+  return 0;
+}
+
 ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *name,
                                     const ferry_coco_options *opts, ferry_coco **out) {
   static pthread_once_t allocator_once = PTHREAD_ONCE_INIT;
@@ -145,13 +166,10 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   if (!name) name = "<buffer>";
   if (ferry__coco_index_sniff(json, len)) return ferry__coco_index_open_buffer(json, len, name, opts, out);
   pthread_once(&allocator_once, use_ferry_allocator);
+  if (opened_streamed(json ? json : "", len, name, opts, out)) return FERRY_OK;
   ferry_coco *coco = NULL;
-  ferry_status st = ferry__coco_new(name, opts, &coco);
+  ferry_status st = coco_for_parsing(name, opts, &coco);
   if (st < 0) return st;
-  if ((st = start_string_pool(coco)) < 0) {
-    ferry_coco_close(coco);
-    return st;
-  }
   json_error_t err;
   json_allocation_failed = 0;
   coco->root = json_loadb(json ? json : "", len, 0, &err);

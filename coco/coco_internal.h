@@ -86,6 +86,11 @@ int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
 
 /* Parse the JSON root into coco (coco/parse.c). */
 ferry_status ferry_coco_parse(ferry_coco *coco);
+/* The same in steps, for a root object whose "annotations" come one by one
+ * (coco/json_stream.c): categories and images, each annotation, the per-image index. */
+ferry_status ferry__coco_parse_head(ferry_coco *coco);
+ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i);
+ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
 size_t ferry_coco_id_lookup(const id_entry *table, size_t n, int64_t id);

@@ -19,6 +19,11 @@ ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, f
 ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *opts, ferry_coco **out);
 ferry_status ferry__coco_read_file(const char *path, char **data, size_t *len);
 
+/* ---- coco/json_stream.c ---- */
+/* Parse a top-level object annotation by annotation, without its whole tree. 1 when
+ * done; 0 when the caller must parse the text the usual way (with a fresh coco). */
+int ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len);
+
 /* ---- coco/index_write.c ---- */
 /* The whole index of coco as bytes (ferry_malloc'd), recording `source`. */
 ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,

@@ -410,29 +410,35 @@ static ferry_status parse_images(const parser *p) {
                         &coco->image_ids);
 }
 
-static ferry_status parse_annotations(const parser *p, const json_t *arr) {
+/* Annotation i of the file: appended, or (collecting) reported and left out. */
+static ferry_status add_annotation(const parser *p, const json_t *obj, size_t i) {
   ferry_coco *coco = p->coco;
+  char elem[PATH_MAX_LEN];
+  snprintf(elem, sizeof elem, "%s[%zu]", ferry_coco_ann_array_name(coco), i);
+  coco_ann ann;
+  memset(&ann, 0, sizeof ann);
+  ann.pub.json_index = i;
+  size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
+  ferry_status st = parse_annotation(p, obj, elem, &ann);
+  if (st == FERRY_OK) return ferry_coco_vec_push(&coco->anns, &ann);
+  coco->parts.n = marks[0];  /* drop what the faulty annotation appended */
+  coco->coords.n = marks[1];
+  coco->counts.n = marks[2];
+  coco->keypoints.n = marks[3];
+  coco->strings.n = marks[4];
+  return element_problem(p, st);
+}
+
+static ferry_status parse_annotations(const parser *p, const json_t *arr) {
   ferry_status st;
-  for (size_t i = 0; arr && i < json_array_size(arr); i++) {
-    char elem[PATH_MAX_LEN];
-    snprintf(elem, sizeof elem, "%s[%zu]", ferry_coco_ann_array_name(coco), i);
-    coco_ann ann;
-    memset(&ann, 0, sizeof ann);
-    ann.pub.json_index = i;
-    size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
-    st = parse_annotation(p, json_array_get(arr, i), elem, &ann);
-    if (st == FERRY_OK) {
-      if ((st = ferry_coco_vec_push(&coco->anns, &ann)) < 0) return st;
-    } else {
-      coco->parts.n = marks[0];  /* drop what the faulty annotation appended */
-      coco->coords.n = marks[1];
-      coco->counts.n = marks[2];
-      coco->keypoints.n = marks[3];
-      coco->strings.n = marks[4];
-      if ((st = element_problem(p, st)) < 0) return st;
-    }
-  }
+  for (size_t i = 0; arr && i < json_array_size(arr); i++)
+    if ((st = add_annotation(p, json_array_get(arr, i), i)) < 0) return st;
   return FERRY_OK;
+}
+
+ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i) {
+  parser p = {.coco = coco, .name = coco->name};
+  return add_annotation(&p, obj, i);
 }
 
 /* Group annotation indices by image (a counting sort keeps file order within each). */
@@ -458,6 +464,16 @@ static ferry_status build_image_index(ferry_coco *coco) {
   return FERRY_OK;
 }
 
+ferry_status ferry__coco_parse_head(ferry_coco *coco) {
+  parser p = {.coco = coco, .name = coco->name};
+  ferry_status st;
+  if (!json_is_object(coco->root)) return ferry_fail(FERRY_EFORMAT, "%s: expected a COCO object at the top level", coco->name);
+  if ((st = parse_categories(&p)) < 0) return st;
+  return parse_images(&p);
+}
+
+ferry_status ferry__coco_parse_finish(ferry_coco *coco) { return build_image_index(coco); }
+
 ferry_status ferry_coco_parse(ferry_coco *coco) {
   parser p = {.coco = coco, .name = coco->name};
   ferry_status st;
@@ -465,13 +481,12 @@ ferry_status ferry_coco_parse(ferry_coco *coco) {
     coco->result_list = 1;
     if ((st = parse_annotations(&p, coco->root)) < 0) return st;
   } else if (json_is_object(coco->root)) {
-    if ((st = parse_categories(&p)) < 0) return st;
-    if ((st = parse_images(&p)) < 0) return st;
+    if ((st = ferry__coco_parse_head(coco)) < 0) return st;
     const json_t *anns = top_array(&p, "annotations", 0, &st);
     if (st < 0 && (st = element_problem(&p, st)) < 0) return st;
     if ((st = parse_annotations(&p, anns)) < 0) return st;
   } else {
     return ferry_fail(FERRY_EFORMAT, "%s: expected a COCO object or a result list (array) at the top level", coco->name);
   }
-  return build_image_index(coco);
+  return ferry__coco_parse_finish(coco);
 }

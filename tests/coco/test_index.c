@@ -1,6 +1,6 @@
 /* tests/coco/test_index.c - the binary index (issue 16) against the JSON it was built
  * from: every accessor, mask and target equal, on every real file of ../shared/realdata
- * and on hand-written ones; the cache (used only when fresh, built once by 8 processes
+ * and on hand-written ones (and the streamed JSON open equal to the whole-tree one); the cache (used only when fresh, built once by 8 processes
  * at a time with FERRY_COCO_INDEX=auto); byte-identical rebuilds. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -144,6 +144,26 @@ static void same_content(const ferry_coco *a, const ferry_coco *b) {
   }
 }
 
+static void count_problem(void *user, const char *message) {
+  (void)message;
+  ++*(size_t *)user;
+}
+
+/* A strict open streams the annotations (coco/json_stream.c), a collecting one parses
+ * the whole tree: with no problem to report, both must read the same. */
+static void streamed_same_as_whole_tree(const char *json_path, const ferry_coco *streamed) {
+  size_t problems = 0;
+  ferry_coco_options o;
+  ferry_coco_options_default(&o);
+  o.on_problem = count_problem;
+  o.problem_user = &problems;
+  ferry_coco *whole = NULL;
+  cr_assert_eq(ferry_coco_open(json_path, &o, &whole), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(problems, 0, "%s: a strict open succeeded, a collecting one found problems", json_path);
+  same_content(streamed, whole);
+  ferry_coco_close(whole);
+}
+
 /* Open json_path as JSON and through an index built from it, with and without
  * remapped categories; 0 when the JSON itself does not open. */
 static int check_json_vs_index(const char *json_path) {
@@ -156,6 +176,7 @@ static int check_json_vs_index(const char *json_path) {
   ferry_status st = ferry_coco_open(json_path, &o, &json);
   unsetenv("FERRY_COCO_INDEX");
   if (st != FERRY_OK) return 0;
+  streamed_same_as_whole_tree(json_path, json);
   ferry_coco_close(json);
   cr_assert_eq(ferry_coco_index_build(json_path, index), FERRY_OK, "%s", ferry_last_error());
   cr_assert_eq(ferry_coco_index_verify(index), FERRY_OK, "%s", ferry_last_error());
