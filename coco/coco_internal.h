@@ -71,9 +71,9 @@ struct ferry_coco {
 };
 
 /* coco_vec helpers: reserve room for `more` elements / append one. */
-ferry_status ferry_coco_vec_reserve(coco_vec *v, size_t more);
-ferry_status ferry_coco_vec_push(coco_vec *v, const void *elem);
-void ferry_coco_vec_free(coco_vec *v);
+ferry_status ferry__coco_vec_reserve(coco_vec *v, size_t more);
+ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
+void ferry__coco_vec_free(coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
 /* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */
@@ -85,7 +85,7 @@ ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uin
 int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
 
 /* Parse the JSON root into coco (coco/parse.c). */
-ferry_status ferry_coco_parse(ferry_coco *coco);
+ferry_status ferry__coco_parse(ferry_coco *coco);
 /* The same in steps, for a root object whose "annotations" come one by one
  * (coco/json_stream.c): categories and images, each annotation, the per-image index. */
 ferry_status ferry__coco_parse_head(ferry_coco *coco);
@@ -93,12 +93,12 @@ ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, siz
 ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
-size_t ferry_coco_id_lookup(const id_entry *table, size_t n, int64_t id);
+size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);
 
 /* The annotation's mask at its natural size, or FERRY_ENOTFOUND (coco/segm.c). */
-ferry_status ferry_coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out);
+ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out);
 
 /* "annotations" or the top-level list, for JSON paths. */
-const char *ferry_coco_ann_array_name(const ferry_coco *coco);
+const char *ferry__coco_ann_array_name(const ferry_coco *coco);
 
 #endif

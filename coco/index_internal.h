@@ -25,7 +25,7 @@ ferry_status ferry__coco_read_file(const char *path, char **data, size_t *len);
 int ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len);
 
 /* ---- coco/index_write.c ---- */
-/* The whole index of coco as bytes (ferry_malloc'd), recording `source`. */
+/* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
 ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
                                          size_t *len);
 /* Parse json_path and write its index to index_path atomically (temporary + rename). */

@@ -42,7 +42,7 @@ int ferry__coco_index_sniff(const void *data, size_t len) {
 ferry_status ferry__coco_index_file_sniff(const char *path, int *is_index) {
   *is_index = 0;
   FILE *f = fopen(path, "rb");
-  if (!f) return ferry_fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (!f) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
   char magic[FERRY_INDEX_MAGIC_LEN];
   size_t got = fread(magic, 1, sizeof magic, f);
   fclose(f);
@@ -51,7 +51,7 @@ ferry_status ferry__coco_index_file_sniff(const char *path, int *is_index) {
 }
 
 static ferry_status bad_index(const char *name, const char *what) {
-  return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s", name, what);
+  return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s", name, what);
 }
 
 static int range_ok(uint64_t first, uint64_t count, uint64_t n) { return first <= n && count <= n - first; }
@@ -59,17 +59,17 @@ static int range_ok(uint64_t first, uint64_t count, uint64_t n) { return first <
 /* ---- header ----------------------------------------------------------------------- */
 
 static ferry_status check_header(const char *name, const unsigned char *base, size_t len, index_header *h) {
-  if (len < sizeof *h) return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%zu bytes, the header alone is %zu)", name, len, sizeof *h);
+  if (len < sizeof *h) return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%zu bytes, the header alone is %zu)", name, len, sizeof *h);
   memcpy(h, base, sizeof *h);
   if (memcmp(h->magic, FERRY_INDEX_MAGIC, FERRY_INDEX_MAGIC_LEN) != 0) return bad_index(name, "wrong magic");
   if (h->version != FERRY_INDEX_VERSION)
-    return ferry_fail(FERRY_EFORMAT, "%s: ferry index version %u, this ferry reads version %u (rebuild it with `ferry-coco index`)",
+    return ferry__fail(FERRY_EFORMAT, "%s: ferry index version %u, this ferry reads version %u (rebuild it with `ferry-coco index`)",
                       name, h->version, FERRY_INDEX_VERSION);
   if (h->header_size != sizeof *h || h->num_sections != SEC_COUNT) return bad_index(name, "header size or section count differs from version 1's");
   if (CHECKSUMS_ENFORCED && h->checksum != ferry__hash64(h, offsetof(index_header, checksum), 0))
     return bad_index(name, "header checksum mismatch");
   if (h->file_size != len)
-    return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: %zu bytes, the header says %llu (truncated or extended)",
+    return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %zu bytes, the header says %llu (truncated or extended)",
                       name, len, (unsigned long long)h->file_size);
   if (h->flags & ~FERRY_INDEX_FLAGS) return bad_index(name, "unknown flags");
   return FERRY_OK;
@@ -79,10 +79,10 @@ static ferry_status check_sections(const char *name, const index_header *h, size
   for (unsigned id = 0; id < SEC_COUNT; id++) {
     const index_section *s = &h->sections[id];
     if (s->id != id || s->elem_size != ferry__index_elem_size(id))
-      return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u has id %u and %u-byte elements", name, id, s->id, s->elem_size);
+      return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u has id %u and %u-byte elements", name, id, s->id, s->elem_size);
     if (s->offset % FERRY_INDEX_ALIGN || s->offset < sizeof *h || s->offset > len ||
         s->count > (len - s->offset) / s->elem_size)
-      return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u (%llu elements at offset %llu) is misaligned or lies outside the %zu-byte file",
+      return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u (%llu elements at offset %llu) is misaligned or lies outside the %zu-byte file",
                         name, id, (unsigned long long)s->count, (unsigned long long)s->offset, len);
   }
   return FERRY_OK;
@@ -97,7 +97,7 @@ static void attach(coco_vec *v, const unsigned char *base, const index_section *
 }
 
 static ferry_status bad_record(const ferry_coco *coco, const char *what, size_t i, const char *problem) {
-  return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s %zu: %s", coco->name, what, i, problem);
+  return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s %zu: %s", coco->name, what, i, problem);
 }
 
 static int string_ok(const ferry_coco *coco, uint64_t offset) { return offset < coco->strings.n; }
@@ -105,7 +105,7 @@ static int string_ok(const ferry_coco *coco, uint64_t offset) { return offset < 
 static ferry_status check_strings(const ferry_coco *coco) {
   const char *pool = coco->strings.data;
   if (coco->strings.n == 0 || pool[0] != '\0' || pool[coco->strings.n - 1] != '\0')
-    return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: the string pool must start and end with a NUL", coco->name);
+    return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: the string pool must start and end with a NUL", coco->name);
   return FERRY_OK;
 }
 
@@ -135,7 +135,7 @@ static ferry_status check_categories(const ferry_coco *coco) {
     if (cat->num_keypoints > longest) longest = cat->num_keypoints;
   }
   if (coco->num_keypoints != longest || longest > FERRY_INDEX_MAX_KEYPOINTS)
-    return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: K = %zu keypoints, the categories name %zu (at most %u)",
+    return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: K = %zu keypoints, the categories name %zu (at most %u)",
                       coco->name, coco->num_keypoints, longest, FERRY_INDEX_MAX_KEYPOINTS);
   return FERRY_OK;
 }
@@ -143,8 +143,8 @@ static ferry_status check_categories(const ferry_coco *coco) {
 /* An id table: sorted, each entry the id of the element it names, every element once. */
 static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, const coco_vec *elems, const char *what) {
   size_t n = elems->n;
-  unsigned char *seen = ferry_calloc(n ? n : 1, 1);
-  if (!seen) return ferry_fail(FERRY_ENOMEM, "%s: out of memory checking the index", coco->name);
+  unsigned char *seen = ferry__calloc(n ? n : 1, 1);
+  if (!seen) return ferry__fail(FERRY_ENOMEM, "%s: out of memory checking the index", coco->name);
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < n && st == FERRY_OK; i++) {
     int64_t id;
@@ -153,7 +153,7 @@ static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, co
       st = bad_record(coco, what, i, "id differs from its element's");
     else if (i && t[i].id <= t[i - 1].id) st = bad_record(coco, what, i, "ids not sorted or repeated");
   }
-  ferry_free(seen);
+  ferry__free(seen);
   return st;
 }
 
@@ -190,7 +190,7 @@ static ferry_status check_annotation(const ferry_coco *coco, const coco_ann *a, 
     return bad_record(coco, "annotation", i, "image out of range");
   if ((p->iscrowd != 0 && p->iscrowd != 1) || (p->has_id != 0 && p->has_id != 1) || (p->has_bbox != 0 && p->has_bbox != 1))
     return bad_record(coco, "annotation", i, "a flag is neither 0 nor 1");
-  if (coco->categories.n && ferry_coco_id_lookup(coco->category_ids, coco->categories.n, p->category_id) == SIZE_MAX)
+  if (coco->categories.n && ferry__coco_id_lookup(coco->category_ids, coco->categories.n, p->category_id) == SIZE_MAX)
     return bad_record(coco, "annotation", i, "no such category");
   if ((uint64_t)a->seg_h * a->seg_w > UINT32_MAX) return bad_record(coco, "annotation", i, "RLE size over 2^32-1 pixels");
   if ((coco->num_keypoints && p->num_keypoints > coco->num_keypoints) || p->num_keypoints > SIZE_MAX / 3 ||
@@ -217,7 +217,7 @@ static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
   for (size_t i = 0; i < coco->anns.n; i++)
     if ((st = check_annotation(coco, &COCO_AT(coco->anns, coco_ann, i), i)) < 0) return st;
   if (coco->opts.remap_categories && coco->categories.n == 0 && coco->any_category_id)
-    return ferry_fail(FERRY_EFORMAT, "%s: cannot remap category ids: the file has no categories", coco->name);
+    return ferry__fail(FERRY_EFORMAT, "%s: cannot remap category ids: the file has no categories", coco->name);
   return FERRY_OK;
 }
 
@@ -233,7 +233,7 @@ static ferry_status verify_sections(const char *name, const unsigned char *base,
     const index_section *s = &h->sections[id];
     if ((!all && !checked_at_open(id)) || !CHECKSUMS_ENFORCED) continue;
     if (ferry__hash64(base + s->offset, s->count * s->elem_size, 0) != s->checksum)
-      return ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u checksum mismatch (the file is damaged)", name, id);
+      return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u checksum mismatch (the file is damaged)", name, id);
   }
   return FERRY_OK;
 }
@@ -257,7 +257,7 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
   if (st == FERRY_OK) st = ferry__coco_new(name, opts, &coco);
   if (st < 0) {
     if (mapped) munmap(bytes, len);
-    else ferry_free(bytes);
+    else ferry__free(bytes);
     return st;
   }
   coco->backing = bytes;
@@ -292,24 +292,24 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
 
 ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const char *name,
                                            const ferry_coco_options *opts, ferry_coco **out) {
-  void *copy = ferry_malloc(len ? len : 1);  /* malloc's alignment suits every record */
-  if (!copy) return ferry_fail(FERRY_ENOMEM, "%s: out of memory for a %zu-byte index", name, len);
+  void *copy = ferry__malloc(len ? len : 1);  /* malloc's alignment suits every record */
+  if (!copy) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for a %zu-byte index", name, len);
   memcpy(copy, data, len);
   return adopt(copy, len, 0, name, opts, out);
 }
 
 static ferry_status map_file(const char *path, void **bytes, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ferry_fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat sb;
   ferry_status st = FERRY_OK;
-  if (fstat(fd, &sb) != 0) st = ferry_fail(FERRY_EIO, "%s: cannot stat: %s", path, strerror(errno));
+  if (fstat(fd, &sb) != 0) st = ferry__fail(FERRY_EIO, "%s: cannot stat: %s", path, strerror(errno));
   else if (sb.st_size < (off_t)sizeof(index_header))
-    st = ferry_fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)", path,
+    st = ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)", path,
                     (long long)sb.st_size, sizeof(index_header));
   if (st == FERRY_OK) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) st = ferry_fail(FERRY_EIO, "%s: cannot map: %s", path, strerror(errno));
+    if (map == MAP_FAILED) st = ferry__fail(FERRY_EIO, "%s: cannot map: %s", path, strerror(errno));
     else *bytes = map, *len = (size_t)sb.st_size;
   }
   close(fd);
@@ -334,12 +334,12 @@ void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *ou
 
 void ferry__coco_index_release(ferry_coco *coco) {
   if (coco->backing_mapped) munmap(coco->backing, coco->backing_len);
-  else ferry_free(coco->backing);
+  else ferry__free(coco->backing);
   coco->backing = NULL;
 }
 
 ferry_status ferry_coco_index_verify(const char *index_path) {
-  if (!index_path) return ferry_fail(FERRY_EINVAL, "ferry_coco_index_verify: NULL argument");
+  if (!index_path) return ferry__fail(FERRY_EINVAL, "ferry_coco_index_verify: NULL argument");
   ferry_coco *coco = NULL;
   ferry_status st = ferry__coco_index_open(index_path, NULL, &coco);
   if (st < 0) return st;

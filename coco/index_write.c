@@ -74,7 +74,7 @@ static void copy_anns(const ferry_coco *coco, char *dst) {
 ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
                                          size_t *len) {
   if (coco->num_keypoints > FERRY_INDEX_MAX_KEYPOINTS)
-    return ferry_fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
+    return ferry__fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
                       coco->num_keypoints, FERRY_INDEX_MAX_KEYPOINTS);
   index_header h;
   memset(&h, 0, sizeof h);
@@ -90,8 +90,8 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
             (coco->any_category_id ? FERRY_INDEX_FLAG_CATEGORY_IDS : 0);
   h.num_sections = SEC_COUNT;
   h.file_size = lay_out(coco, &h);
-  char *out = ferry_calloc(1, h.file_size);
-  if (!out) return ferry_fail(FERRY_ENOMEM, "%s: out of memory for a %llu-byte index", coco->name,
+  char *out = ferry__calloc(1, h.file_size);
+  if (!out) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for a %llu-byte index", coco->name,
                               (unsigned long long)h.file_size);
   for (unsigned id = 0; id < SEC_COUNT; id++) {
     const void *src;
@@ -110,13 +110,13 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
 
 static ferry_status write_all(const char *path, const char *data, size_t len) {
   FILE *f = fopen(path, "wb");
-  if (!f) return ferry_fail(FERRY_EIO, "%s: cannot create: %s", path, strerror(errno));
+  if (!f) return ferry__fail(FERRY_EIO, "%s: cannot create: %s", path, strerror(errno));
   int ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
   int err = errno;
   ok = fclose(f) == 0 && ok;
   if (!ok) {
     remove(path);
-    return ferry_fail(FERRY_EIO, "%s: write error: %s", path, strerror(err ? err : errno));
+    return ferry__fail(FERRY_EIO, "%s: write error: %s", path, strerror(err ? err : errno));
   }
   return FERRY_OK;
 }
@@ -124,15 +124,15 @@ static ferry_status write_all(const char *path, const char *data, size_t len) {
 /* Write under "<index_path>.tmp.<pid>" and rename into place. */
 static ferry_status write_atomically(const char *index_path, const char *data, size_t len) {
   size_t n = strlen(index_path) + 32;
-  char *tmp = ferry_malloc(n);
-  if (!tmp) return ferry_fail(FERRY_ENOMEM, "%s: out of memory", index_path);
+  char *tmp = ferry__malloc(n);
+  if (!tmp) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", index_path);
   snprintf(tmp, n, "%s.tmp.%ld", index_path, (long)getpid());
   ferry_status st = write_all(tmp, data, len);
   if (st == FERRY_OK && rename(tmp, index_path) != 0) {
-    st = ferry_fail(FERRY_EIO, "%s: cannot rename %s into place: %s", index_path, tmp, strerror(errno));
+    st = ferry__fail(FERRY_EIO, "%s: cannot rename %s into place: %s", index_path, tmp, strerror(errno));
     remove(tmp);
   }
-  ferry_free(tmp);
+  ferry__free(tmp);
   return st;
 }
 
@@ -144,30 +144,30 @@ static void source_from_stat(const struct stat *sb, ferry__index_source *out) {
 
 ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path) {
   struct stat before, after;
-  if (stat(json_path, &before) != 0) return ferry_fail(FERRY_EIO, "%s: cannot open: %s", json_path, strerror(errno));
+  if (stat(json_path, &before) != 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", json_path, strerror(errno));
   char *json = NULL;
   size_t json_len = 0;
   ferry_status st = ferry__coco_read_file(json_path, &json, &json_len);
   if (st < 0) return st;
   if (ferry__coco_index_sniff(json, json_len)) {
-    ferry_free(json);
-    return ferry_fail(FERRY_EINVAL, "%s: is already a binary index", json_path);
+    ferry__free(json);
+    return ferry__fail(FERRY_EINVAL, "%s: is already a binary index", json_path);
   }
   ferry__index_source source;
   source_from_stat(&before, &source);
   source.hash = ferry__hash64(json, json_len, 0);
   ferry_coco *coco = NULL;
   st = ferry_coco_open_buffer(json, json_len, json_path, NULL, &coco);
-  ferry_free(json);
+  ferry__free(json);
   if (st == FERRY_OK && (stat(json_path, &after) != 0 || after.st_size != before.st_size ||
                          after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
                          after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || (uint64_t)json_len != source.size))
-    st = ferry_fail(FERRY_EIO, "%s: changed while it was being indexed", json_path);
+    st = ferry__fail(FERRY_EIO, "%s: changed while it was being indexed", json_path);
   char *index = NULL;
   size_t index_len = 0;
   if (st == FERRY_OK) st = ferry__coco_index_serialize(coco, &source, &index, &index_len);
   ferry_coco_close(coco);
   if (st == FERRY_OK) st = write_atomically(index_path, index, index_len);
-  ferry_free(index);
+  ferry__free(index);
   return st;
 }

@@ -159,7 +159,8 @@ int ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len) {
   scanner sc = {json, len, 0};
   size_t anns;
   coco->root = load_top(&sc, &anns);
-  if (!coco->root || ferry__coco_parse_head(coco) < 0) return 0;
+  /* "annotations" that is not an array stays in the root: parse.c's rules and messages */
+  if (!coco->root || json_object_get(coco->root, "annotations") || ferry__coco_parse_head(coco) < 0) return 0;
   json_decref(coco->root);  /* categories and images are converted: their tree goes now */
   coco->root = NULL;
   sc.pos = anns;

@@ -32,7 +32,7 @@ static ferry_status bad(const parser *p, const char *elem, const char *field, co
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   const char *dot = field[0] && field[0] != '[' && elem[0] ? "." : "";
-  return ferry_fail(FERRY_EFORMAT, "%s: %s%s%s: %s", p->name, elem, dot, field, msg);
+  return ferry__fail(FERRY_EFORMAT, "%s: %s%s%s: %s", p->name, elem, dot, field, msg);
 }
 
 static const char *json_kind(const json_t *v) {
@@ -160,7 +160,7 @@ static ferry_status parse_polygons(const parser *p, const char *elem, const json
   ann->pub.segm = FERRY_SEGM_POLYGONS;
   ann->seg_first = coco->parts.n;
   ann->pub.num_polygons = json_array_size(seg);
-  ferry_status st = ferry_coco_vec_reserve(&coco->parts, ann->pub.num_polygons);
+  ferry_status st = ferry__coco_vec_reserve(&coco->parts, ann->pub.num_polygons);
   for (size_t j = 0; j < ann->pub.num_polygons && st == FERRY_OK; j++) {
     const json_t *part = json_array_get(seg, j);
     char field[64];
@@ -169,7 +169,7 @@ static ferry_status parse_polygons(const parser *p, const char *elem, const json
       return bad(p, elem, field, "expected a polygon (an array of numbers), got %s", json_kind(part));
     size_t len = json_array_size(part);
     coco_part cp = {.first = coco->coords.n, .k = len / 2};
-    if ((st = ferry_coco_vec_reserve(&coco->coords, cp.k * 2)) < 0) return st;
+    if ((st = ferry__coco_vec_reserve(&coco->coords, cp.k * 2)) < 0) return st;
     for (size_t t = 0; t < cp.k * 2 + len % 2; t++) {
       const json_t *x = json_array_get(part, t);
       if (!json_is_number(x)) {
@@ -178,7 +178,7 @@ static ferry_status parse_polygons(const parser *p, const char *elem, const json
       }
       if (t < cp.k * 2) COCO_AT(coco->coords, double, coco->coords.n++) = json_number_value(x);
     }
-    st = ferry_coco_vec_push(&coco->parts, &cp);
+    st = ferry__coco_vec_push(&coco->parts, &cp);
   }
   return st;
 }
@@ -200,7 +200,7 @@ static ferry_status parse_rle_size(const parser *p, const char *elem, const json
 static ferry_status parse_rle_counts(const parser *p, const char *elem, const json_t *counts, coco_ann *ann) {
   ferry_coco *coco = p->coco;
   size_t m = json_array_size(counts);
-  ferry_status st = ferry_coco_vec_reserve(&coco->counts, m);
+  ferry_status st = ferry__coco_vec_reserve(&coco->counts, m);
   if (st < 0) return st;
   ann->pub.segm = FERRY_SEGM_RLE_COUNTS;
   ann->seg_first = coco->counts.n;
@@ -252,7 +252,7 @@ static ferry_status parse_keypoints(const parser *p, const char *elem, const jso
   if (coco->num_keypoints && len / 3 > coco->num_keypoints)
     return bad(p, elem, "keypoints", "%zu keypoints, but the categories name at most %zu", len / 3,
                coco->num_keypoints);
-  ferry_status st = ferry_coco_vec_reserve(&coco->keypoints, len);
+  ferry_status st = ferry__coco_vec_reserve(&coco->keypoints, len);
   if (st < 0) return st;
   ann->kp_first = coco->keypoints.n;
   ann->pub.num_keypoints = len / 3;
@@ -276,7 +276,7 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   if (st < 0) return st;
   ann->pub.image_index = SIZE_MAX;
   if (!result) {
-    ann->pub.image_index = ferry_coco_id_lookup(coco->image_ids, coco->images.n, ann->pub.image_id);
+    ann->pub.image_index = ferry__coco_id_lookup(coco->image_ids, coco->images.n, ann->pub.image_id);
     if (ann->pub.image_index == SIZE_MAX)
       return bad(p, elem, "image_id", "no image %lld", (long long)ann->pub.image_id);
   }
@@ -288,7 +288,7 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
       return bad(p, elem, "category_id", "cannot remap category ids: the file has no categories");
     return FERRY_OK;
   }
-  size_t cat = ferry_coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
+  size_t cat = ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
   if (cat == SIZE_MAX) return bad(p, elem, "category_id", "no category %lld", (long long)ann->pub.category_id);
   return FERRY_OK;
 }
@@ -321,14 +321,18 @@ static ferry_status element_problem(const parser *p, ferry_status st) {
   return FERRY_OK;
 }
 
+/* A top-level array. An optional one may be absent, but not null: pycocotools iterates
+ * over whatever the key holds and fails on null, so a file with "annotations": null is
+ * not the empty set it may look like to a reader. */
 static const json_t *top_array(const parser *p, const char *key, int required, ferry_status *st) {
   const json_t *v = json_object_get(p->coco->root, key);
   *st = FERRY_OK;
-  if (!v || (json_is_null(v) && !required)) {
+  if (!v) {
     if (required) *st = bad(p, key, "", "missing (expected an array)");
     return NULL;
   }
-  if (!json_is_array(v)) *st = bad(p, key, "", "expected an array, got %s", json_kind(v));
+  if (!json_is_array(v))
+    *st = bad(p, key, "", "expected an array%s, got %s", required ? "" : " (or no such key)", json_kind(v));
   return json_is_array(v) ? v : NULL;
 }
 
@@ -341,8 +345,8 @@ static int compare_ids(const void *a, const void *b) {
 /* Sorted id table of n elements read by `id_of`; duplicate ids are problems. */
 static ferry_status build_id_table(const parser *p, const char *array, const coco_vec *v, size_t id_offset,
                                    id_entry **out) {
-  id_entry *t = ferry_malloc((v->n ? v->n : 1) * sizeof *t);
-  if (!t) return ferry_fail(FERRY_ENOMEM, "%s: out of memory indexing %s", p->name, array);
+  id_entry *t = ferry__malloc((v->n ? v->n : 1) * sizeof *t);
+  if (!t) return ferry__fail(FERRY_ENOMEM, "%s: out of memory indexing %s", p->name, array);
   for (size_t i = 0; i < v->n; i++) {
     memcpy(&t[i].id, (const char *)v->data + i * v->elem + id_offset, sizeof(int64_t));
     t[i].index = i;
@@ -385,7 +389,7 @@ static ferry_status parse_id_array(const parser *p, const char *array, int requi
     union { coco_category category; coco_image image; } value;
     st = parse(p, json_array_get(arr, i), elem, &value);
     if (st == FERRY_OK) {
-      if ((st = ferry_coco_vec_push(vec, &value)) < 0) return st;
+      if ((st = ferry__coco_vec_push(vec, &value)) < 0) return st;
     } else if ((st = element_problem(p, st)) < 0) {
       return st;
     }
@@ -414,13 +418,13 @@ static ferry_status parse_images(const parser *p) {
 static ferry_status add_annotation(const parser *p, const json_t *obj, size_t i) {
   ferry_coco *coco = p->coco;
   char elem[PATH_MAX_LEN];
-  snprintf(elem, sizeof elem, "%s[%zu]", ferry_coco_ann_array_name(coco), i);
+  snprintf(elem, sizeof elem, "%s[%zu]", ferry__coco_ann_array_name(coco), i);
   coco_ann ann;
   memset(&ann, 0, sizeof ann);
   ann.pub.json_index = i;
   size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
   ferry_status st = parse_annotation(p, obj, elem, &ann);
-  if (st == FERRY_OK) return ferry_coco_vec_push(&coco->anns, &ann);
+  if (st == FERRY_OK) return ferry__coco_vec_push(&coco->anns, &ann);
   coco->parts.n = marks[0];  /* drop what the faulty annotation appended */
   coco->coords.n = marks[1];
   coco->counts.n = marks[2];
@@ -444,8 +448,8 @@ ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, siz
 /* Group annotation indices by image (a counting sort keeps file order within each). */
 static ferry_status build_image_index(ferry_coco *coco) {
   size_t n = coco->anns.n;
-  coco->image_anns = ferry_malloc((n ? n : 1) * sizeof(size_t));
-  if (!coco->image_anns) return ferry_fail(FERRY_ENOMEM, "%s: out of memory indexing annotations", coco->name);
+  coco->image_anns = ferry__malloc((n ? n : 1) * sizeof(size_t));
+  if (!coco->image_anns) return ferry__fail(FERRY_ENOMEM, "%s: out of memory indexing annotations", coco->name);
   coco_image *imgs = coco->images.data;
   for (size_t i = 0; i < n; i++) {
     size_t img = COCO_AT(coco->anns, coco_ann, i).pub.image_index;
@@ -467,14 +471,14 @@ static ferry_status build_image_index(ferry_coco *coco) {
 ferry_status ferry__coco_parse_head(ferry_coco *coco) {
   parser p = {.coco = coco, .name = coco->name};
   ferry_status st;
-  if (!json_is_object(coco->root)) return ferry_fail(FERRY_EFORMAT, "%s: expected a COCO object at the top level", coco->name);
+  if (!json_is_object(coco->root)) return ferry__fail(FERRY_EFORMAT, "%s: expected a COCO object at the top level", coco->name);
   if ((st = parse_categories(&p)) < 0) return st;
   return parse_images(&p);
 }
 
 ferry_status ferry__coco_parse_finish(ferry_coco *coco) { return build_image_index(coco); }
 
-ferry_status ferry_coco_parse(ferry_coco *coco) {
+ferry_status ferry__coco_parse(ferry_coco *coco) {
   parser p = {.coco = coco, .name = coco->name};
   ferry_status st;
   if (json_is_array(coco->root)) {
@@ -486,7 +490,7 @@ ferry_status ferry_coco_parse(ferry_coco *coco) {
     if (st < 0 && (st = element_problem(&p, st)) < 0) return st;
     if ((st = parse_annotations(&p, anns)) < 0) return st;
   } else {
-    return ferry_fail(FERRY_EFORMAT, "%s: expected a COCO object or a result list (array) at the top level", coco->name);
+    return ferry__fail(FERRY_EFORMAT, "%s: expected a COCO object or a result list (array) at the top level", coco->name);
   }
   return ferry__coco_parse_finish(coco);
 }

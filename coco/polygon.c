@@ -30,9 +30,9 @@ typedef struct crossing_walk {
 static ferry_status push_crossing(crossing_walk *wk, uint32_t position) {
   if (wk->n == wk->cap) {
     size_t cap = wk->cap ? wk->cap * 2 : 64;
-    if (cap > SIZE_MAX / sizeof(uint32_t)) return ferry_fail(FERRY_ENOMEM, "polygon outline too long");
-    uint32_t *grown = ferry_realloc(wk->crossings, cap * sizeof(uint32_t));
-    if (!grown) return ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+    if (cap > SIZE_MAX / sizeof(uint32_t)) return ferry__fail(FERRY_ENOMEM, "polygon outline too long");
+    uint32_t *grown = ferry__realloc(wk->crossings, cap * sizeof(uint32_t));
+    if (!grown) return ferry__fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
     wk->crossings = grown;
     wk->cap = cap;
   }
@@ -244,8 +244,8 @@ static ferry_status sort_crossings(uint32_t *a, size_t k) {
   uint32_t *tmp = NULL, *src = a;
   for (int b = 0; b < 4; b++) {
     if (count[b][src[0] >> (8 * b) & 255] == k) continue;
-    if (!tmp && !(tmp = ferry_malloc(k * sizeof *tmp)))
-      return ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+    if (!tmp && !(tmp = ferry__malloc(k * sizeof *tmp)))
+      return ferry__fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
     uint32_t *dst = src == a ? tmp : a, pos = 0;
     for (int d = 0; d < 256; d++) {
       uint32_t c = count[b][d];
@@ -256,7 +256,7 @@ static ferry_status sort_crossings(uint32_t *a, size_t k) {
     src = dst;
   }
   if (src != a) memcpy(a, src, k * sizeof *a);
-  ferry_free(tmp);
+  ferry__free(tmp);
   return FERRY_OK;
 }
 
@@ -286,15 +286,15 @@ static ferry_status crossings_to_rle(crossing_walk *wk, ferry_rle *out) {
     }
   }
   wk->crossings = NULL;
-  return ferry_rle_adopt(a, m, wk->h, wk->w, out);
+  return ferry__rle_adopt(a, m, wk->h, wk->w, out);
 }
 
 static ferry_status empty_mask(uint32_t h, uint32_t w, ferry_rle *out) {
   uint32_t *counts;
-  ferry_status st = ferry_rle_alloc_counts(1, &counts);
+  ferry_status st = ferry__rle_alloc_counts(1, &counts);
   if (st < 0) return st;
   counts[0] = (uint32_t)((uint64_t)h * w);
-  return ferry_rle_adopt(counts, 1, h, w, out);
+  return ferry__rle_adopt(counts, 1, h, w, out);
 }
 
 /* Snap vertex coordinates to the fine grid (truncating, as maskApi.c's int cast). */
@@ -302,7 +302,7 @@ static ferry_status snap_vertices(const double *xy, size_t k, int *gx, int *gy, 
   for (size_t j = 0; j < k; j++) {
     double x = xy[2 * j], y = xy[2 * j + 1];
     if (!(fabs(x) <= MAX_ABS_COORDINATE) || !(fabs(y) <= MAX_ABS_COORDINATE))
-      return ferry_fail(FERRY_ELIMIT, "polygon vertex %zu (%g, %g) is not finite or beyond +-%g",
+      return ferry__fail(FERRY_ELIMIT, "polygon vertex %zu (%g, %g) is not finite or beyond +-%g",
                         j, x, y, MAX_ABS_COORDINATE);
     gx[j] = (int)(GRID_SCALE * x + .5);
     gy[j] = (int)(GRID_SCALE * y + .5);
@@ -316,32 +316,32 @@ static ferry_status snap_vertices(const double *xy, size_t k, int *gx, int *gy, 
     *steps += (dx > dy ? dx : dy) + 1;
   }
   if (*steps > MAX_OUTLINE_STEPS)
-    return ferry_fail(FERRY_ELIMIT, "polygon outline of %llu grid steps exceeds the limit of %llu",
+    return ferry__fail(FERRY_ELIMIT, "polygon outline of %llu grid steps exceeds the limit of %llu",
                       (unsigned long long)*steps, (unsigned long long)MAX_OUTLINE_STEPS);
   return FERRY_OK;
 }
 
 ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint32_t w, ferry_rle *out) {
-  if (!out || (k && !xy)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_polygon: NULL argument");
-  ferry_status st = ferry_rle_check_size(h, w);
+  if (!out || (k && !xy)) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_polygon: NULL argument");
+  ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
   if (k < 3 || h == 0 || w == 0) return empty_mask(h, w, out);
-  if (k > SIZE_MAX / sizeof(int) - 1) return ferry_fail(FERRY_ENOMEM, "polygon of %zu vertices is too large", k);
-  int *gx = ferry_malloc((k + 1) * sizeof(int)), *gy = ferry_malloc((k + 1) * sizeof(int));
+  if (k > SIZE_MAX / sizeof(int) - 1) return ferry__fail(FERRY_ENOMEM, "polygon of %zu vertices is too large", k);
+  int *gx = ferry__malloc((k + 1) * sizeof(int)), *gy = ferry__malloc((k + 1) * sizeof(int));
   crossing_walk wk = {.h = h, .w = w};
   uint64_t steps;
-  if (!gx || !gy) st = ferry_fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
+  if (!gx || !gy) st = ferry__fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
   else st = snap_vertices(xy, k, gx, gy, &steps);
   for (size_t j = 0; j < k && st == FERRY_OK; j++) st = walk_edge(&wk, gx[j], gy[j], gx[j + 1], gy[j + 1]);
-  ferry_free(gx);
-  ferry_free(gy);
+  ferry__free(gx);
+  ferry__free(gy);
   if (st == FERRY_OK) st = crossings_to_rle(&wk, out);
-  ferry_free(wk.crossings);
+  ferry__free(wk.crossings);
   return st;
 }
 
 ferry_status ferry_rle_from_bbox(const double bbox[4], uint32_t h, uint32_t w, ferry_rle *out) {
-  if (!bbox) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_bbox: NULL box");
+  if (!bbox) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_bbox: NULL box");
   double xs = bbox[0], xe = xs + bbox[2], ys = bbox[1], ye = ys + bbox[3];
   double xy[8] = {xs, ys, xs, ye, xe, ye, xe, ys};
   return ferry_rle_from_polygon(xy, 4, h, w, out);

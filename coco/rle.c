@@ -13,19 +13,19 @@
 
 void ferry_rle_free(ferry_rle *rle) {
   if (!rle) return;
-  ferry_free(rle->counts);
+  ferry__free(rle->counts);
   rle->counts = NULL;
   rle->m = 0;
   rle->h = rle->w = 0;
 }
 
-ferry_status ferry_rle_check_size(uint32_t h, uint32_t w) {
+ferry_status ferry__rle_check_size(uint32_t h, uint32_t w) {
   if ((uint64_t)h * w > UINT32_MAX)
-    return ferry_fail(FERRY_ELIMIT, "mask size %ux%u exceeds 2^32-1 pixels", h, w);
+    return ferry__fail(FERRY_ELIMIT, "mask size %ux%u exceeds 2^32-1 pixels", h, w);
   return FERRY_OK;
 }
 
-ferry_status ferry_rle_adopt(uint32_t *counts, size_t m, uint32_t h, uint32_t w, ferry_rle *out) {
+ferry_status ferry__rle_adopt(uint32_t *counts, size_t m, uint32_t h, uint32_t w, ferry_rle *out) {
   out->h = h;
   out->w = w;
   out->m = m;
@@ -33,34 +33,34 @@ ferry_status ferry_rle_adopt(uint32_t *counts, size_t m, uint32_t h, uint32_t w,
   return FERRY_OK;
 }
 
-ferry_status ferry_rle_alloc_counts(size_t m, uint32_t **counts) {
+ferry_status ferry__rle_alloc_counts(size_t m, uint32_t **counts) {
   if (m > SIZE_MAX / sizeof(uint32_t))
-    return ferry_fail(FERRY_ENOMEM, "RLE of %zu runs is too large", m);
-  *counts = ferry_malloc(m * sizeof(uint32_t));
-  if (!*counts) return ferry_fail(FERRY_ENOMEM, "out of memory for %zu RLE runs", m);
+    return ferry__fail(FERRY_ENOMEM, "RLE of %zu runs is too large", m);
+  *counts = ferry__malloc(m * sizeof(uint32_t));
+  if (!*counts) return ferry__fail(FERRY_ENOMEM, "out of memory for %zu RLE runs", m);
   return FERRY_OK;
 }
 
-ferry_status ferry_rle_check_sum(const uint32_t *counts, size_t m, uint32_t h, uint32_t w) {
+ferry_status ferry__rle_check_sum(const uint32_t *counts, size_t m, uint32_t h, uint32_t w) {
   uint64_t sum = 0;
   for (size_t i = 0; i < m; i++) sum += counts[i];
   uint64_t expected = (uint64_t)h * w;
   if (sum != expected)
-    return ferry_fail(FERRY_EFORMAT, "RLE counts sum to %llu, expected h*w = %u*%u = %llu",
+    return ferry__fail(FERRY_EFORMAT, "RLE counts sum to %llu, expected h*w = %u*%u = %llu",
                       (unsigned long long)sum, h, w, (unsigned long long)expected);
   return FERRY_OK;
 }
 
 ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h, uint32_t w,
                                    ferry_rle *out) {
-  if (!out || (m > 0 && !counts)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_counts: NULL argument");
-  ferry_status st = ferry_rle_check_size(h, w);
+  if (!out || (m > 0 && !counts)) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_counts: NULL argument");
+  ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
-  if ((st = ferry_rle_check_sum(counts, m, h, w)) < 0) return st;
+  if ((st = ferry__rle_check_sum(counts, m, h, w)) < 0) return st;
   uint32_t *copy;
-  if ((st = ferry_rle_alloc_counts(m, &copy)) < 0) return st;
+  if ((st = ferry__rle_alloc_counts(m, &copy)) < 0) return st;
   if (m) memcpy(copy, counts, m * sizeof(uint32_t));
-  return ferry_rle_adopt(copy, m, h, w, out);
+  return ferry__rle_adopt(copy, m, h, w, out);
 }
 
 /* ---- encode / decode ---------------------------------------------------------- */
@@ -87,14 +87,14 @@ static size_t encode_runs(const uint8_t *mask, uint32_t h, uint32_t w, uint32_t 
 }
 
 ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry_rle *out) {
-  if (!out || (!mask && (uint64_t)h * w > 0)) return ferry_fail(FERRY_EINVAL, "ferry_rle_encode: NULL argument");
-  ferry_status st = ferry_rle_check_size(h, w);
+  if (!out || (!mask && (uint64_t)h * w > 0)) return ferry__fail(FERRY_EINVAL, "ferry_rle_encode: NULL argument");
+  ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
   size_t m = encode_runs(mask, h, w, NULL);
   uint32_t *counts;
-  if ((st = ferry_rle_alloc_counts(m, &counts)) < 0) return st;
+  if ((st = ferry__rle_alloc_counts(m, &counts)) < 0) return st;
   encode_runs(mask, h, w, counts);
-  return ferry_rle_adopt(counts, m, h, w, out);
+  return ferry__rle_adopt(counts, m, h, w, out);
 }
 
 /* First output index i whose source index (i*src)/dst is >= s: ceil(s*dst/src). */
@@ -110,8 +110,8 @@ static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t 
 }
 
 static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
-  if (!rle) return ferry_fail(FERRY_EINVAL, "%s: NULL RLE", fn);
-  if (rle->m > 0 && !rle->counts) return ferry_fail(FERRY_EINVAL, "%s: RLE without counts", fn);
+  if (!rle) return ferry__fail(FERRY_EINVAL, "%s: NULL RLE", fn);
+  if (rle->m > 0 && !rle->counts) return ferry__fail(FERRY_EINVAL, "%s: RLE without counts", fn);
   return FERRY_OK;
 }
 
@@ -121,12 +121,12 @@ ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t
   if (st < 0) return st;
   uint64_t need = (uint64_t)dst_h * dst_w;
   if (need > out_size || (need > 0 && !out))
-    return ferry_fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
+    return ferry__fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
                       out_size, (unsigned long long)need);
   if (need) memset(out, 0, (size_t)need);
   uint32_t h = rle->h, w = rle->w;
   if (need == 0 || h == 0 || w == 0) return FERRY_OK;
-  if ((st = ferry_rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
+  if ((st = ferry__rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
 
   size_t run = 0;            /* first run that ends after the current column's start */
   uint64_t run_start = 0;
@@ -165,11 +165,11 @@ ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_siz
 ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
   ferry_status st = check_rle_arg(rle, "ferry_rle_to_string");
   if (st < 0) return st;
-  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_rle_to_string: NULL output");
+  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_rle_to_string: NULL output");
   if (rle->m > (SIZE_MAX - 1) / RLE_MAX_VALUE_CHARS)
-    return ferry_fail(FERRY_ENOMEM, "RLE of %zu runs is too large", rle->m);
-  char *s = ferry_malloc(rle->m * RLE_MAX_VALUE_CHARS + 1);
-  if (!s) return ferry_fail(FERRY_ENOMEM, "out of memory for an RLE string");
+    return ferry__fail(FERRY_ENOMEM, "RLE of %zu runs is too large", rle->m);
+  char *s = ferry__malloc(rle->m * RLE_MAX_VALUE_CHARS + 1);
+  if (!s) return ferry__fail(FERRY_ENOMEM, "out of memory for an RLE string");
   size_t p = 0;
   for (size_t i = 0; i < rle->m; i++) {
     int64_t x = (int64_t)rle->counts[i] - (i > 2 ? (int64_t)rle->counts[i - 2] : 0);
@@ -186,7 +186,7 @@ ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
   return FERRY_OK;
 }
 
-void ferry_rle_free_string(char *s) { ferry_free(s); }
+void ferry_rle_free_string(char *s) { ferry__free(s); }
 
 /* Read one value starting at s[*pos]; advances *pos. */
 static ferry_status read_string_value(const char *s, size_t len, size_t *pos, int64_t *value) {
@@ -194,13 +194,13 @@ static ferry_status read_string_value(const char *s, size_t len, size_t *pos, in
   int64_t x = 0;
   for (int k = 0;; k++) {
     if (*pos >= len)
-      return ferry_fail(FERRY_EFORMAT, "RLE string ends inside the value that starts at character %zu", start);
+      return ferry__fail(FERRY_EFORMAT, "RLE string ends inside the value that starts at character %zu", start);
     if (k == RLE_MAX_VALUE_CHARS)
-      return ferry_fail(FERRY_EFORMAT, "RLE string value at character %zu overflows (more than %d characters)",
+      return ferry__fail(FERRY_EFORMAT, "RLE string value at character %zu overflows (more than %d characters)",
                         start, RLE_MAX_VALUE_CHARS);
     unsigned char ch = (unsigned char)s[*pos];
     if (ch < 48 || ch > 111)
-      return ferry_fail(FERRY_EFORMAT, "RLE string character %zu (0x%02x) is outside '0'..'o'", *pos, ch);
+      return ferry__fail(FERRY_EFORMAT, "RLE string character %zu (0x%02x) is outside '0'..'o'", *pos, ch);
     int c = ch - 48;
     (*pos)++;
     x |= (int64_t)(c & 0x1f) << (5 * k);
@@ -213,11 +213,11 @@ static ferry_status read_string_value(const char *s, size_t len, size_t *pos, in
 }
 
 ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32_t w, ferry_rle *out) {
-  if (!out || (!s && len)) return ferry_fail(FERRY_EINVAL, "ferry_rle_from_string: NULL argument");
-  ferry_status st = ferry_rle_check_size(h, w);
+  if (!out || (!s && len)) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_string: NULL argument");
+  ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
   uint32_t *counts;
-  if ((st = ferry_rle_alloc_counts(len ? len : 1, &counts)) < 0) return st;
+  if ((st = ferry__rle_alloc_counts(len ? len : 1, &counts)) < 0) return st;
   size_t m = 0, pos = 0;
   while (pos < len) {
     size_t start = pos;
@@ -225,16 +225,16 @@ ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32
     if ((st = read_string_value(s, len, &pos, &x)) < 0) goto fail;
     if (m > 2) x += counts[m - 2];
     if (x < 0 || x > (int64_t)UINT32_MAX) {
-      st = ferry_fail(FERRY_EFORMAT, "RLE string value at character %zu gives count %lld, outside 0..2^32-1",
+      st = ferry__fail(FERRY_EFORMAT, "RLE string value at character %zu gives count %lld, outside 0..2^32-1",
                       start, (long long)x);
       goto fail;
     }
     counts[m++] = (uint32_t)x;
   }
-  if ((st = ferry_rle_check_sum(counts, m, h, w)) < 0) goto fail;
-  return ferry_rle_adopt(counts, m, h, w, out);
+  if ((st = ferry__rle_check_sum(counts, m, h, w)) < 0) goto fail;
+  return ferry__rle_adopt(counts, m, h, w, out);
 fail:
-  ferry_free(counts);
+  ferry__free(counts);
   return st;
 }
 
@@ -336,34 +336,34 @@ static size_t merge_pair(const ferry_rle *a, const ferry_rle *b, int intersect, 
 }
 
 ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, ferry_rle *out) {
-  if (!rles || !out || n == 0) return ferry_fail(FERRY_EINVAL, "ferry_rle_merge: need at least one RLE");
+  if (!rles || !out || n == 0) return ferry__fail(FERRY_EINVAL, "ferry_rle_merge: need at least one RLE");
   uint32_t h = rles[0].h, w = rles[0].w;
   for (size_t i = 0; i < n; i++) {
     ferry_status st = check_rle_arg(&rles[i], "ferry_rle_merge");
     if (st < 0) return st;
     if (rles[i].h != h || rles[i].w != w)
-      return ferry_fail(FERRY_EINVAL, "ferry_rle_merge: mask %zu is %ux%u, mask 0 is %ux%u",
+      return ferry__fail(FERRY_EINVAL, "ferry_rle_merge: mask %zu is %ux%u, mask 0 is %ux%u",
                         i, rles[i].h, rles[i].w, h, w);
-    if ((st = ferry_rle_check_sum(rles[i].counts, rles[i].m, h, w)) < 0) return st;
+    if ((st = ferry__rle_check_sum(rles[i].counts, rles[i].m, h, w)) < 0) return st;
   }
   if (n == 1) return ferry_rle_from_counts(rles[0].counts, rles[0].m, h, w, out);
   ferry_rle acc = rles[0];
   uint32_t *owned = NULL;
   for (size_t i = 1; i < n; i++) {
-    uint32_t *runs;
+    uint32_t *runs = NULL;
     size_t cap = acc.m + rles[i].m + 1;
-    ferry_status st = cap < acc.m ? ferry_fail(FERRY_ENOMEM, "RLE merge too large") : ferry_rle_alloc_counts(cap, &runs);
+    ferry_status st = cap < acc.m ? ferry__fail(FERRY_ENOMEM, "RLE merge too large") : ferry__rle_alloc_counts(cap, &runs);
     if (st < 0) {
-      ferry_free(owned);
+      ferry__free(owned);
       return st;
     }
     size_t m = merge_pair(&acc, &rles[i], intersect, runs);
-    ferry_free(owned);
+    ferry__free(owned);
     owned = runs;
     acc.counts = runs;
     acc.m = m;
   }
-  return ferry_rle_adopt(owned, acc.m, h, w, out);
+  return ferry__rle_adopt(owned, acc.m, h, w, out);
 }
 
 /* ---- IoU ----------------------------------------------------------------------- */
@@ -397,14 +397,14 @@ static ferry_status check_rles(const ferry_rle *rles, size_t n) {
   for (size_t i = 0; i < n; i++) {
     ferry_status st = check_rle_arg(&rles[i], "ferry_rle_iou");
     if (st < 0) return st;
-    if ((st = ferry_rle_check_sum(rles[i].counts, rles[i].m, rles[i].h, rles[i].w)) < 0) return st;
+    if ((st = ferry__rle_check_sum(rles[i].counts, rles[i].m, rles[i].h, rles[i].w)) < 0) return st;
   }
   return FERRY_OK;
 }
 
 ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, size_t n,
                            const uint8_t *iscrowd, double *out) {
-  if ((m && !dt) || (n && !gt) || (m && n && !out)) return ferry_fail(FERRY_EINVAL, "ferry_rle_iou: NULL argument");
+  if ((m && !dt) || (n && !gt) || (m && n && !out)) return ferry__fail(FERRY_EINVAL, "ferry_rle_iou: NULL argument");
   ferry_status st;
   if ((st = check_rles(dt, m)) < 0 || (st = check_rles(gt, n)) < 0) return st;
   for (size_t g = 0; g < n; g++) {

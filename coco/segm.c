@@ -6,38 +6,38 @@
 #include "lib/status.h"
 
 static ferry_status polygons_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out) {
-  const char *array = ferry_coco_ann_array_name(coco);
+  const char *array = ferry__coco_ann_array_name(coco);
   size_t idx = ann->pub.json_index;
   if (ann->pub.image_index == SIZE_MAX)
-    return ferry_fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and a result list has no images",
+    return ferry__fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and a result list has no images",
                       coco->name, array, idx);
   const coco_image *img = &COCO_AT(coco->images, coco_image, ann->pub.image_index);
   if (img->height <= 0 || img->width <= 0)
-    return ferry_fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and image %lld has no height/width",
+    return ferry__fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and image %lld has no height/width",
                       coco->name, array, idx, (long long)img->id);
   if ((uint64_t)img->height * (uint64_t)img->width > UINT32_MAX)
-    return ferry_fail(FERRY_ELIMIT, "%s: %s[%zu].segmentation: image %lld is %lldx%lld, over 2^32-1 pixels",
+    return ferry__fail(FERRY_ELIMIT, "%s: %s[%zu].segmentation: image %lld is %lldx%lld, over 2^32-1 pixels",
                       coco->name, array, idx, (long long)img->id, (long long)img->height, (long long)img->width);
   uint32_t h = (uint32_t)img->height, w = (uint32_t)img->width;
   size_t n = ann->pub.num_polygons;
-  ferry_rle *parts = ferry_calloc(n, sizeof *parts);
-  if (!parts) return ferry_fail(FERRY_ENOMEM, "%s: out of memory for %zu polygon parts", coco->name, n);
+  ferry_rle *parts = ferry__calloc(n, sizeof *parts);
+  if (!parts) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu polygon parts", coco->name, n);
   ferry_status st = FERRY_OK;
   for (size_t j = 0; j < n && st == FERRY_OK; j++) {
     const coco_part *part = &COCO_AT(coco->parts, coco_part, ann->seg_first + j);
     /* a part without a vertex pair may have no coordinates behind it at all */
     const double *xy = part->k ? &COCO_AT(coco->coords, double, part->first) : NULL;
     st = ferry_rle_from_polygon(xy, part->k, h, w, &parts[j]);
-    if (st < 0) st = ferry_error_prefix(st, "%s: %s[%zu].segmentation[%zu]: ", coco->name, array, idx, j);
+    if (st < 0) st = ferry__error_prefix(st, "%s: %s[%zu].segmentation[%zu]: ", coco->name, array, idx, j);
   }
   if (st == FERRY_OK) st = ferry_rle_merge(parts, n, 0, out);
   for (size_t j = 0; j < n; j++) ferry_rle_free(&parts[j]);
-  ferry_free(parts);
+  ferry__free(parts);
   return st;
 }
 
-ferry_status ferry_coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out) {
-  const char *array = ferry_coco_ann_array_name(coco);
+ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out) {
+  const char *array = ferry__coco_ann_array_name(coco);
   size_t idx = ann->pub.json_index;
   ferry_status st;
   switch (ann->pub.segm) {
@@ -45,15 +45,15 @@ ferry_status ferry_coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, fer
       return polygons_rle(coco, ann, out);
     case FERRY_SEGM_RLE:
       st = ferry_rle_from_string(COCO_STRING(coco, ann->rle_string), ann->seg_len, ann->seg_h, ann->seg_w, out);
-      if (st < 0) st = ferry_error_prefix(st, "%s: %s[%zu].segmentation.counts: ", coco->name, array, idx);
+      if (st < 0) st = ferry__error_prefix(st, "%s: %s[%zu].segmentation.counts: ", coco->name, array, idx);
       return st;
     case FERRY_SEGM_RLE_COUNTS:
       st = ferry_rle_from_counts(&COCO_AT(coco->counts, uint32_t, ann->seg_first), ann->seg_len, ann->seg_h,
                                  ann->seg_w, out);
-      if (st < 0) st = ferry_error_prefix(st, "%s: %s[%zu].segmentation.counts: ", coco->name, array, idx);
+      if (st < 0) st = ferry__error_prefix(st, "%s: %s[%zu].segmentation.counts: ", coco->name, array, idx);
       return st;
     case FERRY_SEGM_NONE:
       break;
   }
-  return ferry_fail(FERRY_ENOTFOUND, "%s: %s[%zu]: no segmentation", coco->name, array, idx);
+  return ferry__fail(FERRY_ENOTFOUND, "%s: %s[%zu]: no segmentation", coco->name, array, idx);
 }

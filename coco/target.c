@@ -13,16 +13,16 @@ void ferry_target_options_default(ferry_target_options *o) {
 
 static ferry_status check_args(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
                                const char *fn) {
-  if (!coco || !opts) return ferry_fail(FERRY_EINVAL, "%s: NULL argument", fn);
+  if (!coco || !opts) return ferry__fail(FERRY_EINVAL, "%s: NULL argument", fn);
   if (index >= coco->images.n)
-    return ferry_fail(FERRY_EINVAL, "%s: image index %zu out of range (%zu images)", coco->name, index, coco->images.n);
+    return ferry__fail(FERRY_EINVAL, "%s: image index %zu out of range (%zu images)", coco->name, index, coco->images.n);
   if (opts->mask_height < 0 || opts->mask_width < 0 || opts->mask_height > UINT32_MAX ||
       opts->mask_width > UINT32_MAX)
-    return ferry_fail(FERRY_EINVAL, "%s: mask size %lldx%lld is invalid", fn, (long long)opts->mask_height,
+    return ferry__fail(FERRY_EINVAL, "%s: mask size %lldx%lld is invalid", fn, (long long)opts->mask_height,
                       (long long)opts->mask_width);
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
   if (img->height <= 0 || img->width <= 0)
-    return ferry_fail(FERRY_EFORMAT, "%s: images[%zu] (id %lld): no height/width, which targets need", coco->name,
+    return ferry__fail(FERRY_EFORMAT, "%s: images[%zu] (id %lld): no height/width, which targets need", coco->name,
                       index, (long long)img->id);
   return FERRY_OK;
 }
@@ -36,7 +36,7 @@ static ferry_status kept_box(const ferry_coco *coco, const coco_image *img, cons
   *keep = 0;
   if (ann->pub.iscrowd && !opts->keep_crowd) return FERRY_OK;
   if (!ann->pub.has_bbox)
-    return ferry_fail(FERRY_EFORMAT, "%s: annotations[%zu]: no \"bbox\", which targets need (image %lld)", coco->name,
+    return ferry__fail(FERRY_EFORMAT, "%s: annotations[%zu]: no \"bbox\", which targets need (image %lld)", coco->name,
                       ann->pub.json_index, (long long)img->id);
   float x = (float)ann->pub.bbox[0], y = (float)ann->pub.bbox[1];
   float x2 = x + (float)ann->pub.bbox[2], y2 = y + (float)ann->pub.bbox[3];
@@ -53,7 +53,7 @@ ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const
                                      int64_t *count) {
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_count");
   if (st < 0) return st;
-  if (!count) return ferry_fail(FERRY_EINVAL, "ferry_coco_target_count: NULL count");
+  if (!count) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_count: NULL count");
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
   int64_t n = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
@@ -76,9 +76,9 @@ static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, co
     return FERRY_OK;
   }
   ferry_rle rle = {0};
-  ferry_status st = ferry_coco_ann_rle(coco, ann, &rle);
+  ferry_status st = ferry__coco_ann_rle(coco, ann, &rle);
   if (st == FERRY_OK && (rle.h != (uint64_t)img->height || rle.w != (uint64_t)img->width))
-    st = ferry_fail(FERRY_EFORMAT, "%s: annotations[%zu].segmentation.size: [%u, %u] differs from the image's [%lld, %lld]",
+    st = ferry__fail(FERRY_EFORMAT, "%s: annotations[%zu].segmentation.size: [%u, %u] differs from the image's [%lld, %lld]",
                     coco->name, ann->pub.json_index, rle.h, rle.w, (long long)img->height, (long long)img->width);
   if (st == FERRY_OK) st = ferry_rle_decode_resized(&rle, dst, n, mh, mw);
   ferry_rle_free(&rle);
@@ -95,14 +95,14 @@ static void write_keypoints(const ferry_coco *coco, const coco_ann *ann, float *
 static ferry_status with_image(const ferry_coco *coco, ferry_status st, const coco_image *img) {
   char msg[FERRY_ERROR_MAX];
   snprintf(msg, sizeof msg, "%s", ferry_last_error());
-  return ferry_fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, COCO_STRING(coco, img->file_name));
+  return ferry__fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, COCO_STRING(coco, img->file_name));
 }
 
 ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
                                      ferry_coco_target *out) {
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_write");
   if (st < 0) return st;
-  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
+  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
   uint32_t mh = opts->mask_height ? (uint32_t)opts->mask_height : (uint32_t)img->height;
   uint32_t mw = opts->mask_width ? (uint32_t)opts->mask_width : (uint32_t)img->width;

@@ -10,20 +10,20 @@
 
 #include <stddef.h>
 
-void *ferry_malloc(size_t size);
-void *ferry_calloc(size_t count, size_t size);
-void *ferry_realloc(void *ptr, size_t size);
-void ferry_free(void *ptr);
-char *ferry_strdup(const char *s);
-/* Memory aligned to `alignment` (a power of two, at least sizeof(void *)); free with ferry_free. */
-void *ferry_aligned_alloc(size_t alignment, size_t size);
+void *ferry__malloc(size_t size);
+void *ferry__calloc(size_t count, size_t size);
+void *ferry__realloc(void *ptr, size_t size);
+void ferry__free(void *ptr);
+char *ferry__strdup(const char *s);
+/* Memory aligned to `alignment` (a power of two, at least sizeof(void *)); free with ferry__free. */
+void *ferry__aligned_alloc(size_t alignment, size_t size);
 
 /* Test builds only (no-ops otherwise): make the allocation that is `n` allocations
  * from now fail (0 = the next one); a negative n disables injection. */
-void ferry_alloc_fail_after(long n);
+void ferry__alloc_fail_after(long n);
 /* Allocations attempted since the process started (test builds only; else 0). */
-long ferry_alloc_attempts(void);
+long ferry__alloc_attempts(void);
 /* 1 when this build can inject failures. */
-int ferry_alloc_injection_available(void);
+int ferry__alloc_injection_available(void);
 
 #endif

@@ -1,25 +1,53 @@
-/* lib/batch.c - layout, views and lifetime of packed (and unpacked) batches. */
+/* lib/batch.c - layout, views and lifetime of packed (and unpacked) batches.
+ *
+ * Owns: a ferry_batch: its field table (names copied in), one allocation holding every
+ * offset table, the events it is held until, and its storage, which is one of
+ *   STORAGE_ARENA     a pool arena, handed back to the pool at release;
+ *   STORAGE_DEVICE    one device allocation (made by ferry_packed_to), freed at release;
+ *   STORAGE_UNPACKED  one heap buffer per sample and field, freed at release.
+ * Callers: a batch is not locked. Its layout never changes after creation, so views
+ * may be taken from many threads at once (the loader's workers fill disjoint slices
+ * of one arena batch); hold_until and release are one thread's (the consumer's).
+ *
+ * Invariants, from creation to release:
+ *   - every offset table has batch_size + 1 entries, starts at 0 and never decreases;
+ *     a PER_SAMPLE field's is 0, 1, ..., batch_size; no entry exceeds INT64_MAX / 2;
+ *   - packed: field f is the bytes [byte_offset, byte_offset + nbytes) of `base`,
+ *     nbytes = total rows x row_bytes; fields lie in spec order, disjoint, each
+ *     starting on a FIELD_ALIGN boundary; total_bytes is where the last one ends;
+ *   - every byte size is at most SIZE_MAX / 4, a margin that keeps sums of a few of
+ *     them (an arena's quarter of headroom, its rounding) from overflowing;
+ *   - the layout is a function of (batch_size, specs, row counts) alone: the same
+ *     inputs give the same offsets and bytes, which is what lets the loader lay a
+ *     batch out before any data exists and ferry_packed_to copy one in a single piece;
+ *   - field names are unique, 1..FERRY_FIELD_NAME_MAX-1 characters, and each
+ *     spec.name points at the batch's own copy.
+ * Not done here: storage is never cleared (an arena comes back holding the previous
+ * batch's bytes); batch.c knows no field by name (the transfer stage picks the image
+ * field).
+ */
 #include <string.h>
 
 #include "lib/alloc.h"
 #include "lib/batch_internal.h"
 #include "lib/status.h"
+#include "ferry/advanced.h"
 
 /* Every field starts on this boundary: what cudaMemcpyAsync and vector loads like. */
 enum { FIELD_ALIGN = 256 };
 
 static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *row_bytes) {
   if (!spec->name || !spec->name[0] || strlen(spec->name) >= FERRY_FIELD_NAME_MAX)
-    return ferry_fail(FERRY_EINVAL, "batch field %zu: name must be 1..%d characters", f, FERRY_FIELD_NAME_MAX - 1);
+    return ferry__fail(FERRY_EINVAL, "batch field %zu: name must be 1..%d characters", f, FERRY_FIELD_NAME_MAX - 1);
   if (spec->inner_ndim < 0 || spec->inner_ndim > FERRY_MAX_RANK - 1)
-    return ferry_fail(FERRY_EINVAL, "batch field '%s': inner rank %d is outside 0..%d", spec->name,
+    return ferry__fail(FERRY_EINVAL, "batch field '%s': inner rank %d is outside 0..%d", spec->name,
                       spec->inner_ndim, FERRY_MAX_RANK - 1);
   size_t bytes = ferry_dtype_size(spec->dtype);
-  if (bytes == 0) return ferry_fail(FERRY_EINVAL, "batch field '%s': unknown dtype", spec->name);
+  if (bytes == 0) return ferry__fail(FERRY_EINVAL, "batch field '%s': unknown dtype", spec->name);
   for (int d = 0; d < spec->inner_ndim; d++) {
     int64_t n = spec->inner_shape[d];
     if (n < 0 || (n > 0 && bytes > SIZE_MAX / 4 / (size_t)n))
-      return ferry_fail(FERRY_EINVAL, "batch field '%s': inner dimension %d is invalid (%lld)",
+      return ferry__fail(FERRY_EINVAL, "batch field '%s': inner dimension %d is invalid (%lld)",
                         spec->name, d, (long long)n);
     bytes *= (size_t)n;
   }
@@ -28,12 +56,14 @@ static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *r
 }
 
 /* Fill one field's offset table from its row counts; check for overflow. */
+/* `rows` is read only for a ROWS field, which the caller has checked it is given for.
+ * A count is accepted only while the running total stays <= INT64_MAX / 2. */
 static ferry_status fill_offsets(batch_field *field, size_t batch_size, const int64_t *rows) {
   field->offsets[0] = 0;
   for (size_t i = 0; i < batch_size; i++) {
     int64_t n = field->spec.kind == FERRY_FIELD_PER_SAMPLE ? 1 : rows[i];
     if (n < 0 || n > INT64_MAX / 2 - field->offsets[i])
-      return ferry_fail(FERRY_EINVAL, "batch field '%s': sample %zu has an invalid row count %lld",
+      return ferry__fail(FERRY_EINVAL, "batch field '%s': sample %zu has an invalid row count %lld",
                         field->name, i, (long long)n);
     field->offsets[i + 1] = field->offsets[i] + n;
   }
@@ -46,29 +76,29 @@ static ferry_status lay_out(ferry_batch *b) {
     batch_field *field = &b->fields[f];
     uint64_t total_rows = (uint64_t)field->offsets[b->batch_size];
     if (field->row_bytes && total_rows > (SIZE_MAX / 4) / field->row_bytes)
-      return ferry_fail(FERRY_EINVAL, "batch field '%s': %llu rows overflow the address space",
+      return ferry__fail(FERRY_EINVAL, "batch field '%s': %llu rows overflow the address space",
                         field->name, (unsigned long long)total_rows);
     cursor = (cursor + FIELD_ALIGN - 1) / FIELD_ALIGN * FIELD_ALIGN;
     field->byte_offset = cursor;
     field->nbytes = (size_t)total_rows * field->row_bytes;
     if (field->nbytes > SIZE_MAX / 4 - cursor)
-      return ferry_fail(FERRY_EINVAL, "batch: total size overflows");
+      return ferry__fail(FERRY_EINVAL, "batch: total size overflows");
     cursor += field->nbytes;
   }
   b->total_bytes = cursor;
   return FERRY_OK;
 }
 
-ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
                                const int64_t *rows, ferry_batch **out) {
   if (!out || batch_size == 0 || nfields > FERRY_MAX_FIELDS || (nfields && !fields))
-    return ferry_fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
+    return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
   *out = NULL;
-  ferry_batch *b = ferry_calloc(1, sizeof *b);
-  int64_t *offsets = b ? ferry_calloc(nfields * (batch_size + 1) + 1, sizeof *offsets) : NULL;
+  ferry_batch *b = ferry__calloc(1, sizeof *b);
+  int64_t *offsets = b ? ferry__calloc(nfields * (batch_size + 1) + 1, sizeof *offsets) : NULL;
   if (!offsets) {
-    ferry_free(b);
-    return ferry_fail(FERRY_ENOMEM, "batch: out of memory for the offset tables");
+    ferry__free(b);
+    return ferry__fail(FERRY_ENOMEM, "batch: out of memory for the offset tables");
   }
   b->batch_size = batch_size;
   b->nfields = nfields;
@@ -79,11 +109,12 @@ ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_fi
     st = check_spec(&fields[f], f, &field->row_bytes);
     if (st != FERRY_OK) break;
     if (fields[f].kind == FERRY_FIELD_ROWS && !rows)
-      st = ferry_fail(FERRY_EINVAL, "batch field '%s': row counts are required", fields[f].name);
+      st = ferry__fail(FERRY_EINVAL, "batch field '%s': row counts are required", fields[f].name);
     for (size_t g = 0; g < f && st == FERRY_OK; g++)
       if (strcmp(b->fields[g].name, fields[f].name) == 0)
-        st = ferry_fail(FERRY_EINVAL, "batch: field '%s' appears twice", fields[f].name);
+        st = ferry__fail(FERRY_EINVAL, "batch: field '%s' appears twice", fields[f].name);
     if (st != FERRY_OK) break;
+    /* check_spec bounded the name's length, so the copy fits. */
     field->spec = fields[f];
     strcpy(field->name, fields[f].name);
     field->spec.name = field->name;
@@ -92,41 +123,43 @@ ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_fi
   }
   if (st == FERRY_OK) st = lay_out(b);
   if (st != FERRY_OK) {
-    ferry_batch_shell_free(b);
+    ferry__batch_shell_free(b);
     return st;
   }
   *out = b;
   return FERRY_OK;
 }
 
-void ferry_batch_shell_free(ferry_batch *b) {
+void ferry__batch_shell_free(ferry_batch *b) {
   if (!b) return;
-  ferry_free(b->held);
-  ferry_free(b->offset_storage);
-  ferry_free(b);
+  ferry__free(b->held);
+  ferry__free(b->offset_storage);
+  ferry__free(b);
 }
 
 ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfields,
                                       const ferry_field_spec *fields, const int64_t *rows,
                                       size_t *out_bytes) {
   ferry_batch *b;
-  ferry_status st = ferry_batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
   if (st != FERRY_OK) return st;
   *out_bytes = b->total_bytes;
-  ferry_batch_shell_free(b);
+  ferry__batch_shell_free(b);
   return FERRY_OK;
 }
 
 ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
                                 const ferry_field_spec *fields, const int64_t *rows,
                                 ferry_batch **out) {
-  if (!pool) return ferry_fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
+  if (!pool) return ferry__fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
+  /* Laid out first, then the arena: the size is known exactly, and a failed or
+   * canceled acquire (which can block) leaves only the shell to free. */
   ferry_batch *b;
-  ferry_status st = ferry_batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
   if (st != FERRY_OK) return st;
   st = ferry_pool_acquire(pool, b->total_bytes, &b->arena);
   if (st != FERRY_OK) {
-    ferry_batch_shell_free(b);
+    ferry__batch_shell_free(b);
     return st;
   }
   b->storage = STORAGE_ARENA;
@@ -139,8 +172,8 @@ ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfie
 static void free_unpacked(ferry_batch *b) {
   for (size_t f = 0; f < b->nfields; f++) {
     void **data = b->fields[f].sample_data;
-    for (size_t i = 0; data && i < b->batch_size; i++) ferry_free(data[i]);
-    ferry_free(data);
+    for (size_t i = 0; data && i < b->batch_size; i++) ferry__free(data[i]);
+    ferry__free(data);
   }
 }
 
@@ -154,24 +187,24 @@ ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, 
                                          const ferry_field_spec *fields, const int64_t *rows,
                                          ferry_batch **out) {
   ferry_batch *b;
-  ferry_status st = ferry_batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
   if (st != FERRY_OK) return st;
   b->storage = STORAGE_UNPACKED;
   b->device = host;
   for (size_t f = 0; f < nfields && st == FERRY_OK; f++) {
     batch_field *field = &b->fields[f];
-    field->sample_data = ferry_calloc(batch_size, sizeof(void *));
+    field->sample_data = ferry__calloc(batch_size, sizeof(void *));
     if (!field->sample_data) st = FERRY_ENOMEM;
     for (size_t i = 0; i < batch_size && st == FERRY_OK; i++) {
       size_t n = (size_t)(field->offsets[i + 1] - field->offsets[i]) * field->row_bytes;
-      field->sample_data[i] = n ? ferry_aligned_alloc(64, n) : NULL;
+      field->sample_data[i] = n ? ferry__aligned_alloc(64, n) : NULL;
       if (n && !field->sample_data[i]) st = FERRY_ENOMEM;
     }
   }
   if (st != FERRY_OK) {
     free_unpacked(b);
-    ferry_batch_shell_free(b);
-    return ferry_fail(st, "unpacked batch: out of memory for per-sample buffers");
+    ferry__batch_shell_free(b);
+    return ferry__fail(st, "unpacked batch: out of memory for per-sample buffers");
   }
   *out = b;
   return FERRY_OK;
@@ -211,7 +244,7 @@ static int view_shape(const batch_field *field, int64_t rows, int64_t *shape) {
 ferry_status ferry_batch_sample(const ferry_batch *b, size_t field, size_t sample,
                                 ferry_tensor *view) {
   if (!b || !view || field >= b->nfields || sample >= b->batch_size)
-    return ferry_fail(FERRY_EINVAL, "batch: no field %zu / sample %zu", field, sample);
+    return ferry__fail(FERRY_EINVAL, "batch: no field %zu / sample %zu", field, sample);
   const batch_field *fd = &b->fields[field];
   int64_t begin = fd->offsets[sample], rows = fd->offsets[sample + 1] - begin;
   int64_t shape[FERRY_MAX_RANK];
@@ -224,9 +257,9 @@ ferry_status ferry_batch_sample(const ferry_batch *b, size_t field, size_t sampl
 
 ferry_status ferry_batch_field(const ferry_batch *b, size_t field, ferry_tensor *view) {
   if (!b || !view || field >= b->nfields)
-    return ferry_fail(FERRY_EINVAL, "batch: no field %zu", field);
+    return ferry__fail(FERRY_EINVAL, "batch: no field %zu", field);
   if (b->storage == STORAGE_UNPACKED)
-    return ferry_fail(FERRY_EUNSUPPORTED, "batch field '%s': an unpacked batch has no whole-field view",
+    return ferry__fail(FERRY_EUNSUPPORTED, "batch field '%s': an unpacked batch has no whole-field view",
                       b->fields[field].name);
   const batch_field *fd = &b->fields[field];
   int64_t shape[FERRY_MAX_RANK];
@@ -238,10 +271,10 @@ ferry_status ferry_batch_field(const ferry_batch *b, size_t field, ferry_tensor 
 }
 
 ferry_status ferry_batch_hold_until(ferry_batch *b, ferry_event *event) {
-  if (!b || !event) return ferry_fail(FERRY_EINVAL, "ferry_batch_hold_until: batch and event are required");
+  if (!b || !event) return ferry__fail(FERRY_EINVAL, "ferry_batch_hold_until: batch and event are required");
   if (b->nheld == b->held_capacity) {
     size_t cap = b->held_capacity ? 2 * b->held_capacity : 4;
-    ferry_event **held = ferry_realloc(b->held, cap * sizeof *held);
+    ferry_event **held = ferry__realloc(b->held, cap * sizeof *held);
     if (!held) {
       /* Cannot remember it: wait now, which keeps the guarantee. */
       ferry_event_synchronize(event);
@@ -268,16 +301,20 @@ void ferry_batch_set_release_hook(ferry_batch *b, ferry_batch_release_fn fn, voi
   b->release_user = user;
 }
 
+/* The release hook runs first, while the batch is still whole. */
 void ferry_batch_release(ferry_batch *b) {
   if (!b) return;
   if (b->release_hook) b->release_hook(b, b->release_user);
   switch (b->storage) {
     case STORAGE_ARENA:
+      /* The pool takes the events and returns the arena once they complete, without
+       * waiting here; only the array that held them is freed below. */
       ferry_arena_release_after(b->arena, b->held, b->nheld);
       b->nheld = 0;
       break;
     case STORAGE_DEVICE:
-      /* Device storage is freed in stream order after the held work. */
+      /* Waits here for the held events (the work reading this storage), then frees it
+       * on the device's default stream. */
       wait_held(b);
       ferry_device_free(b->device, NULL, b->base);
       break;
@@ -286,5 +323,5 @@ void ferry_batch_release(ferry_batch *b) {
       free_unpacked(b);
       break;
   }
-  ferry_batch_shell_free(b);
+  ferry__batch_shell_free(b);
 }

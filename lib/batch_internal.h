@@ -1,8 +1,10 @@
 /* lib/batch_internal.h - the packed batch's insides, for lib/ code that builds
- * batches in other places (the transfer stage's ferry_packed_to). Internal. */
+ * batches in other places (the transfer stage's ferry_packed_to). Internal.
+ * The invariants of these fields are in batch.c's opening comment. */
 #ifndef FERRY_LIB_BATCH_INTERNAL_H
 #define FERRY_LIB_BATCH_INTERNAL_H
 
+#include "ferry/advanced.h"
 #include "ferry/batch.h"
 
 typedef struct batch_field {
@@ -28,6 +30,8 @@ struct ferry_batch {
   ferry_device *device;         /* where the bytes live */
   void *base;                   /* packed: start of storage */
   ferry_arena *arena;           /* STORAGE_ARENA */
+  /* Owned until release, which hands them to the pool (ARENA) or waits for and
+   * destroys them (DEVICE, UNPACKED). */
   ferry_event **held;           /* events to wait for before the storage is reused */
   size_t nheld, held_capacity;
   ferry_batch_release_fn release_hook;
@@ -36,8 +40,8 @@ struct ferry_batch {
 
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,
  * total bytes. No storage is attached; *out is freed with batch_shell_free. */
-ferry_status ferry_batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
                                const int64_t *rows, ferry_batch **out);
-void ferry_batch_shell_free(ferry_batch *batch);
+void ferry__batch_shell_free(ferry_batch *batch);
 
 #endif

@@ -3,6 +3,26 @@
  *
  * Always compiled when the toolkit is found, so CI (which has no GPU) proves it
  * builds and that opening it without a device fails cleanly with FERRY_ENODEV.
+ *
+ * Owns: per device, a cuda_device (the handle of the device's default memory pool),
+ * set by init and freed by shutdown; a stream's impl is its cudaStream_t, an event's
+ * its cudaEvent_t. No lock here: the CUDA runtime is thread-safe, and what ferry
+ * shares between threads (init, the stream list, accounting) is locked in device.c.
+ * Callers: device.c, from any thread; a host function runs on a thread of the driver.
+ *
+ * Invariants:
+ *   - device->impl is set exactly while the device is initialised;
+ *   - the runtime's current device is per thread, so every call that creates or uses
+ *     state of a device selects it first (use_device), except those that only take a
+ *     stream or event handle (synchronise, query, destroy, launch a host function),
+ *     which carry their device with them;
+ *   - device memory comes from the device's default pool and nowhere else, so the
+ *     pool's UsedMemHigh is a second, independent reading of ferry's device
+ *     allocations (plus whatever other code allocates from that same pool);
+ *   - after a failed allocation the runtime's last error is cleared, so that the
+ *     next, unrelated call does not report it.
+ * Not done here: no pageable-memory check (device.c refuses unpinned asynchronous
+ * copies before they get here), no peer access between GPUs.
  */
 #include "ferry_config.h"
 #include "lib/device_internal.h"
@@ -18,7 +38,7 @@ typedef struct cuda_device {
 } cuda_device;
 
 static ferry_status cuda_error(ferry_device *device, const char *what, cudaError_t err) {
-  return ferry_fail(FERRY_EDEVICE, "%s: %s failed: %s", device ? device->name : "cuda", what,
+  return ferry__fail(FERRY_EDEVICE, "%s: %s failed: %s", device ? device->name : "cuda", what,
                     cudaGetErrorString(err));
 }
 
@@ -29,18 +49,26 @@ static ferry_status use_device(ferry_device *device) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "cudaSetDevice", err);
 }
 
+/* Every "no GPU" message ends with the way out: the runtime's own words ("CUDA driver
+ * version is insufficient for CUDA runtime version" on a machine with no driver at
+ * all) do not tell a user that the CPU backend exists. */
+#define RUN_ON_HOST "; the \"host\" device runs on the CPU instead (--device host in the examples)"
+
 static ferry_status cuda_probe(int index) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
-    return ferry_fail(FERRY_ENODEV, "no CUDA device: the CUDA runtime reports \"%s\" (%s)",
+    return ferry__fail(FERRY_ENODEV,
+                      "no CUDA device: no usable NVIDIA GPU and driver were found (the CUDA "
+                      "runtime reports \"%s\", %s)" RUN_ON_HOST,
                       cudaGetErrorString(err), cudaGetErrorName(err));
   }
-  if (count == 0) return ferry_fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 devices");
+  if (count == 0)
+    return ferry__fail(FERRY_ENODEV, "no CUDA device: the driver sees 0 GPUs" RUN_ON_HOST);
   if (index >= count)
-    return ferry_fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d device%s", index,
-                      count, count == 1 ? "" : "s");
+    return ferry__fail(FERRY_ENODEV, "no CUDA device cuda:%d: the driver sees %d GPU%s" RUN_ON_HOST,
+                      index, count, count == 1 ? "" : "s");
   return FERRY_OK;
 }
 
@@ -49,15 +77,16 @@ static ferry_status cuda_init(ferry_device *device) {
   if (st != FERRY_OK) return st;
   cudaError_t err = cudaFree(0); /* creates the primary context now, not mid-transfer */
   if (err != cudaSuccess) return cuda_error(device, "creating the context", err);
-  cuda_device *cd = ferry_calloc(1, sizeof *cd);
-  if (!cd) return ferry_fail(FERRY_ENOMEM, "%s: out of memory", device->name);
+  cuda_device *cd = ferry__calloc(1, sizeof *cd);
+  if (!cd) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", device->name);
   err = cudaDeviceGetDefaultMemPool(&cd->pool, device->index);
   if (err != cudaSuccess) {
-    ferry_free(cd);
+    ferry__free(cd);
     return cuda_error(device, "cudaDeviceGetDefaultMemPool", err);
   }
   /* Keep freed pool memory cached: returning it to the OS between batches would
-   * make every batch pay for cudaMalloc again. */
+   * make every batch pay for cudaMalloc again. A failure here costs only that, so it
+   * is not checked. */
   uint64_t threshold = UINT64_MAX;
   cudaMemPoolSetAttribute(cd->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
   device->impl = cd;
@@ -65,13 +94,15 @@ static ferry_status cuda_init(ferry_device *device) {
 }
 
 static void cuda_shutdown(ferry_device *device) {
-  ferry_free(device->impl);
+  ferry__free(device->impl);
   device->impl = NULL;
 }
 
 static ferry_status cuda_stream_open(ferry_stream *stream) {
   ferry_status st = use_device(stream->device);
   if (st != FERRY_OK) return st;
+  /* Non-blocking: ferry's streams do not wait for, nor hold up, work that other code
+   * queues on the legacy default stream (stream 0). */
   cudaStream_t s;
   cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (err != cudaSuccess) return cuda_error(stream->device, "cudaStreamCreate", err);
@@ -79,6 +110,8 @@ static ferry_status cuda_stream_open(ferry_stream *stream) {
   return FERRY_OK;
 }
 
+/* cudaStreamDestroy returns before the stream's work has run; ferry's contract is
+ * that closing waits for it, hence the synchronisation first. */
 static void cuda_stream_close(ferry_stream *stream) {
   use_device(stream->device);
   cudaStreamSynchronize(stream->impl);
@@ -93,16 +126,21 @@ static ferry_status cuda_stream_sync(ferry_stream *stream) {
 static ferry_status cuda_malloc(ferry_stream *stream, size_t size, void **out) {
   ferry_status st = use_device(stream->device);
   if (st != FERRY_OK) return st;
+  /* From the pool by name: plain cudaMallocAsync takes the device's *current* pool,
+   * which other code may change (cudaDeviceSetMemPool), and the watermark read by
+   * cuda_pool_high is this pool's. */
   cuda_device *cd = stream->device->impl;
   cudaError_t err = cudaMallocFromPoolAsync(out, size, cd->pool, stream->impl);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ferry_fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
+    return ferry__fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
                       stream->device->name, size, cudaGetErrorString(err));
   }
   return FERRY_OK;
 }
 
+/* The memory goes back to the pool when the stream reaches the free, so work queued
+ * before it on the stream may still use it. */
 static ferry_status cuda_free(ferry_stream *stream, void *ptr) {
   use_device(stream->device);
   cudaError_t err = cudaFreeAsync(ptr, stream->impl);
@@ -112,10 +150,12 @@ static ferry_status cuda_free(ferry_stream *stream, void *ptr) {
 static ferry_status cuda_host_alloc(ferry_device *device, size_t size, void **out) {
   ferry_status st = use_device(device);
   if (st != FERRY_OK) return st;
+  /* Portable: pinned for every context, not only the current device's, so an arena
+   * can feed any GPU of the process. */
   cudaError_t err = cudaHostAlloc(out, size, cudaHostAllocPortable);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ferry_fail(FERRY_ENOMEM, "%s: cudaHostAlloc of %zu pinned bytes failed: %s",
+    return ferry__fail(FERRY_ENOMEM, "%s: cudaHostAlloc of %zu pinned bytes failed: %s",
                       device->name, size, cudaGetErrorString(err));
   }
   return FERRY_OK;
@@ -140,6 +180,8 @@ static ferry_status cuda_memcpy(ferry_stream *stream, void *dst, const void *src
   return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaMemcpyAsync", err);
 }
 
+/* fn runs on a driver thread once the stream reaches it, and holds the stream up until
+ * it returns; it may make no CUDA call (transfer.h says so to hook writers). */
 static ferry_status cuda_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
   cudaError_t err = cudaLaunchHostFunc(stream->impl, fn, arg);
   return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaLaunchHostFunc", err);
@@ -147,6 +189,8 @@ static ferry_status cuda_call(ferry_stream *stream, ferry_host_fn fn, void *arg)
 
 static ferry_status cuda_event_record(ferry_stream *stream, ferry_event *event) {
   use_device(stream->device);
+  /* A new event per record, without timing: ferry only asks "done yet?", and events
+   * without timestamps are the cheaper kind to record and query. */
   cudaEvent_t e;
   cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
   if (err != cudaSuccess) return cuda_error(stream->device, "cudaEventCreate", err);
@@ -179,6 +223,7 @@ static ferry_status cuda_pool_high(ferry_device *device, uint64_t *out) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "reading the pool watermark", err);
 }
 
+/* CUDA accepts only 0 as the new value of UsedMemHigh. */
 static ferry_status cuda_pool_reset(ferry_device *device) {
   cuda_device *cd = device->impl;
   uint64_t zero = 0;
@@ -186,7 +231,7 @@ static ferry_status cuda_pool_reset(ferry_device *device) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "resetting the pool watermark", err);
 }
 
-const ferry_backend ferry_cuda_backend = {
+const ferry_backend ferry__cuda_backend = {
   .name = "cuda",
   .probe = cuda_probe,
   .init = cuda_init,
@@ -210,11 +255,15 @@ const ferry_backend ferry_cuda_backend = {
 
 #else /* built without the CUDA toolkit */
 
+/* Only probe is set: it always fails, and device.c calls nothing else of a backend
+ * whose probe failed, since the device is never created. */
+
 static ferry_status cuda_unavailable(int index) {
-  return ferry_fail(FERRY_ENODEV,
-                    "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled)");
+  return ferry__fail(FERRY_ENODEV,
+                    "no CUDA device: ferry was built without the CUDA toolkit (meson -Dcuda=enabled); "
+                    "the \"host\" device runs on the CPU instead (--device host in the examples)");
 }
 
-const ferry_backend ferry_cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
+const ferry_backend ferry__cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
 
 #endif

@@ -3,6 +3,26 @@
  * Not a mock. Each stream is a thread draining a FIFO of operations, so a copy
  * really is asynchronous: it has happened only once an event recorded after it
  * completes. That is what lets CI catch a caller that reuses a buffer too early.
+ *
+ * Owns: per stream, a host_stream (its thread, FIFO and counters); per event, a
+ * host_event. Device memory is 64-byte-aligned heap memory; "pinned" memory is page
+ * (or huge-page) aligned heap memory, not locked: the host backend has no DMA engine
+ * to pin it for. init and shutdown have nothing to do.
+ * Callers: device.c, from any thread; ops run on the stream's own thread.
+ *
+ * Invariants:
+ *   - an op is in exactly one place: its stream's FIFO, or being run by the stream
+ *     thread, which frees it afterwards; ops of one stream run one at a time, in the
+ *     order queued;
+ *   - s->lock guards head, tail, queued, completed and stop, and is never held while
+ *     an op runs: a host function may queue more work, and a caller may queue while
+ *     a long copy runs;
+ *   - completed <= queued, and completed counts an op only after it has run, so a
+ *     thread that sees completed >= n knows the first n ops have taken effect;
+ *   - a host_event is freed when its last reference goes: the caller's handle and,
+ *     until it has run, its queued op; either may go first.
+ * Not done here: no pointer checks (device.c does them), no concurrency inside a
+ * stream, no error from a copy (memmove cannot fail).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,6 +60,8 @@ typedef struct host_op {
 typedef struct host_stream {
   pthread_t thread;
   pthread_mutex_t lock;
+  /* work_cv has one waiter, the stream thread, so it is signalled; idle_cv may have
+   * many (every synchroniser), so it is broadcast. */
   pthread_cond_t work_cv; /* work queued, or stop */
   pthread_cond_t idle_cv; /* completed advanced */
   host_op *head, *tail;
@@ -51,7 +73,7 @@ static void event_unref(host_event *e) {
   if (atomic_fetch_sub(&e->refs, 1) == 1) {
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->done_cv);
-    ferry_free(e);
+    ferry__free(e);
   }
 }
 
@@ -59,7 +81,9 @@ static void run_op(host_op *op) {
   switch (op->kind) {
     case OP_COPY: memmove(op->dst, op->src, op->n); break;
     case OP_CALL: op->fn(op->arg); break;
-    case OP_FREE: ferry_free(op->dst); break;
+    case OP_FREE: ferry__free(op->dst); break;
+    /* The waiters hold the caller's reference, so the event outlives the broadcast;
+     * the op's reference is dropped last. */
     case OP_EVENT:
       pthread_mutex_lock(&op->event->lock);
       op->event->done = 1;
@@ -72,17 +96,19 @@ static void run_op(host_op *op) {
 
 static void *stream_main(void *arg) {
   host_stream *s = arg;
-  ferry_thread_name("ferry-stream", SIZE_MAX);
+  ferry__thread_name("ferry-stream", SIZE_MAX);
   pthread_mutex_lock(&s->lock);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->lock);
+    /* Stop is honoured only once the FIFO is empty: closing a stream runs everything
+     * queued on it first, frees included. */
     if (!s->head) break; /* stop requested and nothing left */
     host_op *op = s->head;
     s->head = op->next;
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->lock);
     run_op(op);
-    ferry_free(op);
+    ferry__free(op);
     pthread_mutex_lock(&s->lock);
     s->completed++;
     pthread_cond_broadcast(&s->idle_cv);
@@ -105,14 +131,14 @@ static ferry_status enqueue(ferry_stream *stream, host_op *op) {
 }
 
 static host_op *new_op(ferry_stream *stream, op_kind kind) {
-  host_op *op = ferry_calloc(1, sizeof *op);
-  if (!op) ferry_fail(FERRY_ENOMEM, "%s: out of memory queueing work on a stream", stream->device->name);
+  host_op *op = ferry__calloc(1, sizeof *op);
+  if (!op) ferry__fail(FERRY_ENOMEM, "%s: out of memory queueing work on a stream", stream->device->name);
   else op->kind = kind;
   return op;
 }
 
 static ferry_status host_probe(int index) {
-  if (index != 0) return ferry_fail(FERRY_ENODEV, "host: there is one host device, not %d", index);
+  if (index != 0) return ferry__fail(FERRY_ENODEV, "host: there is one host device, not %d", index);
   return FERRY_OK;
 }
 
@@ -120,8 +146,8 @@ static ferry_status host_init(ferry_device *device) { return FERRY_OK; }
 static void host_shutdown(ferry_device *device) {}
 
 static ferry_status host_stream_open(ferry_stream *stream) {
-  host_stream *s = ferry_calloc(1, sizeof *s);
-  if (!s) return ferry_fail(FERRY_ENOMEM, "host: out of memory for a stream");
+  host_stream *s = ferry__calloc(1, sizeof *s);
+  if (!s) return ferry__fail(FERRY_ENOMEM, "host: out of memory for a stream");
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->idle_cv, NULL);
@@ -129,8 +155,8 @@ static ferry_status host_stream_open(ferry_stream *stream) {
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->idle_cv);
-    ferry_free(s);
-    return ferry_fail(FERRY_EDEVICE, "host: could not start a stream thread");
+    ferry__free(s);
+    return ferry__fail(FERRY_EDEVICE, "host: could not start a stream thread");
   }
   stream->impl = s;
   return FERRY_OK;
@@ -146,9 +172,12 @@ static void host_stream_close(ferry_stream *stream) {
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->work_cv);
   pthread_cond_destroy(&s->idle_cv);
-  ferry_free(s);
+  ferry__free(s);
 }
 
+/* Waits for what was queued before the call, not for work queued meanwhile, so a
+ * busy stream cannot keep a synchroniser waiting forever. A host function that
+ * synchronises its own stream would wait for itself. */
 static ferry_status host_stream_sync(ferry_stream *stream) {
   host_stream *s = stream->impl;
   pthread_mutex_lock(&s->lock);
@@ -159,8 +188,8 @@ static ferry_status host_stream_sync(ferry_stream *stream) {
 }
 
 static ferry_status host_malloc(ferry_stream *stream, size_t size, void **out) {
-  *out = ferry_aligned_alloc(HOST_ALIGN, size);
-  if (!*out) return ferry_fail(FERRY_EDEVICE, "host: out of device memory allocating %zu bytes", size);
+  *out = ferry__aligned_alloc(HOST_ALIGN, size);
+  if (!*out) return ferry__fail(FERRY_EDEVICE, "host: out of device memory allocating %zu bytes", size);
   return FERRY_OK;
 }
 
@@ -170,7 +199,7 @@ static ferry_status host_free_async(ferry_stream *stream, void *ptr) {
   if (!op) {
     /* Cannot queue: wait for the stream so nothing still reads ptr, then free. */
     host_stream_sync(stream);
-    ferry_free(ptr);
+    ferry__free(ptr);
     return FERRY_OK;
   }
   op->dst = ptr;
@@ -184,18 +213,22 @@ static ferry_status host_free_async(ferry_stream *stream, void *ptr) {
  * allocation of a huge page or more is huge-page aligned and asks for them; the
  * kernel may say no (THP off), which costs only the speed. */
 static ferry_status host_host_alloc(ferry_device *device, size_t size, void **out) {
+  /* Rounded up to whole pages (or huge pages); the check first keeps the rounding
+   * from wrapping. */
   size_t align = size >= HUGE_PAGE ? HUGE_PAGE : PAGE;
-  *out = size <= SIZE_MAX - align ? ferry_aligned_alloc(align, (size + align - 1) / align * align)
+  *out = size <= SIZE_MAX - align ? ferry__aligned_alloc(align, (size + align - 1) / align * align)
                                   : NULL;
-  if (!*out) return ferry_fail(FERRY_ENOMEM, "host: out of memory allocating %zu pinned bytes", size);
+  if (!*out) return ferry__fail(FERRY_ENOMEM, "host: out of memory allocating %zu pinned bytes", size);
 #ifdef MADV_HUGEPAGE
   if (align == HUGE_PAGE) (void)madvise(*out, size, MADV_HUGEPAGE);
 #endif
   return FERRY_OK;
 }
 
-static void host_host_free(ferry_device *device, void *ptr) { ferry_free(ptr); }
+static void host_host_free(ferry_device *device, void *ptr) { ferry__free(ptr); }
 
+/* Every kind is a memmove: all of this backend's memory is host memory. On failure
+ * new_op has already left the message. */
 static ferry_status host_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
                                 ferry_copy_kind kind) {
   host_op *op = new_op(stream, OP_COPY);
@@ -215,12 +248,14 @@ static ferry_status host_call(ferry_stream *stream, ferry_host_fn fn, void *arg)
 }
 
 static ferry_status host_event_record(ferry_stream *stream, ferry_event *event) {
-  host_event *e = ferry_calloc(1, sizeof *e);
+  host_event *e = ferry__calloc(1, sizeof *e);
   host_op *op = e ? new_op(stream, OP_EVENT) : NULL;
   if (!op) {
-    ferry_free(e);
-    return ferry_fail(FERRY_ENOMEM, "%s: out of memory recording an event", stream->device->name);
+    ferry__free(e);
+    return ferry__fail(FERRY_ENOMEM, "%s: out of memory recording an event", stream->device->name);
   }
+  /* Both references are counted before the op is queued: the stream thread may run it,
+   * and drop its reference, before enqueue returns. */
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->done_cv, NULL);
   atomic_init(&e->refs, 2);
@@ -247,7 +282,7 @@ static ferry_status host_event_sync(ferry_event *event) {
 
 static void host_event_destroy(ferry_event *event) { event_unref(event->impl); }
 
-const ferry_backend ferry_host_backend = {
+const ferry_backend ferry__host_backend = {
   .name = "host",
   .probe = host_probe,
   .init = host_init,

@@ -14,6 +14,9 @@
 #include "lib/ptrmap.h"
 #include "lib/rangeset.h"
 
+/* Every entry but probe is called only on a device whose probe succeeded; pool_high
+ * and pool_reset may be NULL (the host backend has no pool of its own). What `impl`
+ * points at, in a device, stream or event, belongs to the backend. */
 typedef struct ferry_backend {
   const char *name;
   /* At open: is device `index` there? Must not create a context. */
@@ -51,13 +54,18 @@ struct ferry_event {
   void *impl;
 };
 
+/* Locks, what each guards and their order: device.c's opening comment. */
 struct ferry_device {
+  /* ops, kind, index and name are set at open and never change; impl is the
+   * backend's, set by its init. */
   const ferry_backend *ops;
   ferry_device_kind kind;
   int index;
   char name[16];
   void *impl;
 
+  /* initialized is written once, under init_lock, with release order: a thread that
+   * reads it as 1 (acquire) also sees impl and default_stream. */
   pthread_mutex_t init_lock;
   atomic_int initialized;
   uint64_t initializations;
@@ -78,10 +86,10 @@ struct ferry_device {
  * host tensors): queued as ferry_memcpy_async when it would take the copy, otherwise
  * done synchronously as ferry_memcpy, since pageable memory cannot be copied
  * asynchronously by CUDA. */
-ferry_status ferry_memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
+ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
                                   ferry_copy_kind kind);
 
-extern const ferry_backend ferry_host_backend;
-extern const ferry_backend ferry_cuda_backend;
+extern const ferry_backend ferry__host_backend;
+extern const ferry_backend ferry__cuda_backend;
 
 #endif

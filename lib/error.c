@@ -1,4 +1,23 @@
-/* lib/error.c - status strings and the thread-local message. */
+/* lib/error.c - status strings and the thread-local message.
+ *
+ * Owns: one FERRY_ERROR_MAX-byte message buffer per thread (_Thread_local), and the
+ * fixed strings of ferry_strerror.
+ * Callers: every thread, with no lock: each thread touches only its own buffer. A
+ * message made on one thread (a worker, a stream's host function) reaches another
+ * only as a copy, through ferry__error_restore.
+ *
+ * Invariants:
+ *   - the buffer is always NUL-terminated; a message longer than FERRY_ERROR_MAX - 1
+ *     bytes is cut, never refused (every write is bounded by the buffer's size);
+ *   - a failing path sets the message and returns the status in one call
+ *     (ferry__fail), so the two cannot disagree;
+ *   - nothing clears the message but ferry_clear_error: a call that succeeds leaves
+ *     the old one (or one of a failure it recovered from), so ferry_last_error means
+ *     something only right after a call that failed (ferry/error.h).
+ *
+ * Not done here: no allocation (the out-of-memory path must be able to report), no
+ * logging, no errno translation (callers put strerror() into their message).
+ */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +27,7 @@
 static _Thread_local char last_message[FERRY_ERROR_MAX];
 
 const char *ferry_strerror(ferry_status status) {
+  /* No default: -Wswitch then names any status added to error.h but not here. */
   switch (status) {
     case FERRY_OK: return "success";
     case FERRY_EINVAL: return "invalid argument";
@@ -30,7 +50,9 @@ const char *ferry_last_error(void) { return last_message; }
 
 void ferry_clear_error(void) { last_message[0] = '\0'; }
 
-ferry_status ferry_fail(ferry_status status, const char *fmt, ...) {
+/* The arguments must not point into this thread's message (vsnprintf into the
+ * buffer it reads from is undefined): to add context, use ferry__error_prefix. */
+ferry_status ferry__fail(ferry_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_message, sizeof last_message, fmt, ap);
@@ -38,9 +60,11 @@ ferry_status ferry_fail(ferry_status status, const char *fmt, ...) {
   return status;
 }
 
-ferry_status ferry_error_prefix(ferry_status status, const char *fmt, ...) {
+ferry_status ferry__error_prefix(ferry_status status, const char *fmt, ...) {
   char prefix[FERRY_ERROR_MAX];
   char old[FERRY_ERROR_MAX];
+  /* Format the prefix before touching the message, so that its arguments may point
+   * into the message itself; then put the old message after it. */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
@@ -52,7 +76,7 @@ ferry_status ferry_error_prefix(ferry_status status, const char *fmt, ...) {
   return status;
 }
 
-ferry_status ferry_error_restore(ferry_status status, const char *message) {
+ferry_status ferry__error_restore(ferry_status status, const char *message) {
   snprintf(last_message, sizeof last_message, "%s", message ? message : "");
   return status;
 }

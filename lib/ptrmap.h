@@ -14,11 +14,11 @@ typedef struct ferry_ptrmap {
   size_t live;
 } ferry_ptrmap;
 
-void ferry_ptrmap_init(ferry_ptrmap *map);
-void ferry_ptrmap_destroy(ferry_ptrmap *map);
+void ferry__ptrmap_init(ferry_ptrmap *map);
+void ferry__ptrmap_destroy(ferry_ptrmap *map);
 /* 0 on success, -1 when memory for growth is unavailable. */
-int ferry_ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size);
+int ferry__ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size);
 /* Remove ptr; 1 and its size if it was there, else 0. */
-int ferry_ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size);
+int ferry__ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size);
 
 #endif

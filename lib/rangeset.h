@@ -22,13 +22,13 @@ typedef struct ferry_rangeset {
   size_t count, capacity;
 } ferry_rangeset;
 
-void ferry_rangeset_init(ferry_rangeset *set);
-void ferry_rangeset_destroy(ferry_rangeset *set);
+void ferry__rangeset_init(ferry_rangeset *set);
+void ferry__rangeset_destroy(ferry_rangeset *set);
 /* Add [start, start+size), disjoint from every range held. 0, or -1 out of memory. */
-int ferry_rangeset_put(ferry_rangeset *set, const void *start, size_t size);
+int ferry__rangeset_put(ferry_rangeset *set, const void *start, size_t size);
 /* Remove the range that starts exactly at `start`: 1 and its size, or 0 if none does. */
-int ferry_rangeset_take(ferry_rangeset *set, const void *start, size_t *size);
+int ferry__rangeset_take(ferry_rangeset *set, const void *start, size_t *size);
 /* 1 when [ptr, ptr+n) lies inside one range held (n = 0 asks about ptr alone). */
-int ferry_rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n);
+int ferry__rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n);
 
 #endif

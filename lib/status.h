@@ -1,7 +1,7 @@
 /* lib/status.h - how ferry code reports failures (internal).
  *
- * Every failing path returns through ferry_fail so that the thread's message and the
- * returned status can never disagree. ferry_error_prefix adds context as an error
+ * Every failing path returns through ferry__fail so that the thread's message and the
+ * returned status can never disagree. ferry__error_prefix adds context as an error
  * travels up ("sample 12 (val2017/x.jpg): " in front of the decoder's message).
  */
 #ifndef FERRY_LIB_STATUS_H
@@ -17,13 +17,13 @@
 #endif
 
 /* Set this thread's message and return status. */
-ferry_status ferry_fail(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
+ferry_status ferry__fail(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
 
 /* Put formatted context in front of this thread's message; returns status. */
-ferry_status ferry_error_prefix(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
+ferry_status ferry__error_prefix(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
 
 /* Restore a message captured on another thread (worker -> consumer). */
-ferry_status ferry_error_restore(ferry_status status, const char *message);
+ferry_status ferry__error_restore(ferry_status status, const char *message);
 
 #define FERRY_ERROR_MAX 1024
 

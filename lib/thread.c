@@ -1,5 +1,12 @@
 /* lib/thread.c - see thread.h. Naming is best effort: a failure changes nothing
- * that ferry relies on, so it is not reported. */
+ * that ferry relies on, so it is not reported.
+ *
+ * Owns no state. Callers: a thread ferry has just started (the loader's workers and
+ * coordinator, a host stream's thread), naming itself; it never names another thread.
+ * The name is built in a 16-byte buffer because glibc's pthread_setname_np refuses a
+ * longer one (ERANGE) rather than cutting it: cutting is done here, keeping the
+ * number, which is what tells ferry-worker-12 from ferry-worker-13.
+ */
 #include "lib/thread.h"
 
 #include <pthread.h>
@@ -9,10 +16,11 @@
 
 enum { NAME_MAX_CHARS = 15 }; /* what the kernel keeps, without the terminator */
 
-void ferry_thread_name(const char *prefix, size_t index) {
+void ferry__thread_name(const char *prefix, size_t index) {
   char number[24] = "", name[NAME_MAX_CHARS + 1];
   if (index != SIZE_MAX) snprintf(number, sizeof number, "%zu", index);
   size_t digits = strlen(number);
+  /* Only a 64-bit index of 16+ digits gets here; the cut keeps the name in bounds. */
   if (digits > NAME_MAX_CHARS) digits = NAME_MAX_CHARS;
   size_t keep = NAME_MAX_CHARS - digits, head = strlen(prefix) < keep ? strlen(prefix) : keep;
   memcpy(name, prefix, head);

@@ -11,6 +11,6 @@
 
 /* Name the calling thread `prefix` followed by `index` (no number when index is
  * SIZE_MAX). When that is too long, the number is kept and the prefix is cut. */
-void ferry_thread_name(const char *prefix, size_t index);
+void ferry__thread_name(const char *prefix, size_t index);
 
 #endif

@@ -14,6 +14,7 @@
 #include "lib/alloc.h"
 #include "lib/thread.h"
 #include "loaders/loader_internal.h"
+#include "ferry/advanced.h"
 
 /* Per-epoch bookkeeping that only the coordinator touches. */
 typedef struct epoch_run {
@@ -26,24 +27,24 @@ typedef struct epoch_run {
 
 static void plan_free(plan *p) {
   if (!p) return;
-  ferry_free(p->item);
-  ferry_free(p->dataset_index);
-  ferry_free(p->position);
-  ferry_free(p->status);
-  ferry_free(p->message);
-  ferry_free(p->rows);
-  ferry_free(p);
+  ferry__free(p->item);
+  ferry__free(p->dataset_index);
+  ferry__free(p->position);
+  ferry__free(p->status);
+  ferry__free(p->message);
+  ferry__free(p->rows);
+  ferry__free(p);
 }
 
 /* A plan with arrays for a full batch, NULL when out of memory. */
 static plan *plan_new(size_t batch_size, size_t nfields) {
-  plan *p = ferry_calloc(1, sizeof *p);
+  plan *p = ferry__calloc(1, sizeof *p);
   if (!p) return NULL;
-  p->dataset_index = ferry_calloc(batch_size, sizeof *p->dataset_index);
-  p->position = ferry_calloc(batch_size, sizeof *p->position);
-  p->status = ferry_calloc(batch_size, sizeof *p->status);
-  p->message = ferry_calloc(batch_size, sizeof *p->message);
-  p->rows = ferry_calloc(nfields * batch_size + 1, sizeof *p->rows);
+  p->dataset_index = ferry__calloc(batch_size, sizeof *p->dataset_index);
+  p->position = ferry__calloc(batch_size, sizeof *p->position);
+  p->status = ferry__calloc(batch_size, sizeof *p->status);
+  p->message = ferry__calloc(batch_size, sizeof *p->message);
+  p->rows = ferry__calloc(nfields * batch_size + 1, sizeof *p->rows);
   if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows) {
     plan_free(p);
     return NULL;
@@ -51,12 +52,6 @@ static plan *plan_new(size_t batch_size, size_t nfields) {
   return p;
 }
 
-/* Back to the spare list; the caller holds the lock and no worker holds a slot. */
-static void plan_put(ferry_loader *l, plan *p) {
-  p->batch = NULL;
-  p->next = l->spare_plans;
-  l->spare_plans = p;
-}
 
 /* Give a batch back on the coordinator's side, without the consumer's hook. */
 static void discard_batch(ferry_loader *l, ferry_batch *b) {
@@ -92,18 +87,10 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
-  ferry_batch_set_release_hook(p->batch, ferry_loader_release_hook, l);
+  ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
   return FERRY_OK;
 }
 
-static void push_item(ferry_loader *l, ready_item *item) {
-  item->next = NULL;
-  if (l->ready_tail) l->ready_tail->next = item;
-  else l->ready_head = item;
-  l->ready_tail = item;
-  l->ready++;
-  pthread_cond_signal(&l->ready_cv);
-}
 
 /* The coordinator cannot go on (out of memory for its own bookkeeping): every later
  * ferry_loader_next returns this status and message instead of waiting forever. */
@@ -118,7 +105,7 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
  * forever, so the spare list keeps one in reserve (see begin_epoch). */
 static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_status status,
                         const char *message) {
-  ready_item *item = ferry_loader_item_get(l);
+  ready_item *item = ferry__loader_item_get(l);
   if (!item) {
     item = l->reserve_item;
     l->reserve_item = NULL;
@@ -132,8 +119,8 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
   item->epoch = run->epoch;
   item->status = status;
   item->skipped = l->epoch_skipped;
-  item->message = message ? ferry_strdup(message) : NULL;
-  push_item(l, item);
+  item->message = message ? ferry__strdup(message) : NULL;
+  ferry__loader_push_item(l, item);
 }
 
 /* Cancel every plan in flight, wait for the slots workers already hold, give the
@@ -141,15 +128,15 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
 static void cancel_inflight(ferry_loader *l) {
   for (plan *p = l->inflight_head; p; p = p->next) {
     p->canceled = 1;
-    ferry_loader_withdraw(l, p);
+    ferry__loader_withdraw(l, p);
   }
   for (plan *p = l->inflight_head; p; p = p->next)
-    while (p->pending) ferry_loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
+    while (p->pending) ferry__loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
   while (l->inflight_head) {
     plan *p = l->inflight_head;
     l->inflight_head = p->next;
     discard_batch(l, p->batch);
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
   }
   l->inflight_tail = NULL;
   l->inflight = 0;
@@ -168,7 +155,7 @@ static void drop_stale_items(ferry_loader *l, uint64_t generation) {
     }
     *link = item->next;
     if (item->batch) discard_batch(l, item->batch);
-    ferry_loader_item_put(l, item);
+    ferry__loader_item_put(l, item);
     l->ready--;
   }
 }
@@ -180,30 +167,15 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
   run->exhausted = 0;
   l->epoch_skipped = 0;
   memset(run->failed, 0, l->sampler.per_rank);
-  if (!l->reserve_item) l->reserve_item = ferry_calloc(1, sizeof *l->reserve_item);
-  if (ferry_sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
+  if (!l->reserve_item) l->reserve_item = ferry__calloc(1, sizeof *l->reserve_item);
+  if (ferry__sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
     fail_fatally(l, FERRY_ENOMEM, ferry_last_error());
 }
 
-/* The head plan is complete and good: hand its batch out, in the item it was
- * laid out with (so that committing needs no memory). */
-static void deliver_head(ferry_loader *l) {
-  plan *head = l->inflight_head;
-  ready_item *item = head->item;
-  head->item = NULL;
-  l->inflight_head = head->next;
-  if (!l->inflight_head) l->inflight_tail = NULL;
-  l->inflight--;
-  item->kind = ITEM_BATCH;
-  item->generation = head->generation;
-  item->epoch = head->epoch;
-  item->cursor_after = head->end;
-  item->count = head->count;
-  item->skipped = l->epoch_skipped;
-  item->batch = head->batch;
-  plan_put(l, head);
-  push_item(l, item);
-}
+
+/* Appended to the failure that ends an epoch: a user who would rather lose the sample
+ * than the epoch learns that the loader can. */
+#define SKIP_HINT " (config.on_error = FERRY_ON_ERROR_SKIP skips failed samples instead)"
 
 /* The head plan has failed samples: under the skip policy, forget them and lay the
  * rest out again; else end the epoch with the first failure. */
@@ -225,7 +197,8 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   size_t bad = 0;
   while (head->status[bad] == FERRY_OK) bad++;
   char message[FERRY_ERROR_MAX];
-  memcpy(message, head->message[bad], sizeof message);
+  snprintf(message, sizeof message, "%.*s%s", (int)(sizeof message - sizeof SKIP_HINT),
+           head->message[bad], SKIP_HINT);
   ferry_status status = head->status[bad];
   cancel_inflight(l);
   push_marker(l, run, ITEM_ERROR, status, message);
@@ -235,17 +208,9 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
 /* The head plan is complete: hand it out, or learn from its failures. */
 static void commit_head(ferry_loader *l, epoch_run *run) {
   if (l->inflight_head->failures) learn_from_failures(l, run);
-  else deliver_head(l);
+  else ferry__loader_deliver_head(l);
 }
 
-int ferry_loader_deliver_complete(ferry_loader *l) {
-  plan *head;
-  while ((head = l->inflight_head) && head->pending == 0) {
-    if (head->failures || head->canceled || head->generation != l->generation) return 0;
-    deliver_head(l);
-  }
-  return 1;
-}
 
 /* A plan to lay out, with the item it will be delivered in: a spare one, or a new
  * one made without the lock. NULL when out of memory. */
@@ -260,9 +225,9 @@ static plan *plan_get(ferry_loader *l) {
     pthread_mutex_lock(&l->lock);
     if (!p) return NULL;
   }
-  if (!p->item) p->item = ferry_loader_item_get(l);
+  if (!p->item) p->item = ferry__loader_item_get(l);
   if (!p->item) {
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
     return NULL;
   }
   return p;
@@ -276,7 +241,7 @@ static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
   l->inflight_tail = p;
   l->inflight++;
   run->next_start = p->end;
-  ferry_loader_dispatch(l, p);
+  ferry__loader_dispatch(l, p);
 }
 
 /* Lay out one more plan if the pipeline has room. 1 if it did something. */
@@ -294,7 +259,7 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
     pthread_mutex_lock(&l->lock);
   }
   if (st != FERRY_OK) {
-    if (p) plan_put(l, p);
+    if (p) ferry__loader_plan_put(l, p);
     l->outstanding--;
     if (st == FERRY_EEND) run->exhausted = 1;
     else if (!l->stopping && run->generation == l->generation) {
@@ -305,26 +270,19 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   }
   if (l->stopping || run->generation != l->generation) {
     discard_batch(l, p->batch);
-    plan_put(l, p);
+    ferry__loader_plan_put(l, p);
     return 1;
   }
   append_plan(l, run, p);
   return 1;
 }
 
-void ferry_loader_room_freed(ferry_loader *l) {
-  if (!l->coordinator_idle) return;
-  size_t taken = l->inflight + l->ready;
-  size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
-  size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
-  if ((room < arenas ? room : arenas) >= l->refill) pthread_cond_signal(&l->coord_cv);
-}
 
-void *ferry_loader_coordinate(void *arg) {
+void *ferry__loader_coordinate(void *arg) {
   ferry_loader *l = arg;
-  ferry_thread_name("ferry-coord", SIZE_MAX);
+  ferry__thread_name("ferry-coord", SIZE_MAX);
   epoch_run run = {0};
-  run.failed = ferry_calloc(l->sampler.per_rank, 1);
+  run.failed = ferry__calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
   if (run.failed) begin_epoch(l, &run, l->restart_epoch, l->restart_cursor);
   else fail_fatally(l, FERRY_ENOMEM, "loader: out of memory for the epoch's bookkeeping");
@@ -346,7 +304,7 @@ void *ferry_loader_coordinate(void *arg) {
       continue;
     }
     l->coordinator_idle = 1;
-    ferry_loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
+    ferry__loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
     l->coordinator_idle = 0;
   }
   cancel_inflight(l);
@@ -357,6 +315,6 @@ void *ferry_loader_coordinate(void *arg) {
     plan_free(p);
   }
   pthread_mutex_unlock(&l->lock);
-  ferry_free(run.failed);
+  ferry__free(run.failed);
   return NULL;
 }

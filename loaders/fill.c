@@ -20,14 +20,14 @@ static int escapes(const char *name) {
 static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *img, char *path,
                                size_t size) {
   if (!img->file_name || !img->file_name[0])
-    return ferry_fail(FERRY_EFORMAT, "image id %lld has no file_name", (long long)img->id);
+    return ferry__fail(FERRY_EFORMAT, "image id %lld has no file_name", (long long)img->id);
   if (!ctx->allow_escaping_paths && escapes(img->file_name))
-    return ferry_fail(FERRY_EINVAL, "image id %lld: file_name '%s' leaves the images folder %s",
+    return ferry__fail(FERRY_EINVAL, "image id %lld: file_name '%s' leaves the images folder %s",
                       (long long)img->id, img->file_name, ctx->images_dir);
   int n = img->file_name[0] == '/' ? snprintf(path, size, "%s", img->file_name)
                                    : snprintf(path, size, "%s/%s", ctx->images_dir, img->file_name);
   if (n < 0 || (size_t)n >= size)
-    return ferry_fail(FERRY_EINVAL, "image id %lld: path too long", (long long)img->id);
+    return ferry__fail(FERRY_EINVAL, "image id %lld: path too long", (long long)img->id);
   return FERRY_OK;
 }
 
@@ -85,20 +85,22 @@ static ferry_status write_targets(const fill_context *ctx, ferry_batch *batch, s
   return FERRY_OK;
 }
 
-ferry_status ferry_loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
+ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
                                       ferry_batch *batch, size_t slot, size_t index) {
   ferry_coco_image img;
   char path[4096];
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
   if (st == FERRY_OK) st = image_path(ctx, &img, path, sizeof path);
-  if (st != FERRY_OK) return ferry_error_prefix(st, "sample %zu: ", index);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
   int w = 0, h = 0;
   st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
                                 slice(batch, ctx->slots.images, slot), &w, &h);
   if (st == FERRY_OK && (w != img.width || h != img.height))
-    st = ferry_fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
+    st = ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,
                     w, h, (long long)img.width, (long long)img.height);
   if (st == FERRY_OK) st = write_targets(ctx, batch, slot, index, &img);
-  if (st != FERRY_OK) return ferry_error_prefix(st, "sample %zu (image id %lld): ", index, (long long)img.id);
+  if (st != FERRY_OK)
+    return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
+                              (long long)img.id, img.file_name);
   return FERRY_OK;
 }

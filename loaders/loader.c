@@ -5,13 +5,17 @@
  * coordinator and workers are in coordinator.c and workers.c; the lock and the
  * three condition variables they share are described in loader_internal.h.
  */
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "lib/alloc.h"
+#include "lib/nvjpeg_api.h"
 #include "loaders/loader_internal.h"
+#include "ferry/advanced.h"
 
 void ferry_loader_config_default(ferry_loader_config *c) {
   memset(c, 0, sizeof *c);
@@ -30,20 +34,34 @@ void ferry_loader_config_default(ferry_loader_config *c) {
   ferry_image_options_default(&c->image);
 }
 
+/* A wrong images path would otherwise pass open and fail the first sample, each
+ * sample's message naming a file rather than the folder that is wrong. */
+static ferry_status check_images_folder(const char *images) {
+  struct stat st;
+  if (stat(images, &st) != 0)
+    return ferry__fail(errno == ENOENT || errno == ENOTDIR ? FERRY_ENOTFOUND : FERRY_EIO,
+                      "loader: images folder %s: %s", images, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return ferry__fail(FERRY_EIO, "loader: images folder %s is not a folder", images);
+  return FERRY_OK;
+}
+
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
-    return ferry_fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
+    return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
   if (c->batch_size == 0 || c->max_outstanding == 0)
-    return ferry_fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
+    return ferry__fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
+  if (c->batch_size > FERRY_LOADER_MAX_BATCH)
+    return ferry__fail(FERRY_EINVAL, "loader: batch_size %zu is more than %d (FERRY_LOADER_MAX_BATCH)",
+                      c->batch_size, FERRY_LOADER_MAX_BATCH);
   if (c->prefetch > FERRY_LOADER_MAX_PREFETCH)
-    return ferry_fail(FERRY_EINVAL, "loader: prefetch %zu is more than %d batches", c->prefetch,
+    return ferry__fail(FERRY_EINVAL, "loader: prefetch %zu is more than %d batches", c->prefetch,
                       FERRY_LOADER_MAX_PREFETCH);
   if (c->resolution < 1 || c->resolution > 8192)
-    return ferry_fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
-  if (c->workers > 1024) return ferry_fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
+    return ferry__fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
+  if (c->workers > 1024) return ferry__fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
   if ((c->rank < 0) != (c->world_size < 0))
-    return ferry_fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
-  return FERRY_OK;
+    return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
+  return check_images_folder(c->images);
 }
 
 /* One field spec; returns its index. */
@@ -61,16 +79,16 @@ static void define_fields(ferry_loader *l) {
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
   s->images = c->layout == FERRY_LAYOUT_U8_HWC
-                  ? add_field(l, "images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
-                  : add_field(l, "images", FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
-  s->sample_index = add_field(l, "sample_index", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
-  if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, "boxes", FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
-  if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, "labels", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, "masks", FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
-  if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, "area", FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, "iscrowd", FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, "image_id", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
-  if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, "orig_size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
+                  ? add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
+                  : add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
+  if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, FERRY_FIELD_MASKS, FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
+  if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, FERRY_FIELD_AREA, FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, FERRY_FIELD_ISCROWD, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+  if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, FERRY_FIELD_IMAGE_ID, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
+  if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, FERRY_FIELD_ORIG_SIZE, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
   if (want & FERRY_LOADER_FIELD_SIZE) s->size = add_field(l, "size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
   if ((want & FERRY_LOADER_FIELD_KEYPOINTS) && l->keypoints)
     s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);
@@ -79,8 +97,8 @@ static void define_fields(ferry_loader *l) {
 /* Instance counts of every image, up front: they lay every batch out. */
 static ferry_status count_instances(ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco);
-  l->instances = ferry_calloc(n, sizeof *l->instances);
-  if (!l->instances) return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu images", n);
+  l->instances = ferry__calloc(n, sizeof *l->instances);
+  if (!l->instances) return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images", n);
   for (size_t i = 0; i < n; i++) {
     ferry_status st = ferry_coco_target_count(l->coco, i, &l->fill.target, &l->instances[i]);
     if (st != FERRY_OK) return st;
@@ -112,12 +130,12 @@ static ferry_status open_data(ferry_loader *l) {
 static ferry_status open_sampler(ferry_loader *l) {
   int rank = l->config.rank, world = l->config.world_size;
   if (rank < 0) {
-    ferry_status st = ferry_sampler_rank_from_env(&rank, &world);
+    ferry_status st = ferry__sampler_rank_from_env(&rank, &world);
     if (st != FERRY_OK) return st;
   }
   l->stats.rank = rank;
   l->stats.world_size = world;
-  return ferry_sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
+  return ferry__sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
                             l->config.shuffle, l->config.drop_last, l->config.seed);
 }
 
@@ -195,96 +213,80 @@ static ferry_status open_memory(ferry_loader *l) {
   return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
 }
 
+/* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
+ * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
+ * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
+ * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
+ * nothing. The stats never name a decoder that is not running. */
+static ferry_status resolve_decoder(ferry_loader *l) {
+  ferry_decode_mode want = l->config.image.decode;
+  l->stats.decoder = FERRY_DECODE_CPU;
+  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
+  if (want != FERRY_DECODE_GPU)
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
+  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  return ferry__fail(FERRY_EUNSUPPORTED,
+                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
+                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
+                    ferry_device_name(l->config.device));
+}
+
 static ferry_status start_threads(ferry_loader *l) {
-  ferry_status st = ferry_loader_start_workers(l, l->workers);
+  ferry_status st = ferry__loader_start_workers(l, l->workers);
   if (st != FERRY_OK) return st;
-  if (pthread_create(&l->coordinator, NULL, ferry_loader_coordinate, l) != 0)
-    return ferry_fail(FERRY_ENOMEM,
+  if (pthread_create(&l->coordinator, NULL, ferry__loader_coordinate, l) != 0)
+    return ferry__fail(FERRY_ENOMEM,
                       "loader: could not start the coordinator thread (out of threads or memory)");
   l->coordinator_started = 1;
   return FERRY_OK;
 }
 
 ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
-  if (!config || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
+  if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
   ferry_status st = check_config(config);
   if (st != FERRY_OK) return st;
-  ferry_loader *l = ferry_calloc(1, sizeof *l);
-  if (!l) return ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  ferry_loader *l = ferry__calloc(1, sizeof *l);
+  if (!l) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
   l->config = *config;
   l->workers = l->stats.workers = resolve_workers(config);
   l->max_busy = usable_cores();
   pthread_mutex_init(&l->lock, NULL);
   pthread_cond_init(&l->coord_cv, NULL);
   pthread_cond_init(&l->ready_cv, NULL);
-  l->annotations_path = ferry_strdup(config->annotations);
-  l->images_dir = ferry_strdup(config->images);
+  l->annotations_path = ferry__strdup(config->annotations);
+  l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
-  if (!l->annotations_path || !l->images_dir) st = ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);
-  if (st == FERRY_OK) l->held = ferry_calloc(l->arenas, sizeof *l->held);
-  if (st == FERRY_OK && !l->held) st = ferry_fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) l->held = ferry__calloc(l->arenas, sizeof *l->held);
+  if (st == FERRY_OK && !l->held) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
   if (st == FERRY_OK) st = start_threads(l);
   if (st != FERRY_OK) {
     char message[FERRY_ERROR_MAX];
     memcpy(message, ferry_last_error(), sizeof message);
     ferry_loader_close(l);
-    return ferry_error_restore(st, message);
+    return ferry__error_restore(st, message);
   }
   *out = l;
   return FERRY_OK;
 }
 
-void ferry_loader_release_hook(ferry_batch *batch, void *arg) {
-  ferry_loader *l = arg;
-  pthread_mutex_lock(&l->lock);
-  for (size_t i = 0; i < l->nheld; i++)
-    if (l->held[i] == batch) {
-      l->held[i] = l->held[--l->nheld];
-      break;
-    }
-  l->outstanding--;
-  ferry_loader_room_freed(l);
-  pthread_mutex_unlock(&l->lock);
-}
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
-void ferry_loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns) {
-  uint64_t before = thread_cpu_ns();
-  pthread_cond_wait(cv, lock);
-  *idle_ns += thread_cpu_ns() - before;
-}
 
-ready_item *ferry_loader_item_get(ferry_loader *l) {
-  ready_item *item = l->spare_items;
-  if (item) l->spare_items = item->next;
-  else item = ferry_calloc(1, sizeof *item);
-  if (item) memset(item, 0, sizeof *item);
-  return item;
-}
 
-void ferry_loader_item_put(ferry_loader *l, ready_item *item) {
-  if (!item) return;
-  ferry_free(item->message);
-  item->message = NULL;
-  item->batch = NULL;
-  item->next = l->spare_items;
-  l->spare_items = item;
-}
 
 static void free_items(ready_item *item) {
   while (item) {
     ready_item *next = item->next;
-    ferry_free(item->message);
-    ferry_free(item);
+    ferry__free(item->message);
+    ferry__free(item);
     item = next;
   }
 }
@@ -293,11 +295,11 @@ static void free_items(ready_item *item) {
 static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
   for (;;) {
     if (l->stopping) {
-      *st = ferry_fail(FERRY_ECANCELED, "loader: closed");
+      *st = ferry__fail(FERRY_ECANCELED, "loader: closed");
       return NULL;
     }
     if (l->coordinator_failed) {
-      *st = ferry_error_restore(l->fatal_status, l->fatal_message);
+      *st = ferry__error_restore(l->fatal_status, l->fatal_message);
       return NULL;
     }
     ready_item *item = l->ready_head;
@@ -305,15 +307,15 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
       l->ready_head = item->next;
       if (!l->ready_head) l->ready_tail = NULL;
       l->ready--;
-      ferry_loader_room_freed(l);
+      ferry__loader_room_freed(l);
       return item;
     }
     if (!item && l->nheld >= l->arenas) {
-      *st = ferry_fail(FERRY_ELIMIT, "loader: the consumer holds all %zu batches; release one "
+      *st = ferry__fail(FERRY_ELIMIT, "loader: the consumer holds all %zu batches; release one "
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
     }
-    ferry_loader_wait(&l->ready_cv, &l->lock, &l->stats.consumer_idle_cpu_ns);
+    ferry__loader_wait(&l->ready_cv, &l->lock, &l->stats.consumer_idle_cpu_ns);
   }
 }
 
@@ -326,7 +328,7 @@ static void next_epoch_view(ferry_loader *l, int64_t ended) {
 }
 
 ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
-  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
+  if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
   *out = NULL;
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&l->lock);
@@ -346,11 +348,11 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
     *out = item->batch;
   } else if (item) {
     next_epoch_view(l, item->epoch);
-    st = item->kind == ITEM_END ? FERRY_EEND : ferry_error_restore(item->status, item->message);
+    st = item->kind == ITEM_END ? FERRY_EEND : ferry__error_restore(item->status, item->message);
   }
-  ferry_loader_item_put(l, item);
+  ferry__loader_item_put(l, item);
   pthread_mutex_unlock(&l->lock);
-  if (st == FERRY_EEND) ferry_fail(FERRY_EEND, "end of epoch");
+  if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch");
   if (*out && l->config.progress) l->config.progress(&progress, l->config.progress_user);
   return st;
 }
@@ -370,13 +372,13 @@ static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t de
 }
 
 ferry_status ferry_loader_set_epoch(ferry_loader *l, int64_t epoch) {
-  if (!l || epoch < 0) return ferry_fail(FERRY_EINVAL, "ferry_loader_set_epoch: a loader and an epoch >= 0 are required");
+  if (!l || epoch < 0) return ferry__fail(FERRY_EINVAL, "ferry_loader_set_epoch: a loader and an epoch >= 0 are required");
   restart(l, epoch, 0, 0);
   return FERRY_OK;
 }
 
 ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
-  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_state_get: loader and out are required");
+  if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_get: loader and out are required");
   pthread_mutex_lock(&l->lock);
   *out = l->state;
   pthread_mutex_unlock(&l->lock);
@@ -384,12 +386,12 @@ ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
 }
 
 ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s) {
-  if (!l || !s) return ferry_fail(FERRY_EINVAL, "ferry_loader_state_set: loader and state are required");
+  if (!l || !s) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_set: loader and state are required");
   if (s->seed != l->config.seed)
-    return ferry_fail(FERRY_EINVAL, "loader state: seed %llu was saved, but this loader uses seed %llu",
+    return ferry__fail(FERRY_EINVAL, "loader state: seed %llu was saved, but this loader uses seed %llu",
                       (unsigned long long)s->seed, (unsigned long long)l->config.seed);
   if (s->epoch < 0 || s->cursor > l->sampler.per_rank)
-    return ferry_fail(FERRY_EINVAL, "loader state: epoch %lld / cursor %llu are out of range (%zu samples per epoch)",
+    return ferry__fail(FERRY_EINVAL, "loader state: epoch %lld / cursor %llu are out of range (%zu samples per epoch)",
                       (long long)s->epoch, (unsigned long long)s->cursor, l->sampler.per_rank);
   restart(l, s->epoch, s->cursor, s->batches_delivered);
   return FERRY_OK;
@@ -407,7 +409,7 @@ static uint64_t coordinator_cpu_ns(const ferry_loader *l) {
 }
 
 ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
-  if (!l || !out) return ferry_fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
+  if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
   pthread_mutex_lock(&l->lock);
   *out = l->stats;
   pthread_mutex_unlock(&l->lock);
@@ -433,23 +435,23 @@ void ferry_loader_close(ferry_loader *l) {
   pthread_mutex_unlock(&l->lock);
   if (l->pool) ferry_pool_cancel(l->pool);
   if (l->coordinator_started) pthread_join(l->coordinator, NULL);
-  ferry_loader_stop_workers(l);
+  ferry__loader_stop_workers(l);
   for (size_t i = 0; i < l->nheld; i++) {
     ferry_batch_set_release_hook(l->held[i], NULL, NULL);
     ferry_batch_release(l->held[i]);
   }
-  ferry_free(l->held);
+  ferry__free(l->held);
   free_items(l->spare_items);
-  ferry_free(l->reserve_item);
+  ferry__free(l->reserve_item);
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
-  ferry_sampler_destroy(&l->sampler);
-  ferry_free(l->instances);
+  ferry__sampler_destroy(&l->sampler);
+  ferry__free(l->instances);
   ferry_coco_close(l->coco);
-  ferry_free(l->annotations_path);
-  ferry_free(l->images_dir);
+  ferry__free(l->annotations_path);
+  ferry__free(l->images_dir);
   pthread_cond_destroy(&l->coord_cv);
   pthread_cond_destroy(&l->ready_cv);
   pthread_mutex_destroy(&l->lock);
-  ferry_free(l);
+  ferry__free(l);
 }

@@ -30,6 +30,7 @@
 
 #include <pthread.h>
 
+#include "ferry/advanced.h"
 #include "ferry/coco.h"
 #include "ferry/loader.h"
 #include "lib/status.h"
@@ -155,44 +156,52 @@ struct ferry_loader {
 };
 
 /* Fill sample `slot` of `batch` with dataset image `index` (fill.c). */
-ferry_status ferry_loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
+ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
                                       ferry_batch *batch, size_t slot, size_t index);
 
 /* Worker threads (workers.c). */
-ferry_status ferry_loader_start_workers(ferry_loader *loader, size_t count);
-void ferry_loader_stop_workers(ferry_loader *loader);
+ferry_status ferry__loader_start_workers(ferry_loader *loader, size_t count);
+void ferry__loader_stop_workers(ferry_loader *loader);
 /* Queue a plan's slots for the workers and wake the idle ones it needs; O(1) but
  * for the wake-ups. The caller holds loader->lock. */
-void ferry_loader_dispatch(ferry_loader *loader, plan *p);
+void ferry__loader_dispatch(ferry_loader *loader, plan *p);
 /* Take a plan's unclaimed slots back from the workers (it is being cancelled).
  * The caller holds loader->lock. */
-void ferry_loader_withdraw(ferry_loader *loader, plan *p);
+void ferry__loader_withdraw(ferry_loader *loader, plan *p);
 
-/* The coordinator (coordinator.c). */
-void *ferry_loader_coordinate(void *loader);
+/* The coordinator (coordinator.c): the thread's body. */
+void *ferry__loader_coordinate(void *loader);
+
+/* The hand-off between the threads (handoff.c). Every call but the release hook
+ * expects loader->lock held. */
+
+/* pthread_cond_wait, adding to *idle_ns the CPU time the thread spent going to
+ * sleep and waking up. The serial threads wait this way, so that their CPU time per
+ * batch can be split into work and idling: at saturation they never wait, so only
+ * the work bounds the rate (repro/throughput's ceiling). */
+void ferry__loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns);
+/* A ready item from the spare list or the heap (NULL when out of memory), and its
+ * return to the spare list. */
+ready_item *ferry__loader_item_get(ferry_loader *loader);
+void ferry__loader_item_put(ferry_loader *loader, ready_item *item);
+/* Append an item to the ready queue and wake the consumer. */
+void ferry__loader_push_item(ferry_loader *loader, ready_item *item);
+/* A plan back to the spare list; no worker may hold one of its slots. */
+void ferry__loader_plan_put(ferry_loader *loader, plan *p);
+/* The head plan is complete and good: hand its batch out in the item it was laid out
+ * with (so that delivering needs no memory), and recycle the plan. */
+void ferry__loader_deliver_head(ferry_loader *loader);
 /* Hand every complete, good plan at the head of the in-flight list to the consumer,
  * in order. 0 when it stopped at a complete plan that needs the coordinator
- * (failures, cancelled, an older generation). The caller holds loader->lock. */
-int ferry_loader_deliver_complete(ferry_loader *loader);
+ * (failures, cancelled, an older generation). */
+int ferry__loader_deliver_complete(ferry_loader *loader);
 /* The consumer took a batch or released one: wake the idle coordinator once a
  * quarter of the depth (at least 1 batch) can be laid out, so that with a deep
  * pipeline it wakes once per several batches, not for each. It is woken anyway when
  * its head plan completes, and the pipeline never waits on it: when nothing is in
- * flight or ready, the whole depth is free. The caller holds loader->lock. */
-void ferry_loader_room_freed(ferry_loader *loader);
-
-/* Recycling (loader.c): a ready item from the spare list or the heap (NULL when out
- * of memory), and its return. The caller holds loader->lock. */
-ready_item *ferry_loader_item_get(ferry_loader *loader);
-void ferry_loader_item_put(ferry_loader *loader, ready_item *item);
-
-/* pthread_cond_wait, adding to *idle_ns the CPU time the thread spent going to
- * sleep and waking up (loader.c). The serial threads wait this way, so that their
- * CPU time per batch can be split into work and idling: at saturation they never
- * wait, so only the work bounds the rate (repro/throughput's ceiling). */
-void ferry_loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns);
-
-/* The consumer's release hook (loader.c): a delivered batch was released. */
-void ferry_loader_release_hook(ferry_batch *batch, void *loader);
+ * flight or ready, the whole depth is free. */
+void ferry__loader_room_freed(ferry_loader *loader);
+/* The consumer's release hook: a delivered batch was released. Takes the lock. */
+void ferry__loader_release_hook(ferry_batch *batch, void *loader);
 
 #endif

@@ -27,7 +27,7 @@ static uint64_t below(uint64_t *state, uint64_t bound) {
   return (uint64_t)(m >> 64);
 }
 
-void ferry_sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t epoch) {
+void ferry__sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t epoch) {
   uint64_t state = seed + (uint64_t)epoch;
   for (size_t i = 0; i < n; i++) out[i] = i;
   for (size_t i = n; i > 1; i--) {
@@ -44,12 +44,12 @@ static size_t per_rank_count(size_t n, size_t world, int drop_last) {
   return (n + world - 1) / world;
 }
 
-ferry_status ferry_sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
+ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
                                 int shuffle, int drop_last, uint64_t seed) {
   memset(s, 0, sizeof *s);
   if (world_size < 1 || rank < 0 || rank >= world_size)
-    return ferry_fail(FERRY_EINVAL, "sampler: rank %d is not in 0..world_size-1 (world_size %d)", rank, world_size);
-  if (dataset_size == 0) return ferry_fail(FERRY_EINVAL, "sampler: the dataset has no images");
+    return ferry__fail(FERRY_EINVAL, "sampler: rank %d is not in 0..world_size-1 (world_size %d)", rank, world_size);
+  if (dataset_size == 0) return ferry__fail(FERRY_EINVAL, "sampler: the dataset has no images");
   s->dataset_size = dataset_size;
   s->rank = rank;
   s->world_size = world_size;
@@ -58,28 +58,28 @@ ferry_status ferry_sampler_init(ferry_sampler *s, size_t dataset_size, int rank,
   s->seed = seed;
   s->per_rank = per_rank_count(dataset_size, (size_t)world_size, drop_last);
   s->epoch = -1;
-  s->order = ferry_calloc(s->per_rank, sizeof *s->order);
-  if (!s->order) return ferry_fail(FERRY_ENOMEM, "sampler: out of memory for %zu indices", s->per_rank);
+  s->order = ferry__calloc(s->per_rank, sizeof *s->order);
+  if (!s->order) return ferry__fail(FERRY_ENOMEM, "sampler: out of memory for %zu indices", s->per_rank);
   return FERRY_OK;
 }
 
-void ferry_sampler_destroy(ferry_sampler *s) {
-  ferry_free(s->order);
+void ferry__sampler_destroy(ferry_sampler *s) {
+  ferry__free(s->order);
   s->order = NULL;
 }
 
-ferry_status ferry_sampler_set_epoch(ferry_sampler *s, int64_t epoch) {
+ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch) {
   if (s->epoch == epoch) return FERRY_OK;
   size_t n = s->dataset_size;
-  size_t *perm = ferry_malloc(n * sizeof *perm);
-  if (!perm) return ferry_fail(FERRY_ENOMEM, "sampler: out of memory for a permutation of %zu", n);
-  if (s->shuffle) ferry_sampler_permutation(perm, n, s->seed, epoch);
+  size_t *perm = ferry__malloc(n * sizeof *perm);
+  if (!perm) return ferry__fail(FERRY_ENOMEM, "sampler: out of memory for a permutation of %zu", n);
+  if (s->shuffle) ferry__sampler_permutation(perm, n, s->seed, epoch);
   else for (size_t i = 0; i < n; i++) perm[i] = i;
   /* Position p of the padded sequence is perm[p mod n]: wrapping around as often
    * as needed, as DistributedSampler pads a dataset smaller than the world. */
   for (size_t k = 0; k < s->per_rank; k++)
     s->order[k] = perm[((size_t)s->rank + k * (size_t)s->world_size) % n];
-  ferry_free(perm);
+  ferry__free(perm);
   s->epoch = epoch;
   return FERRY_OK;
 }
@@ -94,7 +94,7 @@ static int env_int(const char *name) {
   return (int)n;
 }
 
-ferry_status ferry_sampler_rank_from_env(int *rank, int *world_size) {
+ferry_status ferry__sampler_rank_from_env(int *rank, int *world_size) {
   static const char *pairs[][2] = {{"RANK", "WORLD_SIZE"},
                                    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
                                    {"SLURM_PROCID", "SLURM_NTASKS"}};
@@ -102,7 +102,7 @@ ferry_status ferry_sampler_rank_from_env(int *rank, int *world_size) {
     int r = env_int(pairs[i][0]), w = env_int(pairs[i][1]);
     if (r == -1 && w == -1) continue;
     if (r < 0 || w < 1 || r >= w)
-      return ferry_fail(FERRY_EINVAL, "launcher environment: %s=%s and %s=%s do not make a rank and world size",
+      return ferry__fail(FERRY_EINVAL, "launcher environment: %s=%s and %s=%s do not make a rank and world size",
                         pairs[i][0], getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "(unset)",
                         pairs[i][1], getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "(unset)");
     *rank = r;

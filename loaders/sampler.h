@@ -24,18 +24,18 @@ typedef struct ferry_sampler {
   int64_t epoch;        /* the epoch `order` was drawn for, or -1 */
 } ferry_sampler;
 
-ferry_status ferry_sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
+ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
                                 int shuffle, int drop_last, uint64_t seed);
-void ferry_sampler_destroy(ferry_sampler *s);
+void ferry__sampler_destroy(ferry_sampler *s);
 /* Draw this rank's order for `epoch` into s->order. */
-ferry_status ferry_sampler_set_epoch(ferry_sampler *s, int64_t epoch);
+ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch);
 
 /* Rank and world size from the launcher's environment: torchrun (RANK,
  * WORLD_SIZE), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm (SLURM_PROCID/NTASKS);
  * 0 and 1 when none is set. */
-ferry_status ferry_sampler_rank_from_env(int *rank, int *world_size);
+ferry_status ferry__sampler_rank_from_env(int *rank, int *world_size);
 
 /* The shared permutation of 0..n-1 for (seed, epoch), for tests and tools. */
-void ferry_sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t epoch);
+void ferry__sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t epoch);
 
 #endif

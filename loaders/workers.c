@@ -41,7 +41,7 @@ static void wake_workers(ferry_loader *l, size_t slots) {
   }
 }
 
-void ferry_loader_dispatch(ferry_loader *l, plan *p) {
+void ferry__loader_dispatch(ferry_loader *l, plan *p) {
   p->claimed = 0;
   p->pending = p->count;
   p->failures = 0;
@@ -52,7 +52,7 @@ void ferry_loader_dispatch(ferry_loader *l, plan *p) {
   wake_workers(l, p->count);
 }
 
-void ferry_loader_withdraw(ferry_loader *l, plan *p) {
+void ferry__loader_withdraw(ferry_loader *l, plan *p) {
   plan **link = &l->work_head, *prev = NULL;
   while (*link && *link != p) {
     prev = *link;
@@ -101,14 +101,14 @@ static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
   if (--p->pending != 0) return;
-  if (p->canceled || (p == l->inflight_head && !ferry_loader_deliver_complete(l)))
+  if (p->canceled || (p == l->inflight_head && !ferry__loader_deliver_complete(l)))
     pthread_cond_signal(&l->coord_cv);
 }
 
 static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
-  ferry_thread_name("ferry-worker-", self->index);
+  ferry__thread_name("ferry-worker-", self->index);
   ferry_decoder *decoder = NULL;
   ferry_status open_status = ferry_decoder_open(&decoder);
   char open_message[FERRY_ERROR_MAX];
@@ -119,7 +119,7 @@ static void *worker_main(void *arg) {
     ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
     pthread_mutex_unlock(&l->lock);
     if (st == FERRY_OK) {
-      st = ferry_loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
+      st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
       if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     } else {
       snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
@@ -133,12 +133,12 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
-  l->worker_threads = ferry_calloc(count, sizeof *l->worker_threads);
-  l->worker_slots = ferry_calloc(count, sizeof *l->worker_slots);
-  l->idle_stack = ferry_calloc(count, sizeof *l->idle_stack);
+ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
+  l->worker_threads = ferry__calloc(count, sizeof *l->worker_threads);
+  l->worker_slots = ferry__calloc(count, sizeof *l->worker_slots);
+  l->idle_stack = ferry__calloc(count, sizeof *l->idle_stack);
   if (!l->worker_threads || !l->worker_slots || !l->idle_stack)
-    return ferry_fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
+    return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
   l->nworkers = count;
   for (size_t i = 0; i < count; i++) {
     l->worker_slots[i].loader = l;
@@ -147,14 +147,14 @@ ferry_status ferry_loader_start_workers(ferry_loader *l, size_t count) {
   }
   for (size_t i = 0; i < count; i++) {
     if (pthread_create(&l->worker_threads[i], NULL, worker_main, &l->worker_slots[i]) != 0)
-      return ferry_fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
+      return ferry__fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
                         i + 1, count);
     l->workers_started++;
   }
   return FERRY_OK;
 }
 
-void ferry_loader_stop_workers(ferry_loader *l) {
+void ferry__loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
   for (size_t i = 0; i < l->workers_started; i++) pthread_cond_signal(&l->worker_slots[i].wake);
@@ -162,9 +162,9 @@ void ferry_loader_stop_workers(ferry_loader *l) {
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
   for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) pthread_cond_destroy(&l->worker_slots[i].wake);
   l->workers_started = l->nworkers = l->idle_workers = 0;
-  ferry_free(l->worker_threads);
-  ferry_free(l->worker_slots);
-  ferry_free(l->idle_stack);
+  ferry__free(l->worker_threads);
+  ferry__free(l->worker_slots);
+  ferry__free(l->idle_stack);
   l->worker_threads = NULL;
   l->worker_slots = NULL;
   l->idle_stack = NULL;

@@ -15,11 +15,15 @@ double bench_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-double bench_thread_cpu(void) {
+static double cpu_seconds(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+double bench_thread_cpu(void) { return cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
+double bench_process_cpu(void) { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -125,4 +129,17 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->device = device;
   config->layout = c->layout;
   config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
+}
+
+uint8_t *bench_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *data = n > 0 ? malloc((size_t)n) : NULL;
+  *len = data ? fread(data, 1, (size_t)n, f) : 0;
+  fclose(f);
+  return data;
 }

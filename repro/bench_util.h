@@ -4,6 +4,7 @@
 #define FERRY_REPRO_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ferry/loader.h"
 
@@ -26,9 +27,15 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value);
 void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
                          int packed);
 
+/* The whole file, malloc'ed (free it), its size in *len; NULL when it cannot be read
+ * or is empty. */
+uint8_t *bench_read_file(const char *path, size_t *len);
+
 double bench_now(void);
 /* CPU seconds the calling thread has used (user and system). */
 double bench_thread_cpu(void);
+/* CPU seconds every thread of the process has used (user and system). */
+double bench_process_cpu(void);
 
 typedef struct bench_range {
   double median, min, max;

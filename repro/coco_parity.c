@@ -60,8 +60,8 @@ static void compare_sample(ferry_device_batch *p, ferry_device_batch *u, size_t 
     if (!same(a, b)) s->mismatches++;
     if (a) digest_tensor(h, name, a);
     if (!a || !b) continue;
-    if (!strcmp(name, "masks")) s->mask_bytes += (double)a->nbytes;
-    if (!strcmp(name, "boxes")) {
+    if (!strcmp(name, FERRY_FIELD_MASKS)) s->mask_bytes += (double)a->nbytes;
+    if (!strcmp(name, FERRY_FIELD_BOXES)) {
       s->instances += (double)a->shape[0];
       for (int64_t k = 0; k < a->shape[0] && a->nbytes == b->nbytes; k++) {
         double iou = box_iou((float *)a->data + 4 * k, (float *)b->data + 4 * k);
@@ -121,7 +121,7 @@ static int traverse(const options *o, summary *s) {
     size_t n = ferry_device_batch_size(p);
     if (n != ferry_device_batch_size(u)) s->mismatches++;
     if (!same(ferry_device_batch_images(p), ferry_device_batch_images(u))) s->mismatches++;
-    digest_tensor(&h, "images", ferry_device_batch_images(p));
+    digest_tensor(&h, FERRY_FIELD_IMAGES, ferry_device_batch_images(p));
     for (size_t i = 0; i < n; i++) compare_sample(p, u, i, &h, s);
     s->batches++;
     s->images += (double)n;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ferry/advanced.h"
 #include "ferry/ferry.h"
 #include "ferry/transfer.h"
 
@@ -59,7 +60,7 @@ static void split_instances(int64_t n, int64_t *rows) {
 
 /* Each instance a filled disk of 1s, like a decoded mask. */
 static int make_batch(ferry_pool *pool, const mask_size *size, ferry_batch **out) {
-  ferry_field_spec spec = {"masks", FERRY_U8, FERRY_FIELD_ROWS, 2, {size->side, size->side}};
+  ferry_field_spec spec = {FERRY_FIELD_MASKS, FERRY_U8, FERRY_FIELD_ROWS, 2, {size->side, size->side}};
   int64_t rows[BATCH];
   split_instances(size->instances, rows);
   if (ferry_batch_create(pool, BATCH, 1, &spec, rows, out) != FERRY_OK) return fail("creating a batch");

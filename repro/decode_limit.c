@@ -47,7 +47,7 @@ static void *worker(void *arg) {
   ferry_status st = ferry_decoder_open(&d);
   if (st == FERRY_OK && cfg->work == DECODE_RESIZE_NORMALISE) {
     dst = malloc((size_t)3 * cfg->size * cfg->size * sizeof(float));
-    if (!dst) st = ferry_fail(FERRY_ENOMEM, "decode_limit: output buffer");
+    if (!dst) st = ferry__fail(FERRY_ENOMEM, "decode_limit: output buffer");
   }
   while (st == FERRY_OK && !atomic_load(&run->failed)) {
     int i = atomic_fetch_add(&run->next, 1);
@@ -75,7 +75,7 @@ ferry_status decode_limit_run_cpu(const decode_limit_config *cfg, double *second
                                   double *cpu_seconds) {
   enum { MAX_THREADS = 64 };
   if (cfg->threads < 1 || cfg->threads > MAX_THREADS || cfg->count < 1)
-    return ferry_fail(FERRY_EINVAL, "decode_limit: threads must be 1..%d, count >= 1",
+    return ferry__fail(FERRY_EINVAL, "decode_limit: threads must be 1..%d, count >= 1",
                       MAX_THREADS);
   shared_run run = {.cfg = cfg};
   atomic_init(&run.next, 0);
@@ -90,9 +90,9 @@ ferry_status decode_limit_run_cpu(const decode_limit_config *cfg, double *second
   *seconds = clock_seconds(CLOCK_MONOTONIC) - t0;
   *cpu_seconds = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
   pthread_mutex_destroy(&run.lock);
-  if (started < cfg->threads) return ferry_fail(FERRY_ENOMEM, "decode_limit: pthread_create");
+  if (started < cfg->threads) return ferry__fail(FERRY_ENOMEM, "decode_limit: pthread_create");
   int failed = atomic_load(&run.failed);
-  return failed ? ferry_error_restore((ferry_status)failed, run.message) : FERRY_OK;
+  return failed ? ferry__error_restore((ferry_status)failed, run.message) : FERRY_OK;
 }
 
 static int compare_doubles(const void *a, const void *b) {
@@ -103,7 +103,7 @@ static int compare_doubles(const void *a, const void *b) {
 ferry_status decode_limit_measure(const decode_limit_config *cfg, int runs,
                                   decode_limit_stats *out) {
   double rates[15], cpu_ms[15];
-  if (runs < 1 || runs > 15) return ferry_fail(FERRY_EINVAL, "decode_limit: runs must be 1..15");
+  if (runs < 1 || runs > 15) return ferry__fail(FERRY_EINVAL, "decode_limit: runs must be 1..15");
   for (int r = 0; r < runs; r++) {
     double wall, cpu;
     ferry_status st = decode_limit_run_cpu(cfg, &wall, &cpu);
@@ -136,7 +136,7 @@ static int is_jpeg_name(const char *name) {
 
 ferry_status decode_limit_list_jpegs(const char *dir, int max, char ***paths, int *count) {
   DIR *dp = opendir(dir);
-  if (!dp) return ferry_fail(FERRY_ENOTFOUND, "%s: cannot open the directory", dir);
+  if (!dp) return ferry__fail(FERRY_ENOTFOUND, "%s: cannot open the directory", dir);
   char **list = calloc((size_t)(max > 0 ? max : 1), sizeof *list);
   int n = 0;
   struct dirent *e = NULL;
@@ -149,12 +149,12 @@ ferry_status decode_limit_list_jpegs(const char *dir, int max, char ***paths, in
   closedir(dp);
   if (!list || (n < max && e != NULL)) {
     decode_limit_free_paths(list, n);
-    return ferry_fail(FERRY_ENOMEM, "%s: out of memory listing files", dir);
+    return ferry__fail(FERRY_ENOMEM, "%s: out of memory listing files", dir);
   }
   qsort(list, (size_t)n, sizeof *list, compare_strings);
   *paths = list;
   *count = n;
-  return n ? FERRY_OK : ferry_fail(FERRY_ENOTFOUND, "%s: no .jpg files", dir);
+  return n ? FERRY_OK : ferry__fail(FERRY_ENOTFOUND, "%s: no .jpg files", dir);
 }
 
 void decode_limit_free_paths(char **paths, int count) {

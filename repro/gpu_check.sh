@@ -16,19 +16,26 @@
 #     and meson-private (the bundle is run, never rebuilt), checks under
 #     LD_LIBRARY_PATH=DIR/lib that every binary resolves each library to DIR or to
 #     glibc, and prints the bundle's size (it fails over 64 MiB: it must be carried).
+#     The Python package's sources and tests go to DIR/pkg (python/, include/,
+#     tools/ctypes_layout.py and docs/python.md, as python/tests expects them).
 #
 #   repro/gpu_check.sh run DIR [LOG]     (there, from any path, any working directory)
 #     with LD_LIBRARY_PATH=DIR/lib, and FERRY_REQUIRE_CUDA=1 when nvidia-smi sees a
 #     GPU (so a CUDA test variant that skips is a failure, and any CUDA variant
 #     reported skipped counts as one too):
 #       1. every test of DIR/tests.txt (the lib and transfer suites: every CUDA test);
+#       1b. when the node's python3 has torch, pytest and numpy: python/tests (the
+#          package from DIR/pkg over the bundle's libferry.so), CUDA variants included
+#          (a python3 without them is reported, not counted as a failure);
 #       2. cuda_peak_memory (table, and --json, which must have CUDA rows);
 #       3. synth_coco: a 1,000-image set (20 images without a GPU, as a smoke test);
 #       4. on a GPU: the training loop's exact resume (train_loop --device cuda
 #          --epochs 3 --resume-test), then a worker sweep of repro/throughput
 #          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers
 #          (short runs; later sweep points are skipped, and say so, when the budget
-#          runs out).
+#          runs out), then nvjpeg_parity: nvJPEG's pixels against the CPU decoder's
+#          on the photos and the synthetic set, and its decode-only rate at batch 32
+#          and 128 (where nvjpeg.h was found at bundle time).
 #     Everything goes to LOG, else $OUT/gpu_check.log, else ./gpu_check.log. It budgets
 #     itself to under 5 minutes (FERRY_GPU_CHECK_BUDGET_S, default 290).
 #     Exit status: 0 all passed on a GPU; 1 something failed; 2 no GPU here (the parts
@@ -51,7 +58,9 @@ failures=0
 # The manifest, from meson's own list of tests; paths under DIR become @DIR@/...,
 # scripts from the source tree are copied to DIR/scripts. The install test is left
 # out: it checks packaging (meson install, pkg-config, a compiler), needs the source
-# tree and the build at their configured paths, and has no CUDA variant.
+# tree and the build at their configured paths, and has no CUDA variant; so is the
+# exports test, which reads libferry.a (the bundle drops static archives) and has none
+# either.
 write_manifest() {
   local dir=$1
   meson introspect --tests "$dir/build" | python3 -c '
@@ -69,7 +78,7 @@ def rel(path):
     return path
 for t in json.load(sys.stdin):
     suites = sorted(s.split(":")[-1] for s in t["suite"])
-    if not {"lib", "transfer"} & set(suites) or t["name"] == "install":
+    if not {"lib", "transfer", "gpu"} & set(suites) or t["name"] in ("install", "exports"):
         continue
     # FERRY_* and CRITERION_* only: the rest configure sanitizers, which a release
     # bundle is built without. FERRY_SOURCE_ROOT is the source tree, not bundled.
@@ -95,16 +104,22 @@ copy_test_data() {
   fi
   mkdir -p "$dir/data/$(dirname "$sample")"
   cp -r "$shared/$sample" "$dir/data/$sample"
+  # the photos test_resize_gpu resizes (suite gpu)
+  [ -d "$shared/realdata/photos" ] && cp -r "$shared/realdata/photos" "$dir/data/realdata/photos"
+  return 0
 }
 
 # Every binary the run step executes, and libferry.so.
 bundle_binaries() {
   local build=$1
   find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
+  find "$build/tests/loaders" -maxdepth 1 -type f -perm -u+x -name 'test_resize_gpu'
   local p
   for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
     echo "$build/$p"
   done
+  [ -x "$build/repro/nvjpeg_parity" ] && echo "$build/repro/nvjpeg_parity"
+  return 0
   find "$build" -maxdepth 1 -name 'libferry.so*' -type f
 }
 
@@ -130,6 +145,12 @@ copy_libraries() {
       cp -L -n "$path" "$dir/lib/$name"
     done
   done < <(bundle_binaries "$dir/build")
+  # libnvjpeg is opened with dlopen (lib/nvjpeg_api.c), so ldd never lists it: PyPI's
+  # nvidia-nvjpeg, where installed, goes along (test_nvjpeg then requires it to load).
+  local nvjpeg
+  nvjpeg=$(python3 -c 'import importlib.metadata as m; print(m.distribution("nvidia-nvjpeg").locate_file("nvidia/cu13/lib/libnvjpeg.so.13"))' 2>/dev/null)
+  [ -n "$nvjpeg" ] && [ -f "$nvjpeg" ] && cp -L -n "$nvjpeg" "$dir/lib/"
+  return 0
 }
 
 # Under LD_LIBRARY_PATH=DIR/lib every library must come from DIR or be glibc's/the
@@ -149,6 +170,19 @@ check_self_contained() {
   return "$bad"
 }
 
+# The Python package (python/ferry) and its tests, laid out as python/tests expects.
+copy_python_package() {
+  local dir=$1
+  rm -rf "$dir/pkg"
+  mkdir -p "$dir/pkg/tools" "$dir/pkg/docs"
+  cp -r "$root/python" "$root/include" "$dir/pkg/"
+  cp "$root/tools/ctypes_layout.py" "$dir/pkg/tools/"
+  cp "$root/docs/python.md" "$dir/pkg/docs/" # its training loop is one of the tests
+  # the layout test compiles ferry/dlpack.h, and the node has no libdlpack-dev
+  if [ -d /usr/include/dlpack ]; then cp -r /usr/include/dlpack "$dir/pkg/include/"; fi
+  find "$dir/pkg" -name __pycache__ -type d -prune -exec rm -rf {} +
+}
+
 bundle() {
   local dir=${1:?usage: gpu_check.sh bundle DIR}
   mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
@@ -159,6 +193,7 @@ bundle() {
   ninja -C "$dir/build" -j "$(nproc 2>/dev/null || echo 2)" || return 1
   write_manifest "$dir" || return 1
   copy_test_data "$dir" || return 1
+  copy_python_package "$dir" || return 1
   copy_libraries "$dir" || return 1
   # Objects, static archives and meson's private state: only the build needed them.
   find "$dir/build" -name '*.p' -type d -prune -exec rm -rf {} +
@@ -258,6 +293,32 @@ sweep() {
   done
 }
 
+# python/tests against the bundle's libferry.so, when this python3 can run them.
+python_tests() {
+  local dir=$1 lib
+  if ! python3 -c 'import torch, pytest, numpy' 2>/dev/null; then
+    echo "=== python tests: not run, python3 here lacks torch, pytest or numpy"
+    return 0
+  fi
+  lib=$(find "$dir/build/" -maxdepth 1 -name 'libferry.so*' -type f | head -n 1)
+  step "python tests" env FERRY_LIB="$lib" PYTHONPATH="$dir/pkg/python" \
+    FERRY_SYNTH_COCO="$dir/build/repro/synth_coco" FERRY_REQUIRE_TORCH=1 \
+    timeout "$(time_left)" python3 -m pytest -q -p no:cacheprovider "$dir/pkg/python/tests"
+}
+
+# nvJPEG against the CPU decoder on the shared photos and the synthetic set (pixel
+# differences per channel, the routes), then its batched decode-only rate (issue 15).
+nvjpeg_check() {
+  local dir=$1 data=$2 batch
+  [ -x "$dir/build/repro/nvjpeg_parity" ] || { echo "=== nvjpeg_parity: not built (no nvjpeg.h)"; return; }
+  step nvjpeg_parity timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" \
+    "$dir"/data/realdata/photos/* "$data/val2017"
+  for batch in 32 128; do
+    step "nvjpeg rate batch $batch" timeout "$(time_left)" "$dir/build/repro/nvjpeg_parity" --json \
+      --rate 2048 --batch "$batch" "$data/val2017"
+  done
+}
+
 run() {
   local dir=${1:?usage: gpu_check.sh run DIR [LOG]} gpu=0 work
   dir=$(cd "$dir" && pwd) || return 1
@@ -276,6 +337,7 @@ run() {
   fi
 
   run_tests "$dir" "$gpu"
+  python_tests "$dir"
   peak_memory "$dir" "$gpu"
   local images=20
   [ "$gpu" -eq 1 ] && images=1000
@@ -285,6 +347,7 @@ run() {
       --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \
       --images "$work/synth/val2017"
     sweep "$dir" "$work/synth"
+    nvjpeg_check "$dir" "$work/synth"
   fi
 
   echo "=== gpu_check: $failures failure(s) in $SECONDS s"

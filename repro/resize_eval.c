@@ -19,6 +19,7 @@
 
 #include "repro/repro_config.h"
 #include "ferry/image.h"
+#include "repro/bench_util.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -130,18 +131,6 @@ static void eval_dct(ferry_decoder *d, const uint8_t *bytes, size_t len, const c
   }
 }
 
-static uint8_t *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = n > 0 ? malloc((size_t)n) : NULL;
-  *len = data ? fread(data, 1, (size_t)n, f) : 0;
-  fclose(f);
-  return data;
-}
-
 static void print_tallies(int size, const tally *t) {
   for (int m = 0; m < N_METHODS; m++) {
     if (!t[m].used) continue;
@@ -170,7 +159,7 @@ int main(int argc, char **argv) {
     uint8_t *ref = malloc((size_t)size * size * 3), *out = malloc((size_t)size * size * 3);
     for (int i = first + 1; i < argc && ref && out; i++) {
       size_t len;
-      uint8_t *bytes = read_all(argv[i], &len);
+      uint8_t *bytes = bench_read_file(argv[i], &len);
       const uint8_t *rgb;
       int w, h;
       if (!bytes || ferry_decode_rgb(d, bytes, len, argv[i], NULL, &rgb, &w, &h) != FERRY_OK) {

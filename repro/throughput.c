@@ -3,6 +3,8 @@
  *   throughput [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
  *              [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct] [--json]
+ *              [--only PATH]
+ *              [--decode cpu|gpu|auto]
  *
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
  * transfer), `previous` (packed batch, whole-batch device copy then per-sample
@@ -16,7 +18,14 @@
  * each in its own process; a path's ratio is the median over rounds of its rate
  * over the limit measured in the same round (what docs/benchmarks.md records).
  * --dct lets the loader decode JPEGs at a reduced DCT scale (not Pillow-exact; the
- * limit stays a full decode), to show what that option buys.
+ * limit stays a full decode), to show what that option buys. --only PATH measures that
+ * path alone, without the limit (its ratio columns are then 0): what
+ * repro/python_throughput.py pairs with the Python loader's runs. --decode sets the
+ * loader's config.image.decode (issue 15); a decoder that cannot open (gpu on the host
+ * device, or without nvJPEG) fails before anything is measured, saying what it needs.
+ * Memory per delivered batch: the bytes of its pinned arena (`pinned_bytes_per_batch`)
+ * and the device memory its transfer allocates (`device_bytes_per_batch`; 0 for the
+ * loader alone), means over the measured batches.
  *
  * Serial time: per delivered batch, the CPU time of the loader's coordinator thread
  * plus that of the consumer (this program's main thread: next, the transfer,
@@ -25,12 +34,15 @@
  * serial threads were the bottleneck would never wait, so only the rest, the serial
  * WORK (`serial_work_us_per_batch`), bounds the rate whatever the number of
  * workers: `batch / serial work` is the ceiling those threads predict for a node with
- * unlimited cores (`predicted_ceiling_images_per_s`). All are medians over rounds.
+ * unlimited cores (`predicted_ceiling_images_per_s`). `cpu_us_per_image` (JSON only):
+ * the CPU time of every thread of the process over the timed batches, per image,
+ * steadier than images/s on a shared machine. All are medians over rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/advanced.h" /* ferry_batch_layout_bytes: the arena bytes reported */
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
 #include "ferry/transfer.h"
@@ -40,12 +52,14 @@
 enum { PATHS = 4, MAX_ROUNDS = 15 };
 
 /* What one path's child process measures. */
-enum { RATE, SERIAL_US, WORK_US, DEPTH, VALUES };
+enum { RATE, SERIAL_US, WORK_US, DEPTH, PINNED_BYTES, DEVICE_BYTES, DECODER, CPU_US, VALUES };
 
 typedef struct options {
   bench_common data;
   const char *device;
+  const char *only; /* NULL: every path and the limit */
   int warmup, batches, processes, json, dct;
+  ferry_decode_mode decode;
 } options;
 
 typedef struct path_run {
@@ -66,22 +80,50 @@ static ferry_status next_batch(ferry_loader *l, ferry_batch **b) {
   return st == FERRY_EEND ? ferry_loader_next(l, b) : st;
 }
 
+/* What the measured batches added up to. */
+typedef struct tally {
+  size_t images;
+  double pinned_bytes, device_bytes;
+} tally;
+
+/* The bytes of a batch's layout: what its arena holds (row counts from its offsets). */
+static double layout_bytes(const ferry_batch *b) {
+  size_t n = ferry_batch_num_fields(b), bs = ferry_batch_size(b), bytes = 0;
+  ferry_field_spec specs[FERRY_MAX_FIELDS];
+  int64_t rows[FERRY_MAX_FIELDS * 1024];
+  if (bs > 1024) return 0;
+  for (size_t f = 0; f < n; f++) {
+    specs[f] = *ferry_batch_field_spec(b, f);
+    const int64_t *o = ferry_batch_offsets(b, f);
+    for (size_t i = 0; i < bs; i++) rows[f * bs + i] = o[i + 1] - o[i];
+  }
+  return ferry_batch_layout_bytes(bs, n, specs, rows, &bytes) == FERRY_OK ? (double)bytes : 0;
+}
+
+static double device_live_bytes(ferry_device *dev) {
+  ferry_memory_stats m;
+  return ferry_device_memory_stats(dev, &m) == FERRY_OK ? (double)m.live_bytes : 0;
+}
+
 static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, const path_run *run,
-                         size_t *images) {
+                         tally *t) {
   ferry_batch *b;
   ferry_status st = next_batch(l, &b);
   if (st != FERRY_OK) return st;
-  *images += ferry_batch_size(b);
+  t->images += ferry_batch_size(b);
+  if (ferry_batch_is_packed(b)) t->pinned_bytes += layout_bytes(b);
   if (!run->transfer) {
     ferry_batch_release(b);
     return FERRY_OK;
   }
-  ferry_transfer_options t = {.mode = run->mode};
+  ferry_transfer_options options = {.mode = run->mode};
   ferry_device_batch *db;
-  st = ferry_transfer(dev, s, b, &t, &db);
+  double live = device_live_bytes(dev);
+  st = ferry_transfer(dev, s, b, &options, &db);
   ferry_batch_release(b);
   if (st != FERRY_OK) return st;
   st = ferry_device_batch_wait(db);
+  t->device_bytes += device_live_bytes(dev) - live;
   ferry_device_batch_free(db);
   return st;
 }
@@ -104,27 +146,33 @@ static int measure_path(void *arg, double *out) {
   ferry_loader_config c;
   bench_loader_config(&c, &o->data, dev, run->packed);
   c.image.dct_scaling = o->dct;
+  c.image.decode = o->decode;
   ferry_loader *l;
   ferry_stream *s;
   if (ferry_loader_open(&c, &l) != FERRY_OK) return fail("loader");
   if (ferry_stream_open(dev, &s) != FERRY_OK) return fail("stream");
-  size_t images = 0;
+  tally t = {0};
   for (int k = 0; k < o->warmup; k++)
-    if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
-  images = 0;
+    if (step(l, dev, s, run, &t) != FERRY_OK) return fail(run->name);
+  t = (tally){0};
   double before[2], after[2];
   serial_ns(l, before);
-  double t0 = bench_now(), cpu0 = bench_thread_cpu();
+  double t0 = bench_now(), cpu0 = bench_thread_cpu(), process0 = bench_process_cpu();
   for (int k = 0; k < o->batches; k++)
-    if (step(l, dev, s, run, &images) != FERRY_OK) return fail(run->name);
+    if (step(l, dev, s, run, &t) != FERRY_OK) return fail(run->name);
   double consumer_ns = (bench_thread_cpu() - cpu0) * 1e9;
-  out[RATE] = (double)images / (bench_now() - t0);
+  out[RATE] = (double)t.images / (bench_now() - t0);
+  out[CPU_US] = (bench_process_cpu() - process0) * 1e6 / (double)t.images;
+  out[PINNED_BYTES] = t.pinned_bytes / o->batches;
+  out[DEVICE_BYTES] = t.device_bytes / o->batches;
   serial_ns(l, after);
   double total_ns = consumer_ns + after[0] - before[0];
   out[SERIAL_US] = total_ns / 1e3 / o->batches;
   out[WORK_US] = (total_ns - (after[1] - before[1])) / 1e3 / o->batches;
   ferry_loader_stats st;
-  out[DEPTH] = ferry_loader_stats_get(l, &st) == FERRY_OK ? (double)st.prefetch : 0;
+  int got = ferry_loader_stats_get(l, &st) == FERRY_OK;
+  out[DEPTH] = got ? (double)st.prefetch : 0;
+  out[DECODER] = got ? (double)st.decoder : -1;
   ferry_stream_close(s);
   ferry_loader_close(l);
   ferry_device_close(dev);
@@ -154,7 +202,8 @@ static int usage(void) {
   fprintf(stderr, "usage: throughput [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
                   "                  [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct]\n"
-                  "                  [--json]\n");
+                  "                  [--json] [--decode cpu|gpu|auto]\n"
+                  "                  [--only loader|previous|direct|unpacked]\n");
   return 2;
 }
 
@@ -175,6 +224,10 @@ static int parse(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
     else if (!strcmp(a, "--processes")) o->processes = atoi(v);
+    else if (!strcmp(a, "--only")) o->only = v;
+    else if (!strcmp(a, "--decode")) {
+      if (ferry_decode_mode_parse(v, &o->decode) != FERRY_OK) return fail("--decode"), usage(), -1;
+    }
     else return usage(), -1;
   }
   if (o->data.workers < 1 || o->data.batch < 1 || o->batches < 1 || o->warmup < 0 || o->processes < 1 ||
@@ -187,11 +240,18 @@ static int parse(int argc, char **argv, options *o) {
  * that a ratio compares measurements taken minutes apart at most (these machines
  * drift by more than the differences measured). limit: that round's limit;
  * paths[r]: path r's RATE, SERIAL_US and DEPTH. */
+static int measured(const options *o, const path_run *run) {
+  return !o->only || !strcmp(o->only, run->name);
+}
+
 static int run_round(const options *o, const path_run *runs, double *limit, double paths[PATHS][VALUES]) {
-  if (bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
+  *limit = 0;
+  if (!o->only && bench_in_processes(1, measure_decode_limit, (void *)o, 1, limit) != 0) return -1;
   int failed = 0;
+  memset(paths, 0, sizeof(double) * PATHS * VALUES);
   for (int r = 0; r < PATHS; r++)
-    if (bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
+    if (measured(o, &runs[r]) &&
+        bench_in_processes(1, measure_path, (void *)&runs[r], VALUES, paths[r]) != 0) {
       memset(paths[r], 0, sizeof paths[r]);
       failed = 1;
     }
@@ -200,8 +260,10 @@ static int run_round(const options *o, const path_run *runs, double *limit, doub
 
 /* A path's figures over the rounds. */
 typedef struct path_summary {
-  bench_range rate, ratio, serial_us, work_us;
+  bench_range rate, ratio, serial_us, work_us, cpu_us;
   int depth;
+  double pinned_bytes, device_bytes; /* per batch, the first round's */
+  ferry_decode_mode decoder;         /* the decoder the loader ran (AUTO resolved) */
 } path_summary;
 
 static void print_row(const options *o, const char *name, const path_summary *p, double limit) {
@@ -213,25 +275,50 @@ static void print_row(const options *o, const char *name, const path_summary *p,
            "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"serial_us_per_batch\": %.2f, "
            "\"serial_us_min\": %.2f, \"serial_us_max\": %.2f, \"serial_work_us_per_batch\": %.2f, "
            "\"serial_work_us_min\": %.2f, \"serial_work_us_max\": %.2f, "
-           "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\"}\n",
+           "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\", "
+           "\"decode\": \"%s\", \"decoder\": \"%s\", \"pinned_bytes_per_batch\": %.0f, \"device_bytes_per_batch\": %.0f, "
+           "\"cpu_us_per_image\": %.2f}\n",
            name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
            p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
            p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, o->dct,
-           layout_name(o->data.layout));
+           layout_name(o->data.layout), ferry_decode_mode_name(o->decode), ferry_decode_mode_name(p->decoder), p->pinned_bytes, p->device_bytes,
+           p->cpu_us.median);
   else
     printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %10.1f %12.0f\n", name,
            o->data.workers, p->rate.median, p->rate.min, p->rate.max, limit, p->ratio.median, p->ratio.min,
            p->ratio.max, p->serial_us.median, p->work_us.median, ceiling);
 }
 
+/* A decoder other than the CPU must open before anything is measured: say what it
+ * needs and stop, rather than fail in every child process. */
+static int preflight(const options *o) {
+  if (o->decode == FERRY_DECODE_CPU) return 0;
+  ferry_device *dev;
+  if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
+  ferry_loader_config c;
+  bench_loader_config(&c, &o->data, dev, 1);
+  c.image.decode = o->decode;
+  ferry_loader *l;
+  int failed = ferry_loader_open(&c, &l) != FERRY_OK;
+  if (failed) fprintf(stderr, "throughput: --decode %s: %s\n", ferry_decode_mode_name(o->decode), ferry_last_error());
+  else ferry_loader_close(l);
+  ferry_device_close(dev);
+  return failed ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o) != 0) return 2;
-  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT},
                                 {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
                                 {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
                                 {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
+  int first = -1; /* the first path measured */
+  for (int r = PATHS - 1; r >= 0; r--)
+    if (measured(&o, &runs[r])) first = r;
+  if (first < 0) return usage();
+  if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
+  if (preflight(&o) != 0) return 1;
   double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)
@@ -242,31 +329,36 @@ int main(int argc, char **argv) {
   }
   double ratios[MAX_ROUNDS][PATHS];
   for (int p = 0; p < o.processes; p++)
-    for (int r = 0; r < PATHS; r++) ratios[p][r] = paths[p][r][RATE] / limits[p];
+    for (int r = 0; r < PATHS; r++) ratios[p][r] = limits[p] > 0 ? paths[p][r][RATE] / limits[p] : 0;
   bench_range limit = bench_summarise(limits, (size_t)o.processes);
   if (!o.json)
     printf("%-9s %7s %14s %21s %12s %8s  %-22s %10s %10s %12s\n", "path", "workers", "images/s med",
            "[min, max]", "decode limit", "ratio", "[min, max] (per round)", "serial us", "work us",
            "ceiling/s");
   for (int r = 0; r < PATHS; r++) {
-    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS];
+    if (!measured(&o, &runs[r])) continue;
+    double v[MAX_ROUNDS], q[MAX_ROUNDS], us[MAX_ROUNDS], work[MAX_ROUNDS], cpu[MAX_ROUNDS];
     for (int p = 0; p < o.processes; p++) {
       v[p] = paths[p][r][RATE];
       q[p] = ratios[p][r];
       us[p] = paths[p][r][SERIAL_US];
       work[p] = paths[p][r][WORK_US];
+      cpu[p] = paths[p][r][CPU_US];
     }
     path_summary sum = {bench_summarise(v, (size_t)o.processes), bench_summarise(q, (size_t)o.processes),
                         bench_summarise(us, (size_t)o.processes), bench_summarise(work, (size_t)o.processes),
-                        (int)paths[0][r][DEPTH]};
+                        bench_summarise(cpu, (size_t)o.processes), (int)paths[0][r][DEPTH], paths[0][r][PINNED_BYTES], paths[0][r][DEVICE_BYTES],
+                        (ferry_decode_mode)paths[0][r][DECODER]};
     print_row(&o, runs[r].name, &sum, limit.median);
   }
   if (!o.json)
     printf("decode-only limit: %.1f images/s median [%.1f, %.1f] over %d rounds, %d threads; "
            "loader images as %s; ratio: the median over rounds of path / limit of that round;\n"
            "serial us: coordinator + consumer CPU per batch; work us: the same less their idling "
-           "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches\n",
+           "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches; decoder %s; per batch "
+           "(direct): %.0f pinned bytes, %.0f device bytes\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
-           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][0][DEPTH]);
+           o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][first][DEPTH],
+           ferry_decode_mode_name((ferry_decode_mode)paths[0][2][DECODER]), paths[0][2][PINNED_BYTES], paths[0][2][DEVICE_BYTES]);
   return 0;
 }

@@ -2,7 +2,7 @@
  *
  *   ferry-coco stats FILE
  *   ferry-coco rle FILE
- *   ferry-coco validate FILE [--images DIR]
+ *   ferry-coco validate FILE [--images DIR [--decode] [--threads N]]
  *   ferry-coco bench FILE [--size R] [--repeat N] [--keep-crowd]
  *   ferry-coco index FILE.json [--out FILE.ferryidx]
  *   ferry-coco index --verify FILE.ferryidx [--source FILE.json]
@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "decode_images.h"
 #include "ferry/coco.h"
 #include "ferry/mask.h"
 
@@ -154,6 +156,15 @@ static int image_header_size(FILE *f, unsigned long *w, unsigned long *h) {
   }
 }
 
+/* 1 (and the problem printed) when the file's size is not the one the JSON gives. */
+static size_t size_differs(const char *json, size_t i, const ferry_coco_image *img, const char *dir,
+                           unsigned long w, unsigned long h) {
+  if ((long long)w == img->width && (long long)h == img->height) return 0;
+  printf("%s: images[%zu]: %s/%s is %lux%lu (width x height), the JSON says %lldx%lld\n", json, i, dir,
+         img->file_name, w, h, (long long)img->width, (long long)img->height);
+  return 1;
+}
+
 static size_t check_image_files(const ferry_coco *coco, const char *json, const char *dir) {
   size_t problems = 0;
   for (size_t i = 0; i < ferry_coco_num_images(coco); i++) {
@@ -171,10 +182,8 @@ static size_t check_image_files(const ferry_coco *coco, const char *json, const 
     } else if (!image_header_size(f, &w, &h)) {
       printf("%s: images[%zu].file_name: %s: no JPEG or PNG header with a size\n", json, i, path);
       problems++;
-    } else if ((long long)w != img.width || (long long)h != img.height) {
-      printf("%s: images[%zu]: %s is %lux%lu (width x height), the JSON says %lldx%lld\n", json, i, path, w, h,
-             (long long)img.width, (long long)img.height);
-      problems++;
+    } else {
+      problems += size_differs(json, i, &img, dir, w, h);
     }
     if (f) fclose(f);
     free(path);
@@ -182,10 +191,56 @@ static size_t check_image_files(const ferry_coco *coco, const char *json, const 
   return problems;
 }
 
+/* --decode: every image decoded in full on `threads` threads; the problems are printed
+ * in image order whatever the thread count. */
+static size_t decode_image_files(const ferry_coco *coco, const char *json, const char *dir, size_t threads) {
+  size_t n = ferry_coco_num_images(coco), problems = 0;
+  decoded_image *results = calloc(n ? n : 1, sizeof *results);
+  if (!results || decode_images(coco, dir, threads, results) != 0) {
+    free(results);
+    printf("%s: out of memory decoding the images\n", json);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ferry_coco_image img;
+    ferry_coco_image_at(coco, i, &img);
+    if (results[i].error) {
+      printf("%s: images[%zu] (id %lld): %s\n", json, i, (long long)img.id, results[i].error);
+      problems++;
+    } else {
+      problems += size_differs(json, i, &img, dir, (unsigned long)results[i].width,
+                               (unsigned long)results[i].height);
+    }
+  }
+  decoded_images_free(results, n);
+  free(results);
+  return problems;
+}
+
+/* A few threads: decoding is the work, one per core up to 8. */
+static size_t default_decode_threads(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores < 1 ? 1 : cores > 8 ? 8 : (size_t)cores;
+}
+
 static int cmd_validate(int argc, char **argv) {
   const char *images = NULL;
-  if (argc == 3 && !strcmp(argv[1], "--images")) images = argv[2];
-  else if (argc != 1) return -1;
+  int decode = 0;
+  size_t threads = default_decode_threads();
+  if (argc < 1) return -1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--images") && i + 1 < argc) images = argv[++i];
+    else if (!strcmp(argv[i], "--decode")) decode = 1;
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || n < 1 || n > 256) return -1;
+      threads = (size_t)n;
+    } else {
+      return -1;
+    }
+  }
+  if (decode && !images) return -1;
   size_t problems = 0;
   ferry_coco_options o;
   ferry_coco_options_default(&o);
@@ -204,7 +259,8 @@ static int cmd_validate(int argc, char **argv) {
     if (a.segm != FERRY_SEGM_NONE && ferry_coco_annotation_rle(coco, i, &rle) < 0) report_problem(&problems, ferry_last_error());
     ferry_rle_free(&rle);
   }
-  if (images) problems += check_image_files(coco, argv[0], images);
+  if (images) problems += decode ? decode_image_files(coco, argv[0], images, threads)
+                                 : check_image_files(coco, argv[0], images);
   printf("%s: %zu images, %zu annotations, %zu problem%s\n", argv[0], ferry_coco_num_images(coco),
          ferry_coco_num_annotations(coco), problems, problems == 1 ? "" : "s");
   ferry_coco_close(coco);
@@ -310,9 +366,12 @@ static const command commands[] = {
      "{\"index\", \"id\", \"size\": [h, w], \"counts\", \"area\", \"bbox\"} (pycocotools' masks).\n"
      "Needs no image files; a polygon whose image has no height/width is an error.",
      cmd_rle},
-    {"validate", "validate FILE [--images DIR]",
+    {"validate", "validate FILE [--images DIR [--decode] [--threads N]]",
      "Every problem with its JSON path, every segmentation decoded; with --images, also that\n"
-     "each image file exists under DIR and its JPEG/PNG header size matches. Exit 1 on problems.",
+     "each image file exists under DIR and its JPEG/PNG header size matches. --decode decodes\n"
+     "every image in full instead (on N threads, default one per core up to 8), as the\n"
+     "loader would: a file cut short or corrupt past its header is reported, naming it.\n"
+     "Exit 1 on problems.",
      cmd_validate},
     {"bench", "bench FILE [--size R] [--repeat N] [--keep-crowd]",
      "Time producing every image's instance masks at RxR (default 312) by nearest, one thread,\n"

@@ -4,11 +4,14 @@
 Each meson test is a Criterion binary (many tests), a script (one test), or a
 program under the TSan harness. Criterion's synthesis line gives its counts and
 its [SKIP] lines the skipped tests; anything else counts as one test by its
-meson result. Prints each failure's name, then `N passed, N failed[, N skipped]`.
+meson result. A log ending in .xml is a pytest JUnit report (python/tests/): each
+test case counts by its outcome. Prints each failure's name, then
+`N passed, N failed[, N skipped]`.
 """
 import json
 import re
 import sys
+import xml.etree.ElementTree as ElementTree
 
 # Criterion reports a test that leaked or tripped a sanitizer after its assertions
 # passed as passing, so the sanitizers' own reports are read here too.
@@ -38,23 +41,44 @@ def count(entry):
     return (1, 0, 0) if clean else (0, 1, 0)
 
 
+def junit_results(path):
+    """(name, passed, failed, skipped, why) for each test case of a JUnit XML report."""
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        outcome = {child.tag for child in case}
+        if outcome & {"failure", "error"}:
+            why = "error" if "error" in outcome else "FAIL"
+            yield name, 0, 1, 0, why
+        elif "skipped" in outcome:
+            yield name, 0, 0, 1, None
+        else:
+            yield name, 1, 0, 0, None
+
+
+def meson_results(path):
+    """(name, passed, failed, skipped, why) for each entry of a meson testlog.json."""
+    for line in open(path, encoding="utf-8").read().splitlines():
+        entry = json.loads(line)
+        p, f, s = count(entry)
+        why = "sanitizer report" if SANITIZER.search(output_of(entry)) else entry["result"]
+        yield entry["name"], p, f, s, why
+
+
 def main(logs):
     passed = failed = skipped = 0
     for label_log in logs:
         label, _, path = label_log.partition("=")
+        reader = junit_results if path.endswith(".xml") else meson_results
         try:
-            lines = open(path, encoding="utf-8").read().splitlines()
-        except OSError as err:
+            results = list(reader(path))
+        except (OSError, ElementTree.ParseError) as err:
             print(f"{label}: no test log ({err})")
             failed += 1
             continue
-        for line in lines:
-            entry = json.loads(line)
-            p, f, s = count(entry)
+        for name, p, f, s, why in results:
             passed, failed, skipped = passed + p, failed + f, skipped + s
             if f:
-                why = "sanitizer report" if SANITIZER.search(output_of(entry)) else entry["result"]
-                print(f"FAILED [{label}] {entry['name']} ({why})")
+                print(f"FAILED [{label}] {name} ({why})")
     tail = f", {skipped} skipped" if skipped else ""
     print(f"{passed} passed, {failed} failed{tail}")
     return 1 if failed else 0

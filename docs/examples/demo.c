@@ -1,8 +1,10 @@
 /* demo: the loader over a COCO set: throughput and what one batch holds.
  *
  *   demo --annotations FILE --images DIR [--batch 8] [--workers N] [--resolution 312]
- *        [--epochs 1] [--device host|cuda]
+ *        [--epochs 1] [--device host|cuda] [--on-error skip|fail]
+ *        [--decode cpu|gpu|auto]
  *
+ * The command line is example_args.c's, shared with train_loop (demo --help).
  * `./run demo` runs it on the embedded synthetic dataset.
  */
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "example_args.h"
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
 
@@ -32,32 +35,19 @@ static void describe(const ferry_batch *b) {
   }
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: demo --annotations FILE --images DIR [--batch N] [--workers N] "
-                  "[--resolution R] [--epochs N] [--device host|cuda]\n");
-  return 2;
-}
-
 int main(int argc, char **argv) {
   ferry_loader_config c;
   ferry_loader_config_default(&c);
-  int epochs = 1;
-  const char *device_name = "host";
-  for (int i = 1; i < argc; i += 2) { /* flag, value */
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!v) return usage();
-    if (!strcmp(a, "--annotations")) c.annotations = v;
-    else if (!strcmp(a, "--images")) c.images = v;
-    else if (!strcmp(a, "--batch")) c.batch_size = (size_t)atoi(v);
-    else if (!strcmp(a, "--workers")) c.workers = (size_t)atoi(v);
-    else if (!strcmp(a, "--resolution")) c.resolution = atoi(v);
-    else if (!strcmp(a, "--epochs")) epochs = atoi(v);
-    else if (!strcmp(a, "--device")) device_name = v;
-    else return usage();
-  }
-  if (!c.annotations || !c.images) return usage();
+  example_common o = {.device = "host", .batch = (int64_t)c.batch_size, .workers = (int64_t)c.workers,
+                      .resolution = c.resolution, .epochs = 1, .on_error = c.on_error, .decode = c.image.decode};
+  example_flag flags[EXAMPLE_MAX_FLAGS];
+  size_t nflags = example_common_flags(&o, flags);
+  int exit_status = example_parse_args("demo", "The loader over a COCO set: throughput and what one batch holds.",
+                                       flags, nflags, argc, argv);
+  if (exit_status >= 0) return exit_status;
+  example_apply_common(&o, &c);
   ferry_device *device;
-  if (ferry_device_open(device_name, &device) != FERRY_OK) {
+  if (ferry_device_open(o.device, &device) != FERRY_OK) {
     fprintf(stderr, "demo: %s\n", ferry_last_error());
     return 1;
   }
@@ -74,7 +64,7 @@ int main(int argc, char **argv) {
          (unsigned long long)ferry_loader_samples_per_epoch(loader), stats.rank, stats.world_size,
          c.batch_size, stats.workers, c.resolution, c.resolution);
   int status = 0;
-  for (int e = 0; e < epochs && !status; e++) {
+  for (int64_t e = 0; e < o.epochs && !status; e++) {
     double t0 = now();
     size_t images = 0, instances = 0;
     ferry_batch *b;
@@ -82,7 +72,7 @@ int main(int argc, char **argv) {
     while ((st = ferry_loader_next(loader, &b)) == FERRY_OK) {
       if (e == 0 && images == 0) describe(b);
       images += ferry_batch_size(b);
-      int boxes = ferry_batch_find_field(b, "boxes");
+      int boxes = ferry_batch_find_field(b, FERRY_FIELD_BOXES);
       if (boxes >= 0) instances += (size_t)ferry_batch_offsets(b, (size_t)boxes)[ferry_batch_size(b)];
       ferry_batch_release(b);
     }
@@ -92,13 +82,14 @@ int main(int argc, char **argv) {
       break;
     }
     double s = now() - t0;
-    printf("epoch %d: %zu images, %zu instances in %.2f s: %.1f images/s\n", e, images, instances, s,
-           images / s);
+    printf("epoch %lld: %zu images, %zu instances in %.2f s: %.1f images/s\n", (long long)e, images,
+           instances, s, images / s);
   }
   ferry_loader_stats_get(loader, &stats);
-  printf("pinned pool: %zu arenas, %.1f MiB reserved, %llu growths, %llu skipped samples\n",
-         stats.pool.arenas, stats.pool.reserved_bytes / 1048576.0,
-         (unsigned long long)stats.pool.growths, (unsigned long long)stats.samples_skipped);
+  printf("pinned pool: %zu arenas, %.1f MiB reserved, %llu growths\n", stats.pool.arenas,
+         stats.pool.reserved_bytes / 1048576.0, (unsigned long long)stats.pool.growths);
+  printf("%llu samples skipped (--on-error %s)\n", (unsigned long long)stats.samples_skipped,
+         c.on_error == FERRY_ON_ERROR_SKIP ? "skip" : "fail");
   ferry_loader_close(loader);
   ferry_device_close(device);
   return status;

@@ -1,8 +1,11 @@
 /* train_loop: a small, real training loop in C, fed by ferry.
  *
  *   train_loop --annotations FILE --images DIR [--epochs 5] [--device host|cuda]
- *              [--batch 8] [--resolution 64] [--workers N] [--lr 0.05]
- *              [--resume-test] [--checkpoint FILE] [--print-steps]
+ *              [--batch 8] [--resolution 64] [--workers N] [--on-error skip|fail]
+ *              [--decode cpu|gpu|auto]
+ *              [--lr 0.05] [--resume-test] [--checkpoint FILE] [--print-steps]
+ *
+ * The command line is example_args.c's, shared with demo (train_loop --help).
  *
  * The model is deliberately tiny, so that the loop around it is what you read:
  *   features  the mean of each normalised colour channel over each image quadrant
@@ -42,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "example_args.h"
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
 #include "ferry/transfer.h"
@@ -74,10 +78,9 @@ typedef struct checkpoint {
 static const char CHECKPOINT_MAGIC[8] = "FERRYCK1";
 
 typedef struct options {
-  const char *annotations, *images, *device, *checkpoint_path;
-  int64_t epochs;
-  size_t batch, workers;
-  int resolution, resume_test, print_steps;
+  example_common common; /* annotations, images, device, batch, workers, ... */
+  const char *checkpoint_path;
+  int resume_test, print_steps;
   double lr;
 } options;
 
@@ -213,8 +216,8 @@ static ferry_status read_sample(trainer *t, ferry_device_batch *db, size_t s,
                                 sample_targets *out, double *centre_loss, uint64_t *instances,
                                 double g_centre[NCENTRE][NFEAT]) {
   ferry_stream *stream = ferry_device_batch_stream(db);
-  ferry_tensor *boxes = ferry_device_batch_sample_field(db, s, "boxes");
-  ferry_tensor *masks = ferry_device_batch_sample_field(db, s, "masks");
+  ferry_tensor *boxes = ferry_device_batch_sample_field(db, s, FERRY_FIELD_BOXES);
+  ferry_tensor *masks = ferry_device_batch_sample_field(db, s, FERRY_FIELD_MASKS);
   if (!boxes || !masks) {
     fprintf(stderr, "train_loop: sample %zu has no boxes or masks\n", s);
     return FERRY_ENOTFOUND;
@@ -223,7 +226,7 @@ static ferry_status read_sample(trainer *t, ferry_device_batch *db, size_t s,
   int64_t n = boxes->shape[0];
   const uint8_t *m = read_back(t, stream, masks, &t->host_field, &t->host_field_bytes, &st);
   if (st != FERRY_OK) return st;
-  if (n > 0) mask_coverage(m, n, t->opt->resolution, out->cover);
+  if (n > 0) mask_coverage(m, n, (int)t->opt->common.resolution, out->cover);
   else memset(out->cover, 0, sizeof out->cover);
   const float *b = read_back(t, stream, boxes, &t->host_field, &t->host_field_bytes, &st);
   if (st != FERRY_OK) return st;
@@ -241,7 +244,7 @@ static ferry_status train_step(trainer *t, ferry_device_batch *db, double loss[3
   ferry_status st = ferry_device_batch_wait(db);
   if (st != FERRY_OK) return st;
   size_t bsz = ferry_device_batch_size(db);
-  int r = t->opt->resolution;
+  int r = (int)t->opt->common.resolution;
   ferry_tensor images;
   if ((st = ferry_device_batch_take_images(db, &images)) != FERRY_OK) return st;
   const float *pixels = read_back(t, ferry_device_batch_stream(db), &images,
@@ -338,10 +341,10 @@ static int after_step(trainer *t, const inflight *done, const double loss[3], ep
   return 0;
 }
 
-/* Train until the end of epoch opt->epochs - 1, starting wherever `loader` stands
+/* Train until the end of epoch common.epochs - 1, starting wherever `loader` stands
  * (epoch `epoch`, with `sums` already holding that epoch's earlier steps). */
 static int train(trainer *t, ferry_loader *loader, int64_t epoch, epoch_sums sums) {
-  for (; epoch < t->opt->epochs; epoch++) {
+  for (; epoch < t->opt->common.epochs; epoch++) {
     uint64_t k = 0;
     inflight cur, next;
     ferry_status st = fetch(t, loader, t->streams[k % 2], &next);
@@ -385,11 +388,7 @@ static int open_loader(const trainer *t, ferry_loader **out) {
   const options *o = t->opt;
   ferry_loader_config c;
   ferry_loader_config_default(&c);
-  c.annotations = o->annotations;
-  c.images = o->images;
-  c.batch_size = o->batch;
-  c.workers = o->workers;
-  c.resolution = o->resolution;
+  example_apply_common(&o->common, &c);
   c.fields = FERRY_LOADER_FIELD_BOXES | FERRY_LOADER_FIELD_MASKS;
   c.box_format = FERRY_BOXES_CXCYWH_NORM;
   c.layout = FERRY_LAYOUT_U8_HWC; /* normalised on the device by ferry_transfer */
@@ -406,7 +405,7 @@ static int open_trainer(trainer *t, const options *o) {
   t->opt = o;
   t->save_after = UINT64_MAX;
   t->transfer.normalize = FERRY_NORMALIZE_F32; /* ImageNet mean and std */
-  if (ferry_device_open(o->device, &t->device) != FERRY_OK) return fail("opening the device");
+  if (ferry_device_open(o->common.device, &t->device) != FERRY_OK) return fail("opening the device");
   for (int i = 0; i < 2; i++)
     if (ferry_stream_open(t->device, &t->streams[i]) != FERRY_OK) return fail("opening a stream");
   return 0;
@@ -432,19 +431,29 @@ static int close_trainer(trainer *t) {
   return leaked;
 }
 
+/* The loader's skipped samples, and the policy that skipped them, after a run. */
+static void print_skipped(const trainer *t, ferry_loader *loader) {
+  ferry_loader_stats stats;
+  ferry_loader_stats_get(loader, &stats);
+  printf("train_loop: %" PRIu64 " samples skipped (--on-error %s)\n", stats.samples_skipped,
+         t->opt->common.on_error == FERRY_ON_ERROR_SKIP ? "skip" : "fail");
+}
+
 /* One whole run from scratch on a fresh loader. */
 static int run_plain(trainer *t) {
+  const example_common *o = &t->opt->common;
   ferry_loader *loader;
   if (open_loader(t, &loader) != 0) return 1;
   uint64_t nb = ferry_loader_batches_per_epoch(loader);
-  printf("train_loop: %" PRIu64 " images per epoch, batch %zu, %dx%d, %" PRId64
-         " epochs on %s\n",
-         ferry_loader_samples_per_epoch(loader), t->opt->batch, t->opt->resolution,
-         t->opt->resolution, t->opt->epochs, ferry_device_name(t->device));
-  t->max_steps = nb * (uint64_t)t->opt->epochs;
-  if (t->save_to) t->save_after = nb * (uint64_t)(t->opt->epochs / 2) + (nb + 1) / 2;
+  printf("train_loop: %" PRIu64 " images per epoch, batch %" PRId64 ", %" PRId64 "x%" PRId64
+         ", %" PRId64 " epochs on %s\n",
+         ferry_loader_samples_per_epoch(loader), o->batch, o->resolution, o->resolution, o->epochs,
+         ferry_device_name(t->device));
+  t->max_steps = nb * (uint64_t)o->epochs;
+  if (t->save_to) t->save_after = nb * (uint64_t)(o->epochs / 2) + (nb + 1) / 2;
   t->losses = calloc(t->max_steps ? t->max_steps : 1, sizeof *t->losses);
   int rc = t->losses ? train(t, loader, 0, (epoch_sums){0}) : 1;
+  print_skipped(t, loader);
   ferry_loader_close(loader);
   return rc;
 }
@@ -469,6 +478,7 @@ static int run_resumed(trainer *t, FILE *file, const double *reference, uint64_t
   printf("resumed: a new loader from epoch %" PRId64 ", batch %" PRIu64 "\n", c.loader.epoch,
          c.loader.batches_delivered);
   int rc = train(t, loader, c.loader.epoch, c.epoch);
+  print_skipped(t, loader);
   ferry_loader_close(loader);
   if (rc != 0) return rc;
   uint64_t checked = nsteps - c.steps_done;
@@ -518,40 +528,28 @@ static int resume_test(const options *o) {
   return rc;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: train_loop --annotations FILE --images DIR [--epochs N] "
-                  "[--device host|cuda] [--batch N] [--resolution R] [--workers N] [--lr X] "
-                  "[--resume-test] [--checkpoint FILE] [--print-steps]\n");
-  return 2;
-}
-
+/* -1 to go on with *o filled, else the status to exit with (example_parse_args). */
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){.device = "host", .epochs = 5, .batch = 8, .resolution = 64, .lr = 0.05};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--resume-test")) { o->resume_test = 1; continue; }
-    if (!strcmp(a, "--print-steps")) { o->print_steps = 1; continue; }
-    if (!v) return -1;
-    if (!strcmp(a, "--annotations")) o->annotations = v;
-    else if (!strcmp(a, "--images")) o->images = v;
-    else if (!strcmp(a, "--device")) o->device = v;
-    else if (!strcmp(a, "--checkpoint")) o->checkpoint_path = v;
-    else if (!strcmp(a, "--epochs")) o->epochs = atoll(v);
-    else if (!strcmp(a, "--batch")) o->batch = (size_t)atoll(v);
-    else if (!strcmp(a, "--workers")) o->workers = (size_t)atoll(v);
-    else if (!strcmp(a, "--resolution")) o->resolution = atoi(v);
-    else if (!strcmp(a, "--lr")) o->lr = atof(v);
-    else return -1;
-    i++;
-  }
-  if (!o->annotations || !o->images || o->epochs < 1 || o->batch < 1 || o->resolution < 2)
-    return -1;
-  return 0;
+  *o = (options){.common = {.device = "host", .epochs = 5, .batch = 8, .resolution = 64,
+                            .on_error = FERRY_ON_ERROR_FAIL},
+                 .lr = 0.05};
+  example_flag flags[EXAMPLE_MAX_FLAGS];
+  size_t n = example_common_flags(&o->common, flags);
+  flags[n++] = (example_flag){.name = "--lr", .kind = ARG_REAL, .value = &o->lr, .meta = "X",
+                              .help = "gradient descent step"};
+  flags[n++] = (example_flag){.name = "--resume-test", .kind = ARG_SWITCH, .value = &o->resume_test,
+                              .help = "checkpoint mid-run, resume on a new loader, compare the losses"};
+  flags[n++] = (example_flag){.name = "--checkpoint", .kind = ARG_TEXT, .value = &o->checkpoint_path,
+                              .meta = "FILE", .help = "where --resume-test writes its checkpoint (a temporary file)"};
+  flags[n++] = (example_flag){.name = "--print-steps", .kind = ARG_SWITCH, .value = &o->print_steps,
+                              .help = "print every step's loss"};
+  return example_parse_args("train_loop", "A small training loop in C, fed by ferry.", flags, n, argc, argv);
 }
 
 int main(int argc, char **argv) {
   options o;
-  if (parse_options(argc, argv, &o) != 0) return usage();
+  int exit_status = parse_options(argc, argv, &o);
+  if (exit_status >= 0) return exit_status;
   if (o.resume_test) return resume_test(&o);
   trainer t;
   int rc = open_trainer(&t, &o);

@@ -16,6 +16,10 @@
  *
  * An UNPACKED batch has the same fields and views but one host allocation per
  * sample and field: the baseline that packing is measured against.
+ *
+ * This header is what a consumer needs: reading a batch and handing it back.
+ * Building batches by hand, their held events and release hook are the advanced
+ * API (ferry/advanced.h).
  */
 #ifndef FERRY_BATCH_H
 #define FERRY_BATCH_H
@@ -24,7 +28,7 @@
 #include <stdint.h>
 
 #include "ferry/device.h"
-#include "ferry/pool.h"
+#include "ferry/export.h"
 #include "ferry/tensor.h"
 
 #ifdef __cplusplus
@@ -41,6 +45,18 @@ typedef enum ferry_field_kind {
 #define FERRY_MAX_FIELDS 16
 #define FERRY_FIELD_NAME_MAX 32
 
+/* The names of the fields the loader fills (ferry_loader_config.fields chooses which);
+ * FERRY_FIELD_IMAGES is also the field ferry_transfer turns into the batch tensor. */
+#define FERRY_FIELD_IMAGES "images"             /* u8 [R,R,3] or f32 [3,R,R], per sample */
+#define FERRY_FIELD_SAMPLE_INDEX "sample_index" /* i64 [1]: the dataset index, per sample */
+#define FERRY_FIELD_BOXES "boxes"               /* f32 [N,4] rows */
+#define FERRY_FIELD_LABELS "labels"             /* i64 [N] rows */
+#define FERRY_FIELD_MASKS "masks"               /* bool [N,R,R] rows */
+#define FERRY_FIELD_AREA "area"                 /* f32 [N] rows */
+#define FERRY_FIELD_ISCROWD "iscrowd"           /* i64 [N] rows */
+#define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
+#define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
+
 typedef struct ferry_field_spec {
   const char *name;        /* copied; at most FERRY_FIELD_NAME_MAX-1 characters */
   ferry_dtype dtype;
@@ -49,61 +65,35 @@ typedef struct ferry_field_spec {
   int64_t inner_shape[3];
 } ferry_field_spec;
 
-/* Bytes a packed batch with these fields and row counts needs in its arena, field
- * regions aligned for device copies. rows[f * batch_size + i] is field f's row count
- * for sample i (ignored for PER_SAMPLE fields; rows may be NULL if there are none). */
-ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfields,
-                                      const ferry_field_spec *fields, const int64_t *rows,
-                                      size_t *out_bytes);
-
-/* A packed batch in an arena taken from `pool` (blocks while none is free). */
-ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
-                                const ferry_field_spec *fields, const int64_t *rows,
-                                ferry_batch **out);
-/* An unpacked batch: one host allocation per sample and field. */
-ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
-                                         const ferry_field_spec *fields, const int64_t *rows,
-                                         ferry_batch **out);
-
 /* Number of samples B; every offset table has B + 1 entries. */
-size_t ferry_batch_size(const ferry_batch *batch);
+FERRY_API size_t ferry_batch_size(const ferry_batch *batch);
 /* Number of fields; field indices run from 0 to this minus one. */
-size_t ferry_batch_num_fields(const ferry_batch *batch);
+FERRY_API size_t ferry_batch_num_fields(const ferry_batch *batch);
 /* 1 for a packed batch (one arena), 0 for an unpacked one (an allocation per sample
  * and field). */
-int ferry_batch_is_packed(const ferry_batch *batch);
+FERRY_API int ferry_batch_is_packed(const ferry_batch *batch);
 /* The device the batch's bytes live on (host batches: the pool's device). */
-ferry_device *ferry_batch_device(const ferry_batch *batch);
+FERRY_API ferry_device *ferry_batch_device(const ferry_batch *batch);
 /* Index of the field called `name`, or -1. */
-int ferry_batch_find_field(const ferry_batch *batch, const char *name);
-const ferry_field_spec *ferry_batch_field_spec(const ferry_batch *batch, size_t field);
+FERRY_API int ferry_batch_find_field(const ferry_batch *batch, const char *name);
+FERRY_API const ferry_field_spec *ferry_batch_field_spec(const ferry_batch *batch, size_t field);
 /* The offset table: batch_size + 1 row indices (for PER_SAMPLE fields 0, 1, ..., B). */
-const int64_t *ferry_batch_offsets(const ferry_batch *batch, size_t field);
+FERRY_API const int64_t *ferry_batch_offsets(const ferry_batch *batch, size_t field);
 /* Bytes of one row (ROWS) or one item (PER_SAMPLE). */
-size_t ferry_batch_row_bytes(const ferry_batch *batch, size_t field);
+FERRY_API size_t ferry_batch_row_bytes(const ferry_batch *batch, size_t field);
 
 /* A view of sample i's slice of a field (no copy). */
-ferry_status ferry_batch_sample(const ferry_batch *batch, size_t field, size_t sample,
-                                ferry_tensor *view);
+FERRY_API ferry_status ferry_batch_sample(const ferry_batch *batch, size_t field, size_t sample,
+                                          ferry_tensor *view);
 /* A view of a whole packed field: [total_rows, inner...] or [B, inner...].
  * FERRY_EUNSUPPORTED on an unpacked batch. */
-ferry_status ferry_batch_field(const ferry_batch *batch, size_t field, ferry_tensor *view);
-
-/* Keep the batch's memory from being reused until `event` completes (the transfer
- * stage calls this after queueing the copies that read the batch). Takes ownership. */
-ferry_status ferry_batch_hold_until(ferry_batch *batch, ferry_event *event);
-
-/* Call fn(batch, user) from ferry_batch_release, before the memory is handed back:
- * how the owner of a batch (the loader) learns that the consumer is done with it.
- * One hook per batch; a later call replaces it. */
-typedef void (*ferry_batch_release_fn)(ferry_batch *batch, void *user);
-void ferry_batch_set_release_hook(ferry_batch *batch, ferry_batch_release_fn fn, void *user);
+FERRY_API ferry_status ferry_batch_field(const ferry_batch *batch, size_t field, ferry_tensor *view);
 
 /* Hand the batch back: its arena returns to the pool once every held event has
  * completed, without blocking. Only a batch held in device memory (made by
  * ferry_packed_to) or an unpacked one waits here for its held events before its
  * memory is freed. The batch must not be used afterwards. */
-void ferry_batch_release(ferry_batch *batch);
+FERRY_API void ferry_batch_release(ferry_batch *batch);
 
 #ifdef __cplusplus
 }

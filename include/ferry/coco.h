@@ -23,6 +23,7 @@
 #include "ferry/error.h"
 #include "ferry/export.h"
 #include "ferry/mask.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,7 +46,7 @@ typedef struct ferry_coco_options {
 } ferry_coco_options;
 
 /* Defaults: raw category ids, strict. */
-void ferry_coco_options_default(ferry_coco_options *o);
+FERRY_API void ferry_coco_options_default(ferry_coco_options *o);
 
 /* Read and index the file at `path`; `opts` may be NULL. FERRY_EIO if it cannot be read,
  * FERRY_EFORMAT for invalid JSON or content (with the JSON path).
@@ -55,15 +56,15 @@ void ferry_coco_options_default(ferry_coco_options *o);
  * path, a fresh index of it is used instead of parsing when there is one (beside it as
  * PATH.ferryidx, or in $FERRY_COCO_INDEX_DIR); FERRY_COCO_INDEX=auto builds it first,
  * =off never uses it. docs/coco.md has the rules. */
-ferry_status ferry_coco_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
+FERRY_API ferry_status ferry_coco_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
 
 /* Same from a buffer of `len` bytes (need not be NUL-terminated; JSON or an index, which
  * is copied); `name` stands for the file in error messages. For fuzzers and tests. */
-ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *name,
-                                    const ferry_coco_options *opts, ferry_coco **out);
+FERRY_API ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *name,
+                                              const ferry_coco_options *opts, ferry_coco **out);
 
 /* Release everything; NULL is a no-op. */
-void ferry_coco_close(ferry_coco *coco);
+FERRY_API void ferry_coco_close(ferry_coco *coco);
 
 /* ---- binary index ------------------------------------------------------------------ */
 
@@ -80,7 +81,7 @@ FERRY_API ferry_status ferry_coco_index_verify(const char *index_path);
 FERRY_API ferry_status ferry_coco_index_check(const char *index_path, const char *json_path);
 
 /* Number of entries of "images" (0 for a result list). */
-size_t ferry_coco_num_images(const ferry_coco *coco);
+FERRY_API size_t ferry_coco_num_images(const ferry_coco *coco);
 
 typedef struct ferry_coco_image {
   int64_t id;
@@ -90,20 +91,20 @@ typedef struct ferry_coco_image {
 } ferry_coco_image;
 
 /* Image `index` in the file order of "images". */
-ferry_status ferry_coco_image_at(const ferry_coco *coco, size_t index, ferry_coco_image *out);
+FERRY_API ferry_status ferry_coco_image_at(const ferry_coco *coco, size_t index, ferry_coco_image *out);
 
 /* Index of the image with this id (FERRY_ENOTFOUND if none). */
-ferry_status ferry_coco_find_image(const ferry_coco *coco, int64_t image_id, size_t *index);
+FERRY_API ferry_status ferry_coco_find_image(const ferry_coco *coco, int64_t image_id, size_t *index);
 
 /* K: the longest "keypoints" name list over the categories; 0 if none. */
-size_t ferry_coco_num_keypoints(const ferry_coco *coco);
+FERRY_API size_t ferry_coco_num_keypoints(const ferry_coco *coco);
 
 /* Number of categories, and category `index` (in file order): its id and name. */
-size_t ferry_coco_num_categories(const ferry_coco *coco);
-ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t index, int64_t *id, const char **name);
+FERRY_API size_t ferry_coco_num_categories(const ferry_coco *coco);
+FERRY_API ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t index, int64_t *id, const char **name);
 
 /* 1 when the file was a result list (top-level array). */
-int ferry_coco_is_result_list(const ferry_coco *coco);
+FERRY_API int ferry_coco_is_result_list(const ferry_coco *coco);
 
 /* 1 when coco was opened from a binary index (given, or the fresh cache of a JSON path). */
 FERRY_API int ferry_coco_is_index(const ferry_coco *coco);
@@ -119,7 +120,7 @@ typedef enum ferry_segm_kind {
 
 /* Annotations in file order. Each carries `json_index`, its position in the file's
  * "annotations" array (or top-level list), which error paths use. */
-size_t ferry_coco_num_annotations(const ferry_coco *coco);
+FERRY_API size_t ferry_coco_num_annotations(const ferry_coco *coco);
 
 typedef struct ferry_coco_annotation {
   size_t json_index;
@@ -140,15 +141,15 @@ typedef struct ferry_coco_annotation {
 
 /* Annotation `index` (0 <= index < ferry_coco_num_annotations) in file order.
  * FERRY_EINVAL when the index is out of range. */
-ferry_status ferry_coco_annotation_at(const ferry_coco *coco, size_t index, ferry_coco_annotation *out);
+FERRY_API ferry_status ferry_coco_annotation_at(const ferry_coco *coco, size_t index, ferry_coco_annotation *out);
 
 /* Annotation `k` (0 <= k < num_annotations) of image `image`: its annotation index. */
-ferry_status ferry_coco_image_annotation(const ferry_coco *coco, size_t image, size_t k, size_t *annotation);
+FERRY_API ferry_status ferry_coco_image_annotation(const ferry_coco *coco, size_t image, size_t k, size_t *annotation);
 
 /* The full-size mask of annotation `index` per the annToRLE rules; FERRY_ENOTFOUND if it
  * has no segmentation. Errors (a malformed RLE, a polygon without an image size) name
  * the file and the JSON path. Release with ferry_rle_free. Thread-safe. */
-ferry_status ferry_coco_annotation_rle(const ferry_coco *coco, size_t index, ferry_rle *out);
+FERRY_API ferry_status ferry_coco_annotation_rle(const ferry_coco *coco, size_t index, ferry_rle *out);
 
 /* ---- targets (RF-DETR's ConvertCoco) ---------------------------------------------- */
 
@@ -158,12 +159,12 @@ typedef struct ferry_target_options {
 } ferry_target_options;
 
 /* Defaults: drop crowds, masks at the image's size. */
-void ferry_target_options_default(ferry_target_options *o);
+FERRY_API void ferry_target_options_default(ferry_target_options *o);
 
 /* Number of instances the target of image `index` keeps (crowd policy, degenerate boxes
  * dropped). Cheap (no mask work). */
-ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
-                                     int64_t *count);
+FERRY_API ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                               int64_t *count);
 
 typedef struct ferry_coco_target {        /* caller-provided buffers sized from target_count; any pointer may be NULL to skip that field */
   float *boxes;        /* [N,4] xyxy in original image pixels, clamped to the image */
@@ -182,8 +183,8 @@ typedef struct ferry_coco_target {        /* caller-provided buffers sized from 
  * annotation without segmentation gets an all-zero mask. Errors (e.g. a malformed RLE)
  * name the file, the annotation's JSON path and the image. Thread-safe for distinct out
  * buffers. */
-ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
-                                     ferry_coco_target *out);
+FERRY_API ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                               ferry_coco_target *out);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 
 #include "ferry/error.h"
 #include "ferry/tensor.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,35 +56,35 @@ typedef struct ferry_memory_stats {
 } ferry_memory_stats;
 
 /* Open a device by name. Never initialises a CUDA context: that waits for first use. */
-ferry_status ferry_device_open(const char *name, ferry_device **out);
+FERRY_API ferry_status ferry_device_open(const char *name, ferry_device **out);
 /* Synchronise and release everything the device holds. Streams must be closed first. */
-void ferry_device_close(ferry_device *device);
+FERRY_API void ferry_device_close(ferry_device *device);
 
 /* Which backend the device runs on: FERRY_DEVICE_HOST or FERRY_DEVICE_CUDA. */
-ferry_device_kind ferry_device_get_kind(const ferry_device *device);
+FERRY_API ferry_device_kind ferry_device_get_kind(const ferry_device *device);
 /* The canonical name: "host" or "cuda:N". */
-const char *ferry_device_name(const ferry_device *device);
+FERRY_API const char *ferry_device_name(const ferry_device *device);
 /* Run the device's lazy initialisation now (normally the first allocation or stream
  * does it). Exactly once per device, whatever the number of threads calling. */
-ferry_status ferry_device_init(ferry_device *device);
+FERRY_API ferry_status ferry_device_init(ferry_device *device);
 /* Wait for all work on every stream of the device. */
-ferry_status ferry_device_synchronize(ferry_device *device);
+FERRY_API ferry_status ferry_device_synchronize(ferry_device *device);
 
 /* Streams: ordered queues of work. NULL where a stream is asked for means the
  * device's default stream. */
-ferry_status ferry_stream_open(ferry_device *device, ferry_stream **out);
-void ferry_stream_close(ferry_stream *stream); /* waits for its work first */
-ferry_status ferry_stream_synchronize(ferry_stream *stream);
-ferry_device *ferry_stream_device(const ferry_stream *stream);
+FERRY_API ferry_status ferry_stream_open(ferry_device *device, ferry_stream **out);
+FERRY_API void ferry_stream_close(ferry_stream *stream); /* waits for its work first */
+FERRY_API ferry_status ferry_stream_synchronize(ferry_stream *stream);
+FERRY_API ferry_device *ferry_stream_device(const ferry_stream *stream);
 
 /* Stream-ordered device memory. size 0 gives NULL and counts nothing. */
-ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
-                                 void **out);
-ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void *ptr);
+FERRY_API ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
+                                           void **out);
+FERRY_API ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void *ptr);
 
 /* Pinned (page-locked under CUDA, page-aligned under host) host memory, for arenas. */
-ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **out);
-void ferry_device_host_free(ferry_device *device, void *ptr);
+FERRY_API ferry_status ferry_device_host_alloc(ferry_device *device, size_t size, void **out);
+FERRY_API void ferry_device_host_free(ferry_device *device, void *ptr);
 
 /* Queue a copy of n bytes on the stream. The source must stay unchanged, and both
  * buffers alive, until an event recorded after it has completed.
@@ -97,31 +98,31 @@ void ferry_device_host_free(ferry_device *device, void *ptr);
  * then blocks the calling thread until the copy has run, which deadlocks behind a
  * host function that waits for that thread. The check is a binary search over the
  * device's pinned allocations. D2D and H2H copies are not checked. */
-ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
-                                ferry_copy_kind kind);
+FERRY_API ferry_status ferry_memcpy_async(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                          ferry_copy_kind kind);
 /* Copy n bytes in the stream's order and wait: returns once the copy, and all work
  * queued before it on the stream, has completed. Any host memory, pinned or not;
  * the way to copy pageable buffers. */
-ferry_status ferry_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
-                          ferry_copy_kind kind);
+FERRY_API ferry_status ferry_memcpy(ferry_stream *stream, void *dst, const void *src, size_t n,
+                                    ferry_copy_kind kind);
 
 /* Queue a host function: it runs after all earlier work on the stream and before
  * any later work. It must not call ferry stream functions on the same stream. */
 typedef void (*ferry_host_fn)(void *arg);
-ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg);
+FERRY_API ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg);
 
 /* Events: a point in a stream. */
-ferry_status ferry_event_record(ferry_stream *stream, ferry_event **out);
+FERRY_API ferry_status ferry_event_record(ferry_stream *stream, ferry_event **out);
 /* 1 when complete, 0 when pending, a negative ferry_status on error. */
-int ferry_event_query(ferry_event *event);
-ferry_status ferry_event_synchronize(ferry_event *event);
-void ferry_event_destroy(ferry_event *event);
+FERRY_API int ferry_event_query(ferry_event *event);
+FERRY_API ferry_status ferry_event_synchronize(ferry_event *event);
+FERRY_API void ferry_event_destroy(ferry_event *event);
 
 /* The device's accounting now: live and peak device bytes, allocation counts, pinned
  * host bytes, and under CUDA the memory pool's own high watermark (ferry_memory_stats). */
-ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out);
+FERRY_API ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out);
 /* Set the peak to the live bytes now (and reset the CUDA pool's own watermark). */
-ferry_status ferry_device_reset_peak(ferry_device *device);
+FERRY_API ferry_status ferry_device_reset_peak(ferry_device *device);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include <dlpack/dlpack.h>
 
 #include "ferry/tensor.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,7 +32,7 @@ extern "C" {
 /* Move *tensor into a new DLManagedTensor. On success *tensor is cleared (ownership has
  * moved). A view (owned == 0) is wrapped too; its deleter then frees only the wrapper.
  * On failure *tensor is untouched. */
-ferry_status ferry_tensor_to_dlpack(ferry_tensor *tensor, DLManagedTensor **out);
+FERRY_API ferry_status ferry_tensor_to_dlpack(ferry_tensor *tensor, DLManagedTensor **out);
 
 #ifdef __cplusplus
 }

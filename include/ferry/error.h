@@ -9,6 +9,8 @@
 #ifndef FERRY_ERROR_H
 #define FERRY_ERROR_H
 
+#include "ferry/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,15 +32,15 @@ typedef enum ferry_status {
 } ferry_status;
 
 /* A short fixed description of a status ("invalid argument"). Never NULL. */
-const char *ferry_strerror(ferry_status status);
+FERRY_API const char *ferry_strerror(ferry_status status);
 
 /* The message left by the last failing ferry call on this thread, with its context,
  * e.g. "annotations[17].bbox[2]: expected a number". Empty string if none. The pointer
  * stays valid until the next ferry call on this thread. */
-const char *ferry_last_error(void);
+FERRY_API const char *ferry_last_error(void);
 
 /* Forget this thread's last error message. */
-void ferry_clear_error(void);
+FERRY_API void ferry_clear_error(void);
 
 #ifdef __cplusplus
 }

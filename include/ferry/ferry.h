@@ -1,14 +1,14 @@
-/* ferry/ferry.h - everything public, in one include. */
+/* ferry/ferry.h - the stable public API, in one include. The advanced API (building
+ * batches by hand, pools, release hooks, the whole-batch baseline, modules) is
+ * ferry/advanced.h. */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
 
 #include "ferry/error.h"
 #include "ferry/tensor.h"
 #include "ferry/device.h"
-#include "ferry/pool.h"
 #include "ferry/batch.h"
 #include "ferry/transfer.h"
-#include "ferry/module.h"
 #include "ferry/coco.h"
 #include "ferry/mask.h"
 #include "ferry/image.h"

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,24 @@ typedef enum ferry_image_layout {
 /* Pillow's Image.MAX_IMAGE_PIXELS: the default decompression-bomb limit. */
 #define FERRY_IMAGE_DEFAULT_MAX_PIXELS UINT64_C(89478485)
 
+/* Where a loader decodes its images (ferry_image_options.decode). The single-image
+ * calls of this header always decode on the CPU; the loader reads the field at
+ * ferry_loader_open (docs/images.md, "Choosing a decoder"). Status: the device decode
+ * stage is not in the pipeline yet, so GPU fails at open everywhere, saying why, and
+ * AUTO decodes on the CPU (ferry_loader_stats.decoder says so). */
+typedef enum ferry_decode_mode {
+  FERRY_DECODE_CPU = 0,  /* TurboJPEG and libpng on the worker threads (the default) */
+  FERRY_DECODE_GPU = 1,  /* nvJPEG on the loader's CUDA device: ferry_loader_open fails
+                            (FERRY_EUNSUPPORTED) when the device is the host or nvJPEG
+                            is missing, naming what is */
+  FERRY_DECODE_AUTO = 2  /* GPU where it can open, else CPU; the loader's stats say which */
+} ferry_decode_mode;
+
+/* "cpu", "gpu" or "auto" (command-line flags, configs) into *out: FERRY_OK, or
+ * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
+FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
+FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
+
 typedef struct ferry_image_options {
   /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at
    * the smallest scale (k/8) still at least the target in both dimensions, then
@@ -54,46 +73,49 @@ typedef struct ferry_image_options {
   /* Images with more than this many pixels fail with FERRY_ELIMIT before any pixel
    * is decoded. 0 disables the check. Default FERRY_IMAGE_DEFAULT_MAX_PIXELS. */
   uint64_t max_pixels;
+  /* The loader's decoder. Default FERRY_DECODE_CPU. */
+  ferry_decode_mode decode;
 } ferry_image_options;
 
-/* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485. */
-void ferry_image_options_default(ferry_image_options *o);
+/* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485,
+ * decode FERRY_DECODE_CPU. */
+FERRY_API void ferry_image_options_default(ferry_image_options *o);
 
 /* Per-thread decoder: TurboJPEG handle plus reusable scratch. Not thread-safe;
  * open one per worker. */
 typedef struct ferry_decoder ferry_decoder;
 
 /* Open a decoder. FERRY_ENOMEM if the handle or its state cannot be allocated. */
-ferry_status ferry_decoder_open(ferry_decoder **out);
+FERRY_API ferry_status ferry_decoder_open(ferry_decoder **out);
 
 /* Close a decoder and free its scratch. NULL is allowed. */
-void ferry_decoder_close(ferry_decoder *d);
+FERRY_API void ferry_decoder_close(ferry_decoder *d);
 
 /* Width and height from the header only (JPEG SOF or PNG IHDR), without decoding
  * pixels; as stored, i.e. before any EXIF rotation. `name` is used in messages.
  * FERRY_EFORMAT if the bytes are neither, or the header is malformed. */
-ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
-                               int *height);
+FERRY_API ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
+                                         int *height);
 
 /* ferry_image_probe on a file: reads only as much of it as the header needs
  * (growing the read on demand), so probing a dataset's sizes is cheap. */
-ferry_status ferry_image_probe_file(const char *path, int *width, int *height);
+FERRY_API ferry_status ferry_image_probe_file(const char *path, int *width, int *height);
 
 /* Full decode to RGB8 HWC (row stride 3*width) into the decoder's scratch. *out
  * points into that scratch and stays valid until the next call on d. Honours
  * opts->apply_exif and opts->max_pixels (opts NULL: defaults); never DCT-scales.
  * A truncated or corrupt image, even one libjpeg would finish with a warning, is
  * FERRY_EFORMAT; an image kind this decoder does not handle is FERRY_EUNSUPPORTED. */
-ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
-                              const ferry_image_options *opts, const uint8_t **out, int *width,
-                              int *height);
+FERRY_API ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, const char *name,
+                                        const ferry_image_options *opts, const uint8_t **out, int *width,
+                                        int *height);
 
 /* ferry_decode_rgb on a file, read whole into the decoder's reusable file buffer.
  * This is the decode-only limit the loader's throughput is measured against
  * (repro/decode_bench). A missing, unreadable or empty file is an error naming it. */
-ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
-                                  const ferry_image_options *opts, const uint8_t **out,
-                                  int *width, int *height);
+FERRY_API ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
+                                            const ferry_image_options *opts, const uint8_t **out,
+                                            int *width, int *height);
 
 /* Read `path` into the decoder's file buffer, decode, resize to size x size and
  * write the result straight into dst in `layout` (room for 3*size*size elements of
@@ -101,26 +123,26 @@ ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
  * size of the image before the resize (after EXIF rotation when applied; the
  * header size even when DCT scaling decoded it smaller), which is what boxes are
  * scaled from. A missing, unreadable or empty file is an error naming the path. */
-ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
-                                      const ferry_image_options *opts, int size,
-                                      ferry_image_layout layout, void *dst, int *orig_w,
-                                      int *orig_h);
+FERRY_API ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
+                                                const ferry_image_options *opts, int size,
+                                                ferry_image_layout layout, void *dst, int *orig_w,
+                                                int *orig_h);
 
 /* ferry_image_load_resized on bytes in memory; `name` is used in messages. */
-ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
-                                        const char *name, const ferry_image_options *opts,
-                                        int size, ferry_image_layout layout, void *dst,
-                                        int *orig_w, int *orig_h);
+FERRY_API ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size_t len,
+                                                  const char *name, const ferry_image_options *opts,
+                                                  int size, ferry_image_layout layout, void *dst,
+                                                  int *orig_w, int *orig_h);
 
 /* Resize an RGB8 HWC image (row stride 3*width) to size x size into dst, with the
  * same filter and output layouts as ferry_image_load_resized. Uses d's scratch
  * for the filter tables and the intermediate rows; src must not alias dst. */
-ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
-                                int size, ferry_image_layout layout, void *dst);
+FERRY_API ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
+                                          int size, ferry_image_layout layout, void *dst);
 
 /* Scale a COCO box [x, y, w, h] given in the orig_w x orig_h image into the
  * size x size image it was resized to (each axis by its own factor). */
-void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]);
+FERRY_API void ferry_image_scale_box(const float in[4], int orig_w, int orig_h, int size, float out[4]);
 
 #ifdef __cplusplus
 }

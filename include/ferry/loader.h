@@ -31,7 +31,9 @@
 #include <stdint.h>
 
 #include "ferry/batch.h"
+#include "ferry/pool.h" /* ferry_pool_stats: the loader reports its pinned pool's use */
 #include "ferry/image.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,7 +62,8 @@ typedef enum ferry_box_format {
 } ferry_box_format;
 
 typedef enum ferry_error_policy {
-  FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and sample */
+  FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and the
+                              sample's dataset index (its position in the annotations) */
   FERRY_ON_ERROR_SKIP = 1  /* the sample is dropped, counted, and the next one takes its place */
 } ferry_error_policy;
 
@@ -74,19 +77,23 @@ typedef struct ferry_loader_progress {
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
 
-/* The pinned budget ferry_loader_config_default sets (1 GiB), and the deepest
- * prefetch a loader takes (a bound on its bookkeeping, far past any need). */
+/* The pinned budget ferry_loader_config_default sets (1 GiB), the deepest prefetch a
+ * loader takes (a bound on its bookkeeping, far past any need), and the largest
+ * batch_size (65536 samples: past any training batch, and it stops a negative number
+ * cast to size_t from reaching the allocator as a huge one). */
 #define FERRY_LOADER_PINNED_BUDGET_DEFAULT ((size_t)1 << 30)
 #define FERRY_LOADER_MAX_PREFETCH 4096
+#define FERRY_LOADER_MAX_BATCH 65536
 
 /* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
-void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
+FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
 
 typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
-  const char *images;          /* folder that file_name is relative to (required) */
-  size_t batch_size;           /* 8 */
+  const char *images;          /* folder that file_name is relative to (required; checked
+                                  to be a folder at open) */
+  size_t batch_size;           /* 8; 1..FERRY_LOADER_MAX_BATCH */
   size_t workers;              /* 0: one per core this process may run on. However many,
                                   no more of them fill samples at once than it has cores */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
@@ -142,40 +149,42 @@ typedef struct ferry_loader_stats {
                                   waking up while it waited for a batch */
   size_t peak_busy_workers;   /* most workers filling samples at once: never more than the
                                  cores the process may run on */
+  ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
+                                 (config.image.decode, with AUTO resolved at open) */
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */
-void ferry_loader_config_default(ferry_loader_config *config);
+FERRY_API void ferry_loader_config_default(ferry_loader_config *config);
 
 /* Parse the annotations, start the workers and begin epoch 0. */
-ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);
+FERRY_API ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);
 
 /* The next batch of the current epoch, in order; blocks until it is filled.
  * FERRY_EEND ends the epoch (the next call begins the next one). An error under
  * FERRY_ON_ERROR_FAIL ends the epoch too. Call from one thread at a time. */
-ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
+FERRY_API ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
 
 /* Drop what is in flight and start `epoch` from its first batch (as
  * DistributedSampler.set_epoch). */
-ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
+FERRY_API ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
 
 /* Where the loader stands: as of the last batch ferry_loader_next returned. Save it
  * with the model's weights after training on that batch; ferry_loader_state_set on a
  * new loader then continues with the batch after it (docs/examples/train_loop.c). */
-ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
+FERRY_API ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader_state *out);
 /* Continue from a saved state (the seed must match the loader's). */
-ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
+FERRY_API ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
 
 /* Counters since open (samples decoded and skipped, batches, re-plans), the worker and
  * arena counts, and the pinned pool's statistics. */
-ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
+FERRY_API ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
 /* Nominal batches and samples per epoch on this rank (before any skip). */
-uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
-uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
+FERRY_API uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
+FERRY_API uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
 
 /* Stop and join every thread and free every arena, also mid-epoch. Batches the
  * consumer still holds are released here: do not use them afterwards. */
-void ferry_loader_close(ferry_loader *loader);
+FERRY_API void ferry_loader_close(ferry_loader *loader);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,52 +39,52 @@ typedef struct ferry_rle {
 
 /* Release the runs of `rle` and reset it to an empty 0x0 value. Safe on a zeroed or
  * already freed ferry_rle and on NULL. */
-void ferry_rle_free(ferry_rle *rle);
+FERRY_API void ferry_rle_free(ferry_rle *rle);
 
 /* Build an RLE from `m` run lengths at size h x w, validating them: the counts must sum
  * to exactly h*w (FERRY_EFORMAT otherwise, saying by how much they differ) and h*w must
  * fit in 32 bits (FERRY_ELIMIT). Zero-length runs are kept as given, as pycocotools
  * keeps them for an uncompressed RLE. `out` is overwritten (not freed) on success. */
-ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h, uint32_t w,
-                                   ferry_rle *out);
+FERRY_API ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h, uint32_t w,
+                                             ferry_rle *out);
 
 /* Encode a row-major h x w mask (any nonzero byte is foreground). */
-ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry_rle *out);
+FERRY_API ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry_rle *out);
 
 /* Decode into a row-major h x w buffer of 0/1 bytes; `out_size` must be >= h*w. */
-ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_size);
+FERRY_API ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_size);
 
 /* Decode straight to dst_h x dst_w (row-major 0/1 bytes, out_size >= dst_h*dst_w) with
  * nearest sampling: output pixel (i, j) is source pixel ((i*h)/dst_h, (j*w)/dst_w) in
  * exact integer arithmetic. Equal to ferry_rle_decode followed by that resize, but the
  * full-size mask is never built: the cost is O(runs + foreground output pixels).
  * A zero-sized source yields an all-zero output. */
-ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
-                                      uint32_t dst_h, uint32_t dst_w);
+FERRY_API ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
+                                                uint32_t dst_h, uint32_t dst_w);
 
 /* The compressed string form (pycocotools' rleToString: 6 bits per character in
  * '0'..'o', counts after the third delta-coded against the count two places back).
  * `*out` is a NUL-terminated string; release it with ferry_rle_free_string. */
-ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out);
+FERRY_API ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out);
 
 /* Release a string from ferry_rle_to_string; NULL is a no-op. */
-void ferry_rle_free_string(char *s);
+FERRY_API void ferry_rle_free_string(char *s);
 
 /* Parse `len` bytes of the compressed string form at size h x w. Rejected with
  * FERRY_EFORMAT, naming the character offset: a character outside '0'..'o', a value
  * still continued when the string ends, a value longer than 7 characters or a count
  * outside 0..UINT32_MAX, and counts that do not sum to h*w. */
-ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32_t w,
-                                   ferry_rle *out);
+FERRY_API ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32_t w,
+                                             ferry_rle *out);
 
 /* Number of foreground pixels (the sum of the odd-indexed runs). */
-uint64_t ferry_rle_area(const ferry_rle *rle);
+FERRY_API uint64_t ferry_rle_area(const ferry_rle *rle);
 
 /* The bounding box [x, y, width, height] exactly as pycocotools' current rleToBbox
  * computes it: zeros when there is no foreground run; a foreground run that spans
  * two columns gives the full height; zero-length foreground runs are skipped (a mask with
  * only such runs gets maskApi.c's wrapped-around uint32 width and height). */
-void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]);
+FERRY_API void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]);
 
 /* Rasterise polygon `xy` (k vertices: x0,y0,x1,y1,...; float64) at h x w exactly as
  * pycocotools' rleFrPoly does: vertices on a 5x grid, boundary walked edge by edge,
@@ -91,25 +92,25 @@ void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]);
  * repeated or outside the image. k < 3 gives an empty mask (pycocotools would rasterise
  * a degenerate line). Coordinates must be finite with |x|, |y| <= 1e8 (FERRY_ELIMIT),
  * and an outline longer than 2^30 grid steps is refused (FERRY_ELIMIT). */
-ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint32_t w,
-                                    ferry_rle *out);
+FERRY_API ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint32_t w,
+                                              ferry_rle *out);
 
 /* The mask of box [x, y, width, height] (pycocotools' rleFrBbox: the rectangle as a
  * 4-vertex polygon). */
-ferry_status ferry_rle_from_bbox(const double bbox[4], uint32_t h, uint32_t w, ferry_rle *out);
+FERRY_API ferry_status ferry_rle_from_bbox(const double bbox[4], uint32_t h, uint32_t w, ferry_rle *out);
 
 /* Union (intersect = 0) or intersection (intersect = 1) of n >= 1 masks of one size
  * (FERRY_EINVAL if the sizes differ). A single mask is copied as is; otherwise the
  * result is canonical (no zero-length run after the first), as pycocotools' rleMerge
  * returns for masks without inner zero-length runs. */
-ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, ferry_rle *out);
+FERRY_API ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, ferry_rle *out);
 
 /* IoU of every detection dt[d] against every ground truth gt[g], written to
  * out[g*m + d] (pycocotools' rleIou layout and rules): 0 when the bounding boxes do not
  * overlap, -1 when the sizes differ, intersection/union otherwise; for a crowd ground
  * truth (iscrowd[g] != 0; iscrowd may be NULL) the union is the detection's area. */
-ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, size_t n,
-                           const uint8_t *iscrowd, double *out);
+FERRY_API ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, size_t n,
+                                     const uint8_t *iscrowd, double *out);
 
 #ifdef __cplusplus
 }

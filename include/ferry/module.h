@@ -22,6 +22,7 @@
 
 #include "ferry/device.h"
 #include "ferry/tensor.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,34 +31,34 @@ extern "C" {
 typedef struct ferry_module ferry_module;
 
 /* An empty module whose tensors live on `device`. The name is copied. */
-ferry_status ferry_module_create(const char *name, ferry_device *device, ferry_module **out);
+FERRY_API ferry_status ferry_module_create(const char *name, ferry_device *device, ferry_module **out);
 
 /* Another handle to the same module (the reference count goes up). Returns `module`. */
-ferry_module *ferry_module_ref(ferry_module *module);
+FERRY_API ferry_module *ferry_module_ref(ferry_module *module);
 /* Drop a handle; the last one frees every tensor and the module. Safe on NULL. */
-void ferry_module_unref(ferry_module *module);
+FERRY_API void ferry_module_unref(ferry_module *module);
 
 /* Add a tensor under a unique name. It must live on the module's current device and its
  * contents must be complete. Takes ownership of an owned tensor (*tensor is cleared);
  * a view is referenced and its memory must outlive the module's stay on that device
  * (a move leaves views behind and owns the copies). FERRY_EINVAL for a duplicate name
  * or another device. */
-ferry_status ferry_module_add(ferry_module *module, const char *name, ferry_tensor *tensor);
+FERRY_API ferry_status ferry_module_add(ferry_module *module, const char *name, ferry_tensor *tensor);
 
 /* Make sure every tensor lives on `device`, moving them if not. Returns only once the
  * module is entirely on `device` (FERRY_OK, contents complete) or is entirely where it
  * was (an error). */
-ferry_status ferry_module_ensure_on(ferry_module *module, ferry_device *device);
+FERRY_API ferry_status ferry_module_ensure_on(ferry_module *module, ferry_device *device);
 
 /* The name given to ferry_module_create (owned by the module). */
-const char *ferry_module_name(const ferry_module *module);
+FERRY_API const char *ferry_module_name(const ferry_module *module);
 /* Number of tensors added so far. */
-size_t ferry_module_num_tensors(ferry_module *module);
+FERRY_API size_t ferry_module_num_tensors(ferry_module *module);
 /* The device the module lives on now. */
-ferry_device *ferry_module_device(ferry_module *module);
+FERRY_API ferry_device *ferry_module_device(ferry_module *module);
 /* Copy of the tensor called `name` (a view: the module keeps ownership) as of now.
  * It stays valid until the next move or the last unref. FERRY_ENOTFOUND if none. */
-ferry_status ferry_module_get(ferry_module *module, const char *name, ferry_tensor *out);
+FERRY_API ferry_status ferry_module_get(ferry_module *module, const char *name, ferry_tensor *out);
 
 typedef struct ferry_module_stats {
   uint64_t moves;         /* moves that completed */
@@ -66,7 +67,7 @@ typedef struct ferry_module_stats {
 } ferry_module_stats;
 
 /* Counters of moves completed and rolled back, and of ensure_on calls, since create. */
-ferry_status ferry_module_stats_get(ferry_module *module, ferry_module_stats *out);
+FERRY_API ferry_status ferry_module_stats_get(ferry_module *module, ferry_module_stats *out);
 
 /* A move observer: called under the module's lock before each tensor is copied
  * (index 0..n-1 in insertion order) during a move to `device`. Meant for progress
@@ -76,7 +77,7 @@ ferry_status ferry_module_stats_get(ferry_module *module, ferry_module_stats *ou
 typedef ferry_status (*ferry_module_move_fn)(ferry_module *module, size_t index,
                                              const char *tensor_name, ferry_device *device,
                                              void *user);
-void ferry_module_set_move_observer(ferry_module *module, ferry_module_move_fn fn, void *user);
+FERRY_API void ferry_module_set_move_observer(ferry_module *module, ferry_module_move_fn fn, void *user);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "ferry/device.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,34 +41,34 @@ typedef struct ferry_pool_stats {
 
 /* A pool of `count` arenas for staging data bound for `device`. Each arena starts
  * with `initial_bytes` (0: allocated on first acquire). */
-ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_bytes,
-                             ferry_pool **out);
+FERRY_API ferry_status ferry_pool_open(ferry_device *device, size_t count, size_t initial_bytes,
+                                       ferry_pool **out);
 /* Wait for pending arenas' events, then free every arena, acquired or not. */
-void ferry_pool_close(ferry_pool *pool);
+FERRY_API void ferry_pool_close(ferry_pool *pool);
 
 /* Take a free arena of at least `bytes`, blocking while none is free.
  * Returns FERRY_ECANCELED once ferry_pool_cancel has been called. */
-ferry_status ferry_pool_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
+FERRY_API ferry_status ferry_pool_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
 /* As acquire, but FERRY_EAGAIN instead of blocking. */
-ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
+FERRY_API ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, ferry_arena **out);
 /* Wake every waiter with FERRY_ECANCELED; later acquires fail the same way. */
-void ferry_pool_cancel(ferry_pool *pool);
+FERRY_API void ferry_pool_cancel(ferry_pool *pool);
 
 /* The pool's counts and byte totals now (see ferry_pool_stats). */
-ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out);
+FERRY_API ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out);
 /* The device the arenas are pinned for. */
-ferry_device *ferry_pool_device(const ferry_pool *pool);
+FERRY_API ferry_device *ferry_pool_device(const ferry_pool *pool);
 
 /* The arena's memory: ferry_arena_capacity bytes, valid while the arena is acquired. */
-void *ferry_arena_data(const ferry_arena *arena);
+FERRY_API void *ferry_arena_data(const ferry_arena *arena);
 /* Bytes the arena holds now: at least what acquire asked for. */
-size_t ferry_arena_capacity(const ferry_arena *arena);
+FERRY_API size_t ferry_arena_capacity(const ferry_arena *arena);
 /* Hand the arena back now. */
-void ferry_arena_release(ferry_arena *arena);
+FERRY_API void ferry_arena_release(ferry_arena *arena);
 /* Hand the arena back once every one of `events` has completed. Takes ownership of
  * the events (each is destroyed once complete), not of the array. Never blocks,
  * except when memory to remember the events runs out: then it waits for them. */
-void ferry_arena_release_after(ferry_arena *arena, ferry_event *const *events, size_t count);
+FERRY_API void ferry_arena_release_after(ferry_arena *arena, ferry_event *const *events, size_t count);
 
 #ifdef __cplusplus
 }

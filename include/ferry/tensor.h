@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,31 +46,31 @@ typedef struct ferry_tensor {
 } ferry_tensor;
 
 /* Bytes per element (bool is 1). */
-size_t ferry_dtype_size(ferry_dtype dtype);
+FERRY_API size_t ferry_dtype_size(ferry_dtype dtype);
 /* The dtype's short name, as messages print it: "u8", "bool", "i32", "i64", "f16",
  * "bf16", "f32". */
-const char *ferry_dtype_name(ferry_dtype dtype);
+FERRY_API const char *ferry_dtype_name(ferry_dtype dtype);
 
 /* Number of elements: the product of the shape (1 for rank 0). */
-int64_t ferry_tensor_numel(const ferry_tensor *t);
+FERRY_API int64_t ferry_tensor_numel(const ferry_tensor *t);
 
 /* Allocate an owned tensor on `device`, ordered on `stream` (NULL: the device's
  * default stream). A shape with a zero gives a valid empty tensor (data NULL). */
-ferry_status ferry_tensor_alloc(ferry_tensor *t, ferry_device *device, ferry_stream *stream,
-                                ferry_dtype dtype, int ndim, const int64_t *shape);
+FERRY_API ferry_status ferry_tensor_alloc(ferry_tensor *t, ferry_device *device, ferry_stream *stream,
+                                          ferry_dtype dtype, int ndim, const int64_t *shape);
 
 /* Describe memory owned elsewhere; ferry_tensor_free will not release it. */
-ferry_status ferry_tensor_view(ferry_tensor *t, ferry_device *device, void *data,
-                               ferry_dtype dtype, int ndim, const int64_t *shape);
+FERRY_API ferry_status ferry_tensor_view(ferry_tensor *t, ferry_device *device, void *data,
+                                         ferry_dtype dtype, int ndim, const int64_t *shape);
 
 /* Release an owned tensor's memory (stream-ordered) and clear *t. Clears a view
  * without touching its memory. Safe on a cleared tensor. */
-void ferry_tensor_free(ferry_tensor *t);
+FERRY_API void ferry_tensor_free(ferry_tensor *t);
 
 /* Check shape and dtype; fill nbytes. Returns FERRY_EINVAL for a rank over
  * FERRY_MAX_RANK, a negative dimension or a byte size that overflows. */
-ferry_status ferry_tensor_describe(ferry_tensor *t, ferry_dtype dtype, int ndim,
-                                   const int64_t *shape);
+FERRY_API ferry_status ferry_tensor_describe(ferry_tensor *t, ferry_dtype dtype, int ndim,
+                                             const int64_t *shape);
 
 #ifdef __cplusplus
 }

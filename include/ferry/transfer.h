@@ -16,7 +16,8 @@
  * not the arena, not a later transfer of a batch that reuses the arena).
  *
  * The previous path (FERRY_TRANSFER_PACKED_THEN_CLONE) is kept as a measured
- * baseline: the whole packed batch is copied to the device once (ferry_packed_to),
+ * baseline: the whole packed batch is copied to the device once (ferry_packed_to,
+ * ferry/advanced.h),
  * each sample's slice is cloned device-to-device into its own allocation, and the
  * packed copy is freed; its extra peak is the packed batch's size. See docs/transfer.md.
  *
@@ -30,6 +31,7 @@
 
 #include "ferry/batch.h"
 #include "ferry/device.h"
+#include "ferry/export.h"
 #include "ferry/tensor.h"
 
 #ifdef __cplusplus
@@ -93,7 +95,8 @@ typedef struct ferry_transfer_options {
   const char *image_field;
   ferry_normalize normalize;
   /* Per-channel mean and std for normalisation, in [0, 1] units. All-zero std means
-   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225). */
+   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225); otherwise every
+   * std must be finite and non-zero and every mean finite (FERRY_EINVAL). */
   float mean[3];
   float std[3];
   /* Run in array order, ON_STREAM ones after ENQUEUE ones' queued work. Copied. */
@@ -109,65 +112,53 @@ typedef struct ferry_transfer_options {
  * target device itself). A batch held in GPU memory goes to the host device through
  * ferry_packed_to (FERRY_EUNSUPPORTED here). On failure nothing is left allocated and
  * *out is NULL. */
-ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
-                            const ferry_transfer_options *options, ferry_device_batch **out);
-
-/* Move a PACKED batch to `device`, keeping it packed (one device allocation holding
- * the whole layout, same fields and offsets). Consumes `batch`: on success the caller
- * owns only *out. A batch already in `device`'s memory comes back as itself
- * (*out == batch); a batch in an arena (host memory, even one bound for `device`) or
- * on another device gives a new batch, and `batch` is released once the copy has read
- * it. The copy is queued on `stream`, a stream of `device` -- or, when moving from a
- * GPU to the host, of the GPU, since only it can read its memory (NULL: that device's
- * default stream). On failure the caller still owns `batch`. FERRY_EUNSUPPORTED for
- * an unpacked batch. */
-ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
-                             ferry_batch **out);
+FERRY_API ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
+                                      const ferry_transfer_options *options, ferry_device_batch **out);
 
 /* ---- the device batch --------------------------------------------------------- */
 
 /* Number of samples B (the image tensor's first dimension). */
-size_t ferry_device_batch_size(const ferry_device_batch *batch);
+FERRY_API size_t ferry_device_batch_size(const ferry_device_batch *batch);
 /* The device every tensor of the batch lives on. */
-ferry_device *ferry_device_batch_device(const ferry_device_batch *batch);
+FERRY_API ferry_device *ferry_device_batch_device(const ferry_device_batch *batch);
 /* The stream the transfer ran on; tensors' frees are ordered on it. */
-ferry_stream *ferry_device_batch_stream(const ferry_device_batch *batch);
+FERRY_API ferry_stream *ferry_device_batch_stream(const ferry_device_batch *batch);
 
 /* Per-sample fields: every field of the source batch except the image field, in the
  * source's order. */
-size_t ferry_device_batch_num_fields(const ferry_device_batch *batch);
+FERRY_API size_t ferry_device_batch_num_fields(const ferry_device_batch *batch);
 /* Name of per-sample field k (NULL when k is out of range). */
-const char *ferry_device_batch_field_name(const ferry_device_batch *batch, size_t k);
+FERRY_API const char *ferry_device_batch_field_name(const ferry_device_batch *batch, size_t k);
 
 /* The batch tensor, or NULL when there was no image field or it was taken out. */
-ferry_tensor *ferry_device_batch_images(ferry_device_batch *batch);
+FERRY_API ferry_tensor *ferry_device_batch_images(ferry_device_batch *batch);
 /* Sample i's tensor for field `name`: [rows, inner...] for a ROWS field (rows may be 0:
  * a valid empty tensor, data NULL), the inner shape for a PER_SAMPLE field. NULL when
  * there is no such sample or field, or the tensor was taken out. The pointer stays
  * valid until the device batch is freed; write into the tensor's memory freely. */
-ferry_tensor *ferry_device_batch_sample_field(ferry_device_batch *batch, size_t sample,
-                                              const char *name);
+FERRY_API ferry_tensor *ferry_device_batch_sample_field(ferry_device_batch *batch, size_t sample,
+                                                        const char *name);
 
 /* Move a tensor's ownership out to *out; the record becomes empty (a later lookup gives
  * NULL). FERRY_ENOTFOUND if there is no such tensor (or it was already taken). */
-ferry_status ferry_device_batch_take(ferry_device_batch *batch, size_t sample, const char *name,
-                                     ferry_tensor *out);
-ferry_status ferry_device_batch_take_images(ferry_device_batch *batch, ferry_tensor *out);
+FERRY_API ferry_status ferry_device_batch_take(ferry_device_batch *batch, size_t sample, const char *name,
+                                               ferry_tensor *out);
+FERRY_API ferry_status ferry_device_batch_take_images(ferry_device_batch *batch, ferry_tensor *out);
 /* Free the record's tensor (if still there) and put *tensor in its place, taking
  * ownership (*tensor is cleared). FERRY_ENOTFOUND if there is no such sample/field. */
-ferry_status ferry_device_batch_replace(ferry_device_batch *batch, size_t sample,
-                                        const char *name, ferry_tensor *tensor);
+FERRY_API ferry_status ferry_device_batch_replace(ferry_device_batch *batch, size_t sample,
+                                                  const char *name, ferry_tensor *tensor);
 
 /* An event that completes once every copy (and every hook) of the transfer has run.
  * Owned by the device batch. */
-ferry_event *ferry_device_batch_event(ferry_device_batch *batch);
+FERRY_API ferry_event *ferry_device_batch_event(ferry_device_batch *batch);
 /* Wait for that event; returns the first hook failure (with its message), else FERRY_OK. */
-ferry_status ferry_device_batch_wait(ferry_device_batch *batch);
+FERRY_API ferry_status ferry_device_batch_wait(ferry_device_batch *batch);
 
 /* Free every tensor still in the batch (stream-ordered, so queued work that reads them
  * still sees them) and the batch itself. Waits for the event first only when
  * ON_STREAM hooks may still be about to run. Safe on NULL. */
-void ferry_device_batch_free(ferry_device_batch *batch);
+FERRY_API void ferry_device_batch_free(ferry_device_batch *batch);
 
 #ifdef __cplusplus
 }

@@ -1,21 +1,42 @@
 /* lib/transfer/device_batch.c - the result of a transfer: the batch tensor and one
- * record of independently owned tensors per sample. */
+ * record of independently owned tensors per sample.
+ *
+ * Owns: a ferry_device_batch: the images slot, batch_size x nfields record slots, the
+ * `ready` event, the ON_STREAM hooks copied from the options, and the first hook
+ * failure with its message.
+ * Callers: the thread that made it, one call at a time; between ferry_transfer and the
+ * completion of `ready`, an ON_STREAM hook also reads and writes it, on the stream's
+ * thread (CUDA: a driver thread), so the caller leaves its records alone until then
+ * (transfer.h).
+ *
+ * Invariants:
+ *   - a slot is `present` exactly when the device batch owns its tensor and will free
+ *     it; take clears the slot and hands the tensor over, replace frees the old one
+ *     and takes the new one;
+ *   - names[k] is the k-th per-sample field and source_field[k] its index in the
+ *     source batch; the image field, if any, has no per-sample slots;
+ *   - hook_status is 0 or the first negative status a hook returned, and hook_message
+ *     holds that hook's message;
+ *   - `ready` is NULL until everything of the transfer is queued; a failed transfer
+ *     frees its device batch itself, so a caller never sees one without it.
+ * Not done here: no copying (transfer.c queues the copies), no locking.
+ */
 #include <stdio.h>
 #include <string.h>
 
 #include "lib/alloc.h"
 #include "lib/transfer/transfer_internal.h"
 
-ferry_status ferry_device_batch_new(ferry_device *device, ferry_stream *stream,
+ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
                                     const ferry_batch *batch, int image_field,
                                     ferry_device_batch **out) {
   size_t nfields = ferry_batch_num_fields(batch) - (image_field >= 0 ? 1 : 0);
   size_t batch_size = ferry_batch_size(batch);
-  ferry_device_batch *db = ferry_calloc(1, sizeof *db);
-  record_slot *slots = db && nfields ? ferry_calloc(batch_size * nfields, sizeof *slots) : NULL;
+  ferry_device_batch *db = ferry__calloc(1, sizeof *db);
+  record_slot *slots = db && nfields ? ferry__calloc(batch_size * nfields, sizeof *slots) : NULL;
   if (!db || (nfields && !slots)) {
-    ferry_free(db);
-    return ferry_fail(FERRY_ENOMEM, "transfer: out of memory for %zu sample records", batch_size);
+    ferry__free(db);
+    return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu sample records", batch_size);
   }
   db->device = device;
   db->stream = stream;
@@ -23,6 +44,7 @@ ferry_status ferry_device_batch_new(ferry_device *device, ferry_stream *stream,
   db->slots = slots;
   for (size_t f = 0; f < ferry_batch_num_fields(batch); f++) {
     if ((int)f == image_field) continue;
+    /* A batch's field names fit FERRY_FIELD_NAME_MAX (batch.c checks). */
     strcpy(db->names[db->nfields], ferry_batch_field_spec(batch, f)->name);
     db->source_field[db->nfields++] = (int)f;
   }
@@ -30,7 +52,10 @@ ferry_status ferry_device_batch_new(ferry_device *device, ferry_stream *stream,
   return FERRY_OK;
 }
 
-void ferry_device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook) {
+/* The message is copied now, on the thread that ran the hook (the stream's, for an
+ * ON_STREAM hook): ferry_last_error is per thread, and ferry_device_batch_wait restores
+ * the copy on the caller's. */
+void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook) {
   ferry_status st = hook->fn(db, hook->user);
   if (st >= 0 || db->hook_status < 0) return;
   db->hook_status = st;
@@ -71,8 +96,8 @@ ferry_tensor *ferry_device_batch_sample_field(ferry_device_batch *db, size_t sam
 }
 
 static ferry_status take_slot(record_slot *slot, ferry_tensor *out, const char *what) {
-  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_device_batch_take: out is NULL");
-  if (!slot || !slot->present) return ferry_fail(FERRY_ENOTFOUND, "device batch: no tensor %s", what);
+  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_device_batch_take: out is NULL");
+  if (!slot || !slot->present) return ferry__fail(FERRY_ENOTFOUND, "device batch: no tensor %s", what);
   *out = slot->tensor;
   memset(&slot->tensor, 0, sizeof slot->tensor);
   slot->present = 0;
@@ -93,9 +118,9 @@ ferry_status ferry_device_batch_take_images(ferry_device_batch *db, ferry_tensor
 ferry_status ferry_device_batch_replace(ferry_device_batch *db, size_t sample, const char *name,
                                         ferry_tensor *tensor) {
   record_slot *slot = find_slot(db, sample, name);
-  if (!tensor) return ferry_fail(FERRY_EINVAL, "ferry_device_batch_replace: tensor is NULL");
+  if (!tensor) return ferry__fail(FERRY_EINVAL, "ferry_device_batch_replace: tensor is NULL");
   if (!slot)
-    return ferry_fail(FERRY_ENOTFOUND, "device batch: no field '%s' for sample %zu",
+    return ferry__fail(FERRY_ENOTFOUND, "device batch: no field '%s' for sample %zu",
                       name ? name : "(null)", sample);
   if (slot->present) ferry_tensor_free(&slot->tensor);
   slot->tensor = *tensor;
@@ -107,12 +132,12 @@ ferry_status ferry_device_batch_replace(ferry_device_batch *db, size_t sample, c
 ferry_event *ferry_device_batch_event(ferry_device_batch *db) { return db->ready; }
 
 ferry_status ferry_device_batch_wait(ferry_device_batch *db) {
-  if (!db) return ferry_fail(FERRY_EINVAL, "ferry_device_batch_wait: batch is NULL");
+  if (!db) return ferry__fail(FERRY_EINVAL, "ferry_device_batch_wait: batch is NULL");
   if (db->ready) {
     ferry_status st = ferry_event_synchronize(db->ready);
     if (st != FERRY_OK) return st;
   }
-  if (db->hook_status < 0) return ferry_error_restore(db->hook_status, db->hook_message);
+  if (db->hook_status < 0) return ferry__error_restore(db->hook_status, db->hook_message);
   return FERRY_OK;
 }
 
@@ -120,10 +145,12 @@ void ferry_device_batch_free(ferry_device_batch *db) {
   if (!db) return;
   /* A hook still queued on the stream holds a pointer to this batch. */
   if (db->nstream_hooks && db->ready) ferry_event_synchronize(db->ready);
+  /* Each tensor is freed in the order of its own stream: a free queued behind the copies
+   * that fill it cannot take memory from under them. */
   if (db->images.present) ferry_tensor_free(&db->images.tensor);
   for (size_t i = 0; i < db->batch_size * db->nfields; i++)
     if (db->slots[i].present) ferry_tensor_free(&db->slots[i].tensor);
   ferry_event_destroy(db->ready);
-  ferry_free(db->slots);
-  ferry_free(db);
+  ferry__free(db->slots);
+  ferry__free(db);
 }

@@ -1,4 +1,18 @@
-/* lib/transfer/dlpack.c - ferry tensors as DLPack managed tensors. */
+/* lib/transfer/dlpack.c - ferry tensors as DLPack managed tensors.
+ *
+ * Owns: per exported tensor, one dl_holder: the DLManagedTensor, the shape array it
+ * points at, and the ferry tensor whose memory it hands out. All three go together in
+ * the deleter, which is the only way the memory is freed once exported.
+ * Callers: any thread; the deleter runs on whatever thread the consumer drops its
+ * tensor on (a Python garbage collection, say), which is safe because the free goes
+ * through device.c's locked accounting on the device's default stream. The ferry
+ * device must still be open then.
+ * DLPack 0.6 carries no stream, so the contents must be complete before the hand-over
+ * (the caller waits for the device batch's event); u8 and bool are both kDLUInt 8
+ * (0.6 has no bool); strides are NULL (compact row-major); byte_offset is 0.
+ * Not done here: no import (DLPack into ferry), no versioned (1.x) structs. A view
+ * (owned == 0) can be exported: its deleter frees the wrapper and not the memory.
+ */
 #include <string.h>
 
 #include "ferry/dlpack.h"
@@ -16,7 +30,7 @@ typedef struct dl_holder {
 static void dl_deleter(DLManagedTensor *self) {
   dl_holder *h = self->manager_ctx;
   ferry_tensor_free(&h->tensor);
-  ferry_free(h);
+  ferry__free(h);
 }
 
 static DLDataType dl_dtype(ferry_dtype dtype) {
@@ -34,12 +48,12 @@ static DLDataType dl_dtype(ferry_dtype dtype) {
 }
 
 ferry_status ferry_tensor_to_dlpack(ferry_tensor *tensor, DLManagedTensor **out) {
-  if (!tensor || !out) return ferry_fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: tensor and out are required");
+  if (!tensor || !out) return ferry__fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: tensor and out are required");
   if (!tensor->device || ferry_dtype_size(tensor->dtype) == 0 || tensor->ndim < 0 ||
       tensor->ndim > FERRY_MAX_RANK)
-    return ferry_fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: not a valid tensor");
-  dl_holder *h = ferry_calloc(1, sizeof *h);
-  if (!h) return ferry_fail(FERRY_ENOMEM, "ferry_tensor_to_dlpack: out of memory");
+    return ferry__fail(FERRY_EINVAL, "ferry_tensor_to_dlpack: not a valid tensor");
+  dl_holder *h = ferry__calloc(1, sizeof *h);
+  if (!h) return ferry__fail(FERRY_ENOMEM, "ferry_tensor_to_dlpack: out of memory");
   h->tensor = *tensor;
   /* The consumer frees it whenever it likes, long after any stream of ours may have
    * closed; the contents are complete by contract, so the default stream will do. */

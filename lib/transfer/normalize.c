@@ -1,4 +1,18 @@
-/* lib/transfer/normalize.c - image normalisation in stream order, CPU or CUDA. */
+/* lib/transfer/normalize.c - image normalisation in stream order, CPU or CUDA.
+ *
+ * Owns: nothing between calls. A queued CPU job owns its own copy of the parameters
+ * and frees itself after running; a CUDA staging buffer is freed in stream order.
+ * Callers: the transfer stage (copy_image_rows), on the caller's thread; a CPU job runs
+ * later on the host stream's thread. The source image must stay unchanged until the
+ * job or kernel has run: the transfer holds the source batch by an event recorded
+ * after all of them.
+ * Invariant: for the same input and parameters, the host and the CUDA paths produce
+ * the same bits (normalize.h says how); tests/transfer checks the host against the
+ * formula in double precision and, on a GPU, the kernel against the host.
+ * Not done here: validating mean and std (transfer.c's check_normalization refuses
+ * a std with a zero or non-finite channel before anything runs), normalisation
+ * across devices (the source is host memory or memory of the stream's device).
+ */
 #include <math.h>
 #include <string.h>
 
@@ -15,10 +29,12 @@
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
-void ferry_norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
+void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
                             int bf16) {
   int given = std && (std[0] != 0.0f || std[1] != 0.0f || std[2] != 0.0f);
   const float *m = given ? mean : imagenet_mean, *s = given ? std : imagenet_std;
+  /* Computed once here, in float, and handed to both paths as is: the CPU and the
+   * kernel never derive them separately. */
   for (int c = 0; c < 3; c++) {
     p->scale[c] = 1.0f / (255.0f * s[c]);
     p->bias[c] = -m[c] / s[c];
@@ -26,7 +42,8 @@ void ferry_norm_params_init(ferry_norm_params *p, const float mean[3], const flo
   p->bf16 = bf16;
 }
 
-/* Round to nearest even; the inputs here are always finite. */
+/* Round to nearest even. Not NaN-safe (the carry can turn a NaN into another value),
+ * which is fine for the finite values that a valid mean and std give. */
 static uint16_t f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
@@ -34,7 +51,7 @@ static uint16_t f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-void ferry_normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p) {
+void ferry__normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p) {
   for (int c = 0; c < 3; c++) {
     float scale = p->scale[c], bias = p->bias[c];
     if (p->bf16) {
@@ -56,26 +73,29 @@ typedef struct cpu_job {
 
 static void run_cpu_job(void *arg) {
   cpu_job *job = arg;
-  ferry_normalize_cpu(job->src, job->dst, job->hw, &job->params);
-  ferry_free(job);
+  ferry__normalize_cpu(job->src, job->dst, job->hw, &job->params);
+  ferry__free(job);
 }
 
 static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, size_t hw,
                                 const ferry_norm_params *p) {
-  cpu_job *job = ferry_malloc(sizeof *job);
-  if (!job) return ferry_fail(FERRY_ENOMEM, "normalise: out of memory queueing an image");
+  /* The parameters are copied: the caller's live on its stack, the job runs later. */
+  cpu_job *job = ferry__malloc(sizeof *job);
+  if (!job) return ferry__fail(FERRY_ENOMEM, "normalise: out of memory queueing an image");
   *job = (cpu_job){.src = src, .dst = dst, .hw = hw, .params = *p};
   ferry_status st = ferry_stream_call(stream, run_cpu_job, job);
-  if (st != FERRY_OK) ferry_free(job);
+  if (st != FERRY_OK) ferry__free(job);
   return st;
 }
 
 #if FERRY_HAVE_CUDA
 static ferry_status launch(ferry_stream *stream, const void *src, void *dst, size_t hw,
                            const ferry_norm_params *p) {
-  int err = ferry_cuda_normalize_launch(stream->impl, src, dst, hw, p);
+  /* Reports only launch errors; a fault while the kernel runs surfaces at a later
+   * synchronisation, as for any asynchronous CUDA work. */
+  int err = ferry__cuda_normalize_launch(stream->impl, src, dst, hw, p);
   if (err != cudaSuccess)
-    return ferry_fail(FERRY_EDEVICE, "%s: normalisation kernel launch failed: %s",
+    return ferry__fail(FERRY_EDEVICE, "%s: normalisation kernel launch failed: %s",
                       stream->device->name, cudaGetErrorString((cudaError_t)err));
   return FERRY_OK;
 }
@@ -83,31 +103,33 @@ static ferry_status launch(ferry_stream *stream, const void *src, void *dst, siz
 /* Host bytes go through a one-image staging buffer, freed in stream order right
  * after the kernel, so the pool reuses it for the next image: the transient is one
  * u8 image, never a whole field. The copy into it is queued from an arena and waited
- * for from an unpacked batch's pageable buffer (ferry_memcpy_or_wait). */
+ * for from an unpacked batch's pageable buffer (ferry__memcpy_or_wait). */
 static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_on_host,
                                  void *dst, size_t hw, const ferry_norm_params *p) {
   if (!src_on_host) return launch(stream, src, dst, hw, p);
   ferry_device *device = stream->device;
   void *stage = NULL;
   ferry_status st = ferry_device_malloc(device, stream, 3 * hw, &stage);
-  if (st == FERRY_OK) st = ferry_memcpy_or_wait(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
+  if (st == FERRY_OK) st = ferry__memcpy_or_wait(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
   if (st == FERRY_OK) st = launch(stream, stage, dst, hw, p);
+  /* Freed after the launch in stream order, on failure too: whatever was queued
+   * finishes with it first. */
   if (stage) ferry_device_free(device, stream, stage);
   return st;
 }
 #endif
 
-ferry_status ferry_normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
+ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
                                      void *dst, size_t hw, const ferry_norm_params *p) {
   if (hw == 0) return FERRY_OK;
   if (stream->device->kind == FERRY_DEVICE_HOST) {
     if (!src_on_host)
-      return ferry_fail(FERRY_EUNSUPPORTED, "normalise: the host device cannot read images held on another device");
+      return ferry__fail(FERRY_EUNSUPPORTED, "normalise: the host device cannot read images held on another device");
     return enqueue_cpu(stream, src, dst, hw, p);
   }
 #if FERRY_HAVE_CUDA
   return enqueue_cuda(stream, src, src_on_host, dst, hw, p);
 #else
-  return ferry_fail(FERRY_ENODEV, "normalise: built without CUDA");
+  return ferry__fail(FERRY_ENODEV, "normalise: built without CUDA");
 #endif
 }

@@ -22,19 +22,19 @@ typedef struct ferry_norm_params {
 } ferry_norm_params;
 
 /* mean/std in [0, 1] units; a std of all zeros means ImageNet's mean and std. */
-void ferry_norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
+void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
                             int bf16);
 
 /* One image on the CPU: `hw` pixels of 3 bytes in, 3 planes of hw values out. */
-void ferry_normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p);
+void ferry__normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p);
 
 /* Queue the normalisation of one image on `stream`. src_on_host says whether src is
  * host memory; otherwise it is memory of the stream's device. */
-ferry_status ferry_normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
+ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
                                      void *dst, size_t hw, const ferry_norm_params *p);
 
 /* The CUDA kernel's launcher (normalize_cuda.cu): returns a cudaError_t. */
-int ferry_cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst, size_t hw,
+int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst, size_t hw,
                                 const ferry_norm_params *p);
 
 #ifdef __cplusplus

@@ -10,7 +10,7 @@
 
 namespace {
 
-__device__ uint16_t to_bf16(float f) {
+__device__ inline uint16_t to_bf16(float f) {
   uint32_t u = __float_as_uint(f);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
@@ -21,12 +21,10 @@ struct norm_args {
   float bias[3];
 };
 
-template <typename Out>
-__device__ Out convert(float v);
-template <>
-__device__ float convert<float>(float v) { return v; }
-template <>
-__device__ uint16_t convert<uint16_t>(float v) { return to_bf16(v); }
+/* Overloads rather than explicit template specialisations: nvcc gives the host stubs
+ * of the latter external linkage, and they would leave libferry.so as symbols. */
+__device__ inline void store(float *dst, float v) { *dst = v; }
+__device__ inline void store(uint16_t *dst, float v) { *dst = to_bf16(v); }
 
 template <typename Out>
 __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__restrict__ dst,
@@ -34,13 +32,13 @@ __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__res
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hw; i += stride) {
     for (int c = 0; c < 3; c++)
-      dst[(size_t)c * hw + i] = convert<Out>(fmaf((float)src[3 * i + c], a.scale[c], a.bias[c]));
+      store(&dst[(size_t)c * hw + i], fmaf((float)src[3 * i + c], a.scale[c], a.bias[c]));
   }
 }
 
 }  // namespace
 
-extern "C" int ferry_cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
+extern "C" int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
                                            size_t hw, const ferry_norm_params *p) {
   norm_args a;
   for (int c = 0; c < 3; c++) {

@@ -6,31 +6,52 @@
  * direct path reading from that copy (device-to-device clones), then a stream-ordered
  * free of the copy; it is kept so the difference stays measurable.
  *
- * Every copy goes through ferry_memcpy_or_wait: an arena is pinned memory of the
+ * Every copy goes through ferry__memcpy_or_wait: an arena is pinned memory of the
  * device its pool is bound for, so its copies are queued; the host side of any other
  * copy (an unpacked batch's per-sample buffers, host-device memory a GPU batch is
  * packed onto) is pageable, and pageable memory is copied synchronously (device.h).
+ *
+ * Owns nothing between calls: what a transfer makes is the device batch it returns and
+ * the events it hands to the source batch (ferry_batch_hold_until).
+ * Callers: any number of threads at once, each on its own stream; the only shared
+ * state, the device's accounting and stream list, is locked in device.c.
+ *
+ * What one direct transfer queues on its stream, in this order (docs/transfer.md):
+ * the batch tensor's allocation and one copy (or normalisation) per sample into it;
+ * per sample, per other field, an allocation of exactly the slice and its copy; an
+ * event held by the source batch; the ENQUEUE hooks' own work; one host function
+ * running the ON_STREAM hooks; the `ready` event. Since it is all one stream, each
+ * step sees every earlier one complete. Invariants this keeps:
+ *   - the source batch is held until every copy that reads it has run, on failure
+ *     too: its arena never returns to the pool under a queued copy;
+ *   - no allocation holds more than one sample's slice of a field, except the batch
+ *     tensor (an output), and nothing but a normalisation's one-image staging buffer
+ *     (CUDA) is freed during the transfer: the device's extra peak is 0, one u8 image
+ *     with normalisation (the previous path's is its packed copy);
+ *   - a failed transfer leaves nothing allocated and returns no device batch.
  */
+#include <math.h>
 #include <string.h>
 
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "lib/transfer/normalize.h"
 #include "lib/transfer/transfer_internal.h"
+#include "ferry/advanced.h"
 
-int ferry_batch_bytes_on_host(const ferry_batch *b) {
+int ferry__batch_bytes_on_host(const ferry_batch *b) {
   return b->storage != STORAGE_DEVICE || b->device->kind == FERRY_DEVICE_HOST;
 }
 
-ferry_copy_kind ferry_copy_kind_between(int from_host, int to_host) {
+ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host) {
   if (from_host) return to_host ? FERRY_COPY_H2H : FERRY_COPY_H2D;
   return to_host ? FERRY_COPY_D2H : FERRY_COPY_D2D;
 }
 
-ferry_status ferry_resolve_stream(ferry_device *device, ferry_stream **stream) {
+ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream) {
   if (*stream) {
     if ((*stream)->device != device)
-      return ferry_fail(FERRY_EINVAL, "transfer: the stream belongs to %s, not to %s",
+      return ferry__fail(FERRY_EINVAL, "transfer: the stream belongs to %s, not to %s",
                         (*stream)->device->name, device->name);
     return FERRY_OK;
   }
@@ -56,18 +77,21 @@ static void hold_batch(ferry_batch *batch, ferry_stream *stream) {
 
 /* ---- ferry_packed_to ---------------------------------------------------------- */
 
+/* A storage-less batch with b's fields and row counts: the layout is a function of
+ * those alone, so its offsets and bytes are b's, and one copy of total_bytes moves the
+ * whole batch. */
 static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
   size_t n = b->nfields, bs = b->batch_size;
   ferry_field_spec specs[FERRY_MAX_FIELDS];
-  int64_t *rows = ferry_malloc((n ? n : 1) * bs * sizeof *rows);
-  if (!rows) return ferry_fail(FERRY_ENOMEM, "packed_to: out of memory for row counts");
+  int64_t *rows = ferry__malloc((n ? n : 1) * bs * sizeof *rows);
+  if (!rows) return ferry__fail(FERRY_ENOMEM, "packed_to: out of memory for row counts");
   for (size_t f = 0; f < n; f++) {
     specs[f] = b->fields[f].spec;
     for (size_t i = 0; i < bs; i++)
       rows[f * bs + i] = b->fields[f].offsets[i + 1] - b->fields[f].offsets[i];
   }
-  ferry_status st = ferry_batch_shell(bs, n, specs, rows, out);
-  ferry_free(rows);
+  ferry_status st = ferry__batch_shell(bs, n, specs, rows, out);
+  ferry__free(rows);
   return st;
 }
 
@@ -76,9 +100,9 @@ static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
  * belong to that device. */
 static ferry_status copying_stream(const ferry_batch *b, ferry_device *device,
                                    ferry_stream **stream) {
-  int from_gpu = !ferry_batch_bytes_on_host(b);
+  int from_gpu = !ferry__batch_bytes_on_host(b);
   ferry_device *copier = device->kind == FERRY_DEVICE_HOST && from_gpu ? b->device : device;
-  return ferry_resolve_stream(copier, stream);
+  return ferry__resolve_stream(copier, stream);
 }
 
 /* A packed copy of `b` in one allocation of `device`, queued on `stream`. `b` is held
@@ -94,15 +118,18 @@ static ferry_status pack_onto(ferry_batch *b, ferry_device *device, ferry_stream
   ferry_stream *alloc_stream = stream->device == device ? stream : NULL;
   st = ferry_device_malloc(device, alloc_stream, nb->total_bytes, &nb->base);
   if (st == FERRY_OK)
-    st = ferry_memcpy_or_wait(stream, nb->base, b->base, nb->total_bytes,
-                              ferry_copy_kind_between(ferry_batch_bytes_on_host(b),
+    st = ferry__memcpy_or_wait(stream, nb->base, b->base, nb->total_bytes,
+                              ferry__copy_kind_between(ferry__batch_bytes_on_host(b),
                                                       device->kind == FERRY_DEVICE_HOST));
+  /* A queued copy may still be writing the new storage: let it finish, then free. */
   if (st != FERRY_OK) {
     ferry_stream_synchronize(stream);
     ferry_device_free(device, alloc_stream, nb->base);
-    ferry_batch_shell_free(nb);
-    return ferry_error_prefix(st, "packing a batch onto %s: ", device->name);
+    ferry__batch_shell_free(nb);
+    return ferry__error_prefix(st, "packing a batch onto %s: ", device->name);
   }
+  /* nb's event makes releasing nb wait for the copy into it (a device batch's release
+   * waits for its held events before freeing). */
   hold_batch(b, stream);
   hold_batch(nb, stream);
   *out = nb;
@@ -115,19 +142,22 @@ static void drop_packed_copy(ferry_batch *nb, ferry_stream *stream) {
   for (size_t i = 0; i < nb->nheld; i++) ferry_event_destroy(nb->held[i]);
   nb->nheld = 0;
   ferry_device_free(nb->device, stream, nb->base);
-  ferry_batch_shell_free(nb);
+  ferry__batch_shell_free(nb);
 }
 
 ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
                              ferry_batch **out) {
   if (!batch || !device || !out)
-    return ferry_fail(FERRY_EINVAL, "ferry_packed_to: batch, device and out are required");
+    return ferry__fail(FERRY_EINVAL, "ferry_packed_to: batch, device and out are required");
   if (batch->storage == STORAGE_UNPACKED)
-    return ferry_fail(FERRY_EUNSUPPORTED, "ferry_packed_to: the batch is unpacked");
+    return ferry__fail(FERRY_EUNSUPPORTED, "ferry_packed_to: the batch is unpacked");
   if (batch_is_on(batch, device)) {
     *out = batch;
     return FERRY_OK;
   }
+  /* `batch` is held by the copy's event, so releasing it now returns at once for an
+   * arena, and its memory is reused only once the copy has read it. On failure the
+   * caller keeps it. */
   ferry_status st = copying_stream(batch, device, &stream);
   if (st == FERRY_OK) st = pack_onto(batch, device, stream, out);
   if (st != FERRY_OK) return st;
@@ -153,8 +183,10 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   if (st == FERRY_OK)
     st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, view.dtype, view.ndim, view.shape);
   if (st != FERRY_OK) return st;
+  /* Present from its allocation on, so that if the copy fails the device batch's free
+   * still releases it. */
   slot->present = 1;
-  return ferry_memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
+  return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
 }
 
 /* The shape and dtype of the batch tensor, checking what normalisation needs. */
@@ -162,7 +194,7 @@ static ferry_status image_layout(const ferry_field_spec *spec, size_t batch_size
                                  ferry_normalize normalize, ferry_dtype *dtype, int *ndim,
                                  int64_t *shape) {
   if (spec->kind != FERRY_FIELD_PER_SAMPLE)
-    return ferry_fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
+    return ferry__fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
   shape[0] = (int64_t)batch_size;
   if (normalize == FERRY_NORMALIZE_NONE) {
     *dtype = spec->dtype;
@@ -171,10 +203,11 @@ static ferry_status image_layout(const ferry_field_spec *spec, size_t batch_size
     return FERRY_OK;
   }
   if (normalize != FERRY_NORMALIZE_F32 && normalize != FERRY_NORMALIZE_BF16)
-    return ferry_fail(FERRY_EINVAL, "transfer: unknown normalisation %d", (int)normalize);
+    return ferry__fail(FERRY_EINVAL, "transfer: unknown normalisation %d", (int)normalize);
   if (spec->dtype != FERRY_U8 || spec->inner_ndim != 3 || spec->inner_shape[2] != 3)
-    return ferry_fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
                       spec->name);
+  /* Normalisation also transposes: [H,W,3] per sample becomes [B,3,H,W]. */
   *dtype = normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
   *ndim = 4;
   shape[1] = 3;
@@ -194,10 +227,10 @@ static ferry_status copy_image_rows(transfer_job *job, size_t field, size_t hw,
     st = ferry_batch_sample(job->batch, field, i, &view);
     char *dst = (char *)db->images.tensor.data + i * item;
     if (st == FERRY_OK && !params)
-      st = ferry_memcpy_or_wait(db->stream, dst, view.data, view.nbytes, job->kind);
+      st = ferry__memcpy_or_wait(db->stream, dst, view.data, view.nbytes, job->kind);
     else if (st == FERRY_OK)
-      st = ferry_normalize_enqueue(db->stream, view.data, job->src_on_host, dst, hw, params);
-    if (st != FERRY_OK) ferry_error_prefix(st, "sample %zu: ", i);
+      st = ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, dst, hw, params);
+    if (st != FERRY_OK) ferry__error_prefix(st, "sample %zu: ", i);
   }
   return st;
 }
@@ -214,13 +247,16 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   ferry_norm_params params, *norm = NULL;
   size_t hw = 0;
   if (o->normalize != FERRY_NORMALIZE_NONE) {
+    /* The kernel reads its source on the target device: a batch in another GPU's
+     * memory would need a copy between devices first. */
     if (!job->src_on_host && job->batch->device != db->device)
-      return ferry_fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
+      return ferry__fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
                         db->device->name, job->batch->device->name);
-    ferry_norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
+    ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
     norm = &params;
     hw = (size_t)(shape[2] * shape[3]);
   }
+  /* Present once allocated, for the same reason as a sample's slot. */
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
   return st == FERRY_OK ? copy_image_rows(job, field, hw, norm) : st;
@@ -228,13 +264,16 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
 
 static void run_stream_hooks(void *arg) {
   ferry_device_batch *db = arg;
-  for (size_t h = 0; h < db->nstream_hooks; h++) ferry_device_batch_run_hook(db, &db->stream_hooks[h]);
+  for (size_t h = 0; h < db->nstream_hooks; h++) ferry__device_batch_run_hook(db, &db->stream_hooks[h]);
 }
 
-/* ENQUEUE hooks now; ON_STREAM hooks as one host function after the copies. */
+/* ENQUEUE hooks now; ON_STREAM hooks as one host function after the copies. The
+ * ON_STREAM hooks are copied into the device batch, since the caller's options need not
+ * outlive ferry_transfer; if the host function cannot be queued, none is recorded, so
+ * nothing waits for hooks that will never run. */
 static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_options *o) {
   for (size_t h = 0; h < o->nhooks; h++) {
-    if (o->hooks[h].stage == FERRY_HOOK_ENQUEUE) ferry_device_batch_run_hook(db, &o->hooks[h]);
+    if (o->hooks[h].stage == FERRY_HOOK_ENQUEUE) ferry__device_batch_run_hook(db, &o->hooks[h]);
     else db->stream_hooks[db->nstream_hooks++] = o->hooks[h];
   }
   if (!db->nstream_hooks) return FERRY_OK;
@@ -250,23 +289,24 @@ static ferry_status queue_copies(transfer_job *job, int image_field) {
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
       st = copy_sample_field(job, i, k);
       if (st != FERRY_OK)
-        ferry_error_prefix(st, "sample %zu field '%s': ", i, job->db->names[k]);
+        ferry__error_prefix(st, "sample %zu field '%s': ", i, job->db->names[k]);
     }
   return st;
 }
 
 static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                     const ferry_transfer_options *o, ferry_device_batch **out) {
-  const char *image_name = o->image_field ? o->image_field : "images";
+  const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
   ferry_device_batch *db = NULL;
-  ferry_status st = ferry_device_batch_new(device, stream, batch, image_field, &db);
+  ferry_status st = ferry__device_batch_new(device, stream, batch, image_field, &db);
   if (st != FERRY_OK) return st;
   transfer_job job = {.db = db, .batch = batch, .options = o,
-                      .src_on_host = ferry_batch_bytes_on_host(batch)};
-  job.kind = ferry_copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
+                      .src_on_host = ferry__batch_bytes_on_host(batch)};
+  job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
   st = queue_copies(&job, image_field);
-  /* Whatever was queued reads the batch: hold it until that has run, even on failure. */
+  /* Whatever was queued reads the batch: hold it until that has run, even on failure.
+   * The hold comes before the hooks: the source batch need not wait for them. */
   hold_batch(batch, stream);
   if (st == FERRY_OK) st = schedule_hooks(db, o);
   if (st == FERRY_OK) st = ferry_event_record(stream, &db->ready);
@@ -286,41 +326,56 @@ static ferry_status transfer_previous(ferry_device *device, ferry_stream *stream
                                       ferry_batch *batch, const ferry_transfer_options *o,
                                       ferry_device_batch **out) {
   if (batch->storage == STORAGE_UNPACKED)
-    return ferry_fail(FERRY_EUNSUPPORTED, "transfer: the previous path needs a packed batch");
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the previous path needs a packed batch");
   if (batch_is_on(batch, device)) return transfer_direct(device, stream, batch, o, out);
   ferry_batch *packed = NULL;
   ferry_status st = pack_onto(batch, device, stream, &packed);
   if (st != FERRY_OK) return st;
+  /* Dropped whether or not the clones were queued: its free is queued after them. */
   st = transfer_direct(device, stream, packed, o, out);
   drop_packed_copy(packed, stream);
   return st;
 }
 
+/* An all-zero std asks for ImageNet's values; any other std must be finite and
+ * non-zero in every channel, and the mean finite, or the images come out inf or NaN. */
+static ferry_status check_normalization(const ferry_transfer_options *o) {
+  if (o->normalize == FERRY_NORMALIZE_NONE) return FERRY_OK;
+  int all_zero = o->std[0] == 0.0f && o->std[1] == 0.0f && o->std[2] == 0.0f;
+  for (int c = 0; c < 3 && !all_zero; c++)
+    if (!isfinite(o->std[c]) || o->std[c] == 0.0f || !isfinite(o->mean[c]))
+      return ferry__fail(FERRY_EINVAL, "transfer: normalisation channel %d has mean %g and std %g; "
+                         "std must be finite and non-zero (all zeros: ImageNet's)",
+                         c, (double)o->mean[c], (double)o->std[c]);
+  return FERRY_OK;
+}
+
 static ferry_status check_options(const ferry_transfer_options *o) {
   if (o->mode != FERRY_TRANSFER_DIRECT && o->mode != FERRY_TRANSFER_PACKED_THEN_CLONE)
-    return ferry_fail(FERRY_EINVAL, "transfer: unknown mode %d", (int)o->mode);
+    return ferry__fail(FERRY_EINVAL, "transfer: unknown mode %d", (int)o->mode);
   if (o->nhooks > FERRY_TRANSFER_MAX_HOOKS || (o->nhooks && !o->hooks))
-    return ferry_fail(FERRY_EINVAL, "transfer: at most %d hooks, given as an array",
+    return ferry__fail(FERRY_EINVAL, "transfer: at most %d hooks, given as an array",
                       FERRY_TRANSFER_MAX_HOOKS);
   for (size_t h = 0; h < o->nhooks; h++)
     if (!o->hooks[h].fn || (o->hooks[h].stage != FERRY_HOOK_ON_STREAM &&
                             o->hooks[h].stage != FERRY_HOOK_ENQUEUE))
-      return ferry_fail(FERRY_EINVAL, "transfer: hook %zu has no function or an unknown stage", h);
-  return FERRY_OK;
+      return ferry__fail(FERRY_EINVAL, "transfer: hook %zu has no function or an unknown stage", h);
+  return check_normalization(o);
 }
 
 ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                             const ferry_transfer_options *options, ferry_device_batch **out) {
   if (!device || !batch || !out)
-    return ferry_fail(FERRY_EINVAL, "ferry_transfer: device, batch and out are required");
+    return ferry__fail(FERRY_EINVAL, "ferry_transfer: device, batch and out are required");
   *out = NULL;
   static const ferry_transfer_options defaults = {0};
   const ferry_transfer_options *o = options ? options : &defaults;
   ferry_status st = check_options(o);
-  if (st == FERRY_OK && device->kind == FERRY_DEVICE_HOST && !ferry_batch_bytes_on_host(batch))
-    st = ferry_fail(FERRY_EUNSUPPORTED, "transfer: a batch in %s memory cannot be read by the host "
+  /* The host backend's stream threads can only memmove, so GPU memory is out of reach. */
+  if (st == FERRY_OK && device->kind == FERRY_DEVICE_HOST && !ferry__batch_bytes_on_host(batch))
+    st = ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch in %s memory cannot be read by the host "
                     "backend's streams; bring it over with ferry_packed_to first", batch->device->name);
-  if (st == FERRY_OK) st = ferry_resolve_stream(device, &stream);
+  if (st == FERRY_OK) st = ferry__resolve_stream(device, &stream);
   if (st != FERRY_OK) return st;
   if (o->mode == FERRY_TRANSFER_PACKED_THEN_CLONE)
     return transfer_previous(device, stream, batch, o, out);

@@ -1,5 +1,6 @@
 /* lib/transfer/transfer_internal.h - the device batch's insides and the helpers the
- * transfer paths share (internal). */
+ * transfer paths share (internal). The invariants of the device batch's fields are in
+ * device_batch.c's opening comment. */
 #ifndef FERRY_LIB_TRANSFER_INTERNAL_H
 #define FERRY_LIB_TRANSFER_INTERNAL_H
 
@@ -32,17 +33,17 @@ struct ferry_device_batch {
 
 /* An empty device batch with a record slot for every field of `batch` but the one at
  * index `image_field` (-1: none). */
-ferry_status ferry_device_batch_new(ferry_device *device, ferry_stream *stream,
+ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
                                     const ferry_batch *batch, int image_field,
                                     ferry_device_batch **out);
 /* Run a hook and remember its failure (the first one wins). */
-void ferry_device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);
+void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);
 
 /* Where a batch's bytes are: host memory unless the storage is a device allocation. */
-int ferry_batch_bytes_on_host(const ferry_batch *batch);
+int ferry__batch_bytes_on_host(const ferry_batch *batch);
 /* The copy kind between memory of these kinds. */
-ferry_copy_kind ferry_copy_kind_between(int from_host, int to_host);
+ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);
 /* The stream to use: `stream` (checked to belong to `device`) or the default one. */
-ferry_status ferry_resolve_stream(ferry_device *device, ferry_stream **stream);
+ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream);
 
 #endif

@@ -17,7 +17,7 @@ static uint32_t read32(const uint8_t *p, int big_endian) {
                     : (uint32_t)read16(p + 2, 0) << 16 | read16(p, 0);
 }
 
-int ferry_exif_orientation(const uint8_t *tiff, size_t len) {
+int ferry__exif_orientation(const uint8_t *tiff, size_t len) {
   if (len < 8) return 1;
   int big_endian;
   if (memcmp(tiff, "MM", 2) == 0)
@@ -45,7 +45,7 @@ int ferry_exif_orientation(const uint8_t *tiff, size_t len) {
 /* Orientations 5..8 swap the axes. */
 static int swaps_axes(int o) { return o >= 5 && o <= 8; }
 
-void ferry_exif_oriented_size(int o, int width, int height, int *out_w, int *out_h) {
+void ferry__exif_oriented_size(int o, int width, int height, int *out_w, int *out_h) {
   *out_w = swaps_axes(o) ? height : width;
   *out_h = swaps_axes(o) ? width : height;
 }
@@ -66,9 +66,9 @@ static void source_of(int o, int x, int y, int ow, int oh, int *sx, int *sy) {
   }
 }
 
-void ferry_exif_transpose(int o, const uint8_t *src, int width, int height, uint8_t *dst) {
+void ferry__exif_transpose(int o, const uint8_t *src, int width, int height, uint8_t *dst) {
   int ow, oh;
-  ferry_exif_oriented_size(o, width, height, &ow, &oh);
+  ferry__exif_oriented_size(o, width, height, &ow, &oh);
   for (int y = 0; y < oh; y++) {
     for (int x = 0; x < ow; x++) {
       int sx, sy;

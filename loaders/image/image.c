@@ -10,40 +10,37 @@
 #include "lib/status.h"
 #include "loaders/image/image_internal.h"
 
-ferry_status ferry_scratch_reserve(ferry_scratch *b, size_t n, const char *what) {
-  if (n <= b->cap) return FERRY_OK;
-  /* grow by half again so a run of slightly larger images does not realloc each time */
-  size_t cap = n + n / 2;
-  void *p = ferry_malloc(cap);
-  if (!p) return ferry_fail(FERRY_ENOMEM, "%s: cannot allocate %zu bytes of decoder scratch",
-                            what, cap);
-  ferry_free(b->data);
-  b->data = p;
-  b->cap = cap;
-  return FERRY_OK;
-}
-
-void ferry_scratch_free(ferry_scratch *b) {
-  ferry_free(b->data);
-  b->data = NULL;
-  b->cap = 0;
-}
-
 void ferry_image_options_default(ferry_image_options *o) {
   o->dct_scaling = 0;
   o->apply_exif = 0;
   o->max_pixels = FERRY_IMAGE_DEFAULT_MAX_PIXELS;
+  o->decode = FERRY_DECODE_CPU;
+}
+
+static const char *const decode_mode_names[] = {"cpu", "gpu", "auto"};
+
+ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out) {
+  for (int m = 0; name && m < 3; m++)
+    if (strcmp(name, decode_mode_names[m]) == 0) {
+      *out = (ferry_decode_mode)m;
+      return FERRY_OK;
+    }
+  return ferry__fail(FERRY_EINVAL, "decode mode '%s' is not cpu, gpu or auto", name ? name : "(null)");
+}
+
+const char *ferry_decode_mode_name(ferry_decode_mode mode) {
+  return mode >= 0 && mode < 3 ? decode_mode_names[mode] : "?";
 }
 
 ferry_status ferry_decoder_open(ferry_decoder **out) {
-  if (!out) return ferry_fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
+  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
   *out = NULL;
-  ferry_decoder *d = ferry_calloc(1, sizeof *d);
-  if (!d) return ferry_fail(FERRY_ENOMEM, "ferry_decoder_open: out of memory");
-  d->tj = ferry_jpeg_handle_open();
+  ferry_decoder *d = ferry__calloc(1, sizeof *d);
+  if (!d) return ferry__fail(FERRY_ENOMEM, "ferry_decoder_open: out of memory");
+  d->tj = ferry__jpeg_handle_open();
   if (!d->tj) {
-    ferry_free(d);
-    return ferry_fail(FERRY_ENOMEM, "ferry_decoder_open: cannot create a TurboJPEG handle");
+    ferry__free(d);
+    return ferry__fail(FERRY_ENOMEM, "ferry_decoder_open: cannot create a TurboJPEG handle");
   }
   *out = d;
   return FERRY_OK;
@@ -51,25 +48,14 @@ ferry_status ferry_decoder_open(ferry_decoder **out) {
 
 void ferry_decoder_close(ferry_decoder *d) {
   if (!d) return;
-  ferry_jpeg_handle_close(d->tj);
-  ferry_scratch_free(&d->file);
-  ferry_scratch_free(&d->pixels);
-  ferry_scratch_free(&d->aux);
-  ferry_scratch_free(&d->rows);
-  ferry_scratch_free(&d->taps);
-  ferry_scratch_free(&d->plan);
-  ferry_free(d);
-}
-
-ferry_status ferry_image_check_limit(const char *name, int width, int height,
-                                     const ferry_image_options *opts) {
-  uint64_t pixels = (uint64_t)width * (uint64_t)height;
-  if (opts->max_pixels && pixels > opts->max_pixels)
-    return ferry_fail(FERRY_ELIMIT,
-                      "%s: %dx%d = %llu pixels exceeds the limit of %llu (decompression bomb?)",
-                      name, width, height, (unsigned long long)pixels,
-                      (unsigned long long)opts->max_pixels);
-  return FERRY_OK;
+  ferry__jpeg_handle_close(d->tj);
+  ferry__scratch_free(&d->file);
+  ferry__scratch_free(&d->pixels);
+  ferry__scratch_free(&d->aux);
+  ferry__scratch_free(&d->rows);
+  ferry__scratch_free(&d->taps);
+  ferry__scratch_free(&d->plan);
+  ferry__free(d);
 }
 
 /* ---- header-only size ---- */
@@ -77,28 +63,28 @@ ferry_status ferry_image_check_limit(const char *name, int width, int height,
 /* FERRY_EAGAIN while the header is incomplete in data[0..len). */
 static ferry_status probe_prefix(const uint8_t *data, size_t len, const char *name, int *width,
                                  int *height) {
-  if (ferry_jpeg_signature(data, len)) {
+  if (ferry__jpeg_signature(data, len)) {
     ferry_jpeg_info info;
-    ferry_status st = ferry_jpeg_header(data, len, name, &info);
+    ferry_status st = ferry__jpeg_header(data, len, name, &info);
     *width = info.width;
     *height = info.height;
     return st;
   }
-  if (ferry_png_signature(data, len)) return ferry_png_header(data, len, name, width, height);
+  if (ferry__png_signature(data, len)) return ferry__png_header(data, len, name, width, height);
   if (len < 8) return FERRY_EAGAIN;
-  return ferry_fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
+  return ferry__fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
 }
 
 static ferry_status truncated_header(const char *name, size_t len) {
-  if (len == 0) return ferry_fail(FERRY_EFORMAT, "%s: empty file", name);
-  return ferry_fail(FERRY_EFORMAT, "%s: truncated: the file ends inside the image header", name);
+  if (len == 0) return ferry__fail(FERRY_EFORMAT, "%s: empty file", name);
+  return ferry__fail(FERRY_EFORMAT, "%s: truncated: the file ends inside the image header", name);
 }
 
 ferry_status ferry_image_probe(const void *data, size_t len, const char *name, int *width,
                                int *height) {
   if (!name) name = "(memory)";
   if ((!data && len) || !width || !height)
-    return ferry_fail(FERRY_EINVAL, "%s: ferry_image_probe: NULL argument", name);
+    return ferry__fail(FERRY_EINVAL, "%s: ferry_image_probe: NULL argument", name);
   ferry_status st = probe_prefix(data, len, name, width, height);
   return st == FERRY_EAGAIN ? truncated_header(name, len) : st;
 }
@@ -108,7 +94,7 @@ ferry_status ferry_image_probe(const void *data, size_t len, const char *name, i
 static ferry_status open_file(const char *path, int *fd) {
   *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (*fd >= 0) return FERRY_OK;
-  return ferry_fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path,
+  return ferry__fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path,
                     strerror(errno));
 }
 
@@ -118,7 +104,7 @@ static ferry_status read_more(int fd, const char *path, uint8_t *buf, size_t *le
   ssize_t n;
   do n = read(fd, buf + *len, want);
   while (n < 0 && errno == EINTR);
-  if (n < 0) return ferry_fail(FERRY_EIO, "%s: read failed: %s", path, strerror(errno));
+  if (n < 0) return ferry__fail(FERRY_EIO, "%s: read failed: %s", path, strerror(errno));
   *len += (size_t)n;
   *got = (size_t)n;
   return FERRY_OK;
@@ -130,9 +116,9 @@ static ferry_status probe_fd(int fd, const char *path, int *width, int *height) 
   uint8_t *buf = NULL;
   ferry_status st;
   for (;;) {
-    uint8_t *grown = ferry_realloc(buf, cap);
+    uint8_t *grown = ferry__realloc(buf, cap);
     if (!grown) {
-      st = ferry_fail(FERRY_ENOMEM, "%s: out of memory while probing", path);
+      st = ferry__fail(FERRY_ENOMEM, "%s: out of memory while probing", path);
       break;
     }
     buf = grown;
@@ -146,13 +132,13 @@ static ferry_status probe_fd(int fd, const char *path, int *width, int *height) 
     }
     if (len == cap) cap *= 2;
   }
-  ferry_free(buf);
+  ferry__free(buf);
   return st;
 }
 
 ferry_status ferry_image_probe_file(const char *path, int *width, int *height) {
   if (!path || !width || !height)
-    return ferry_fail(FERRY_EINVAL, "ferry_image_probe_file: NULL argument");
+    return ferry__fail(FERRY_EINVAL, "ferry_image_probe_file: NULL argument");
   int fd;
   ferry_status st = open_file(path, &fd);
   if (st < 0) return st;
@@ -165,15 +151,15 @@ ferry_status ferry_image_probe_file(const char *path, int *width, int *height) {
 
 static ferry_status apply_orientation(ferry_decoder *d, const char *name, ferry_decoded *img) {
   if (img->orientation == 1) return FERRY_OK;
-  ferry_status st = ferry_scratch_reserve(&d->aux, (size_t)img->width * img->height * 3, name);
+  ferry_status st = ferry__scratch_reserve(&d->aux, (size_t)img->width * img->height * 3, name);
   if (st < 0) return st;
-  ferry_exif_transpose(img->orientation, img->rgb, img->width, img->height, d->aux.data);
+  ferry__exif_transpose(img->orientation, img->rgb, img->width, img->height, d->aux.data);
   ferry_scratch swap = d->pixels; /* the oriented image becomes "the pixels" */
   d->pixels = d->aux;
   d->aux = swap;
   img->rgb = d->pixels.data;
-  ferry_exif_oriented_size(img->orientation, img->width, img->height, &img->width, &img->height);
-  ferry_exif_oriented_size(img->orientation, img->full_width, img->full_height, &img->full_width,
+  ferry__exif_oriented_size(img->orientation, img->width, img->height, &img->width, &img->height);
+  ferry__exif_oriented_size(img->orientation, img->full_width, img->full_height, &img->full_width,
                            &img->full_height);
   return FERRY_OK;
 }
@@ -190,14 +176,14 @@ static ferry_status decode_any(ferry_decoder *d, const void *data, size_t len, c
                                const ferry_decode_request *req, ferry_decoded *img) {
   if (len == 0) return truncated_header(name, 0); /* "empty file" */
   ferry_status st;
-  if (ferry_jpeg_signature(data, len))
-    st = ferry_jpeg_decode(d, data, len, name, req, img);
-  else if (ferry_png_signature(data, len))
-    st = ferry_png_decode(d, data, len, name, req, img);
+  if (ferry__jpeg_signature(data, len))
+    st = ferry__jpeg_decode(d, data, len, name, req, img);
+  else if (ferry__png_signature(data, len))
+    st = ferry__png_decode(d, data, len, name, req, img);
   else if (signature_prefix(data, len))
     return truncated_header(name, len);
   else
-    return ferry_fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: not a JPEG or PNG file", name);
   if (st < 0) return st;
   return apply_orientation(d, name, img);
 }
@@ -205,7 +191,7 @@ static ferry_status decode_any(ferry_decoder *d, const void *data, size_t len, c
 static ferry_status check_decode_args(ferry_decoder *d, const void *data, size_t len,
                                       const char *name) {
   if (!d || (!data && len))
-    return ferry_fail(FERRY_EINVAL, "%s: image decode: NULL decoder or data", name);
+    return ferry__fail(FERRY_EINVAL, "%s: image decode: NULL decoder or data", name);
   return FERRY_OK;
 }
 
@@ -217,7 +203,7 @@ ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, co
   ferry_status st = check_decode_args(d, data, len, name);
   if (st < 0) return st;
   if (!out || !width || !height)
-    return ferry_fail(FERRY_EINVAL, "%s: ferry_decode_rgb: NULL output", name);
+    return ferry__fail(FERRY_EINVAL, "%s: ferry_decode_rgb: NULL output", name);
   if (!opts) ferry_image_options_default(&defaults);
   ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = 0};
   ferry_decoded img;
@@ -243,7 +229,7 @@ ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size
   st = decode_any(d, data, len, name, &req, &img);
   if (st < 0) return st;
   st = ferry_image_resize(d, img.rgb, img.width, img.height, size, layout, dst);
-  if (st < 0) return ferry_error_prefix(st, "%s: ", name);
+  if (st < 0) return ferry__error_prefix(st, "%s: ", name);
   if (orig_w) *orig_w = img.full_width;
   if (orig_h) *orig_h = img.full_height;
   return FERRY_OK;
@@ -258,10 +244,10 @@ static ferry_status read_file(ferry_decoder *d, const char *path, size_t *len) {
   struct stat sb;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     close(fd);
-    return ferry_fail(FERRY_EIO, "%s: not a regular file", path);
+    return ferry__fail(FERRY_EIO, "%s: not a regular file", path);
   }
   size_t size = (size_t)sb.st_size, got = 1;
-  st = ferry_scratch_reserve(&d->file, size ? size : 1, path);
+  st = ferry__scratch_reserve(&d->file, size ? size : 1, path);
   while (st == FERRY_OK && *len < size && got > 0)
     st = read_more(fd, path, d->file.data, len, size - *len, &got);
   close(fd);
@@ -271,7 +257,7 @@ static ferry_status read_file(ferry_decoder *d, const char *path, size_t *len) {
 ferry_status ferry_image_load_rgb(ferry_decoder *d, const char *path,
                                   const ferry_image_options *opts, const uint8_t **out,
                                   int *width, int *height) {
-  if (!d || !path) return ferry_fail(FERRY_EINVAL, "ferry_image_load_rgb: NULL argument");
+  if (!d || !path) return ferry__fail(FERRY_EINVAL, "ferry_image_load_rgb: NULL argument");
   size_t len;
   ferry_status st = read_file(d, path, &len);
   if (st < 0) return st;
@@ -282,7 +268,7 @@ ferry_status ferry_image_load_resized(ferry_decoder *d, const char *path,
                                       const ferry_image_options *opts, int size,
                                       ferry_image_layout layout, void *dst, int *orig_w,
                                       int *orig_h) {
-  if (!d || !path) return ferry_fail(FERRY_EINVAL, "ferry_image_load_resized: NULL argument");
+  if (!d || !path) return ferry__fail(FERRY_EINVAL, "ferry_image_load_resized: NULL argument");
   size_t len;
   ferry_status st = read_file(d, path, &len);
   if (st < 0) return st;

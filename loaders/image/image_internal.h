@@ -22,8 +22,8 @@ typedef struct ferry_scratch {
 } ferry_scratch;
 
 /* Make b hold at least n bytes (contents not kept). FERRY_ENOMEM names `what`. */
-ferry_status ferry_scratch_reserve(ferry_scratch *b, size_t n, const char *what);
-void ferry_scratch_free(ferry_scratch *b);
+ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what);
+void ferry__scratch_free(ferry_scratch *b);
 
 struct ferry_decoder {
   void *tj;               /* TurboJPEG decompressor handle */
@@ -55,36 +55,36 @@ typedef struct ferry_decode_request {
 
 /* The header parsers report FERRY_EAGAIN when `len` bytes end inside the header,
  * so ferry_image_probe_file can read more and retry. */
-int ferry_jpeg_signature(const uint8_t *data, size_t len);
+int ferry__jpeg_signature(const uint8_t *data, size_t len);
 /* What the JPEG markers before the frame header say. */
 typedef struct ferry_jpeg_info {
   int width, height, components;
   const uint8_t *exif; /* APP1 "Exif" payload (TIFF structure), NULL if none */
   size_t exif_len;
 } ferry_jpeg_info;
-ferry_status ferry_jpeg_header(const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
                                ferry_jpeg_info *info);
-ferry_status ferry_jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                                const ferry_decode_request *req, ferry_decoded *out);
-void *ferry_jpeg_handle_open(void);
-void ferry_jpeg_handle_close(void *tj);
+void *ferry__jpeg_handle_open(void);
+void ferry__jpeg_handle_close(void *tj);
 
-int ferry_png_signature(const uint8_t *data, size_t len);
-ferry_status ferry_png_header(const uint8_t *data, size_t len, const char *name, int *width,
+int ferry__png_signature(const uint8_t *data, size_t len);
+ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width,
                               int *height);
-ferry_status ferry_png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                               const ferry_decode_request *req, ferry_decoded *out);
 
 /* FERRY_ELIMIT when width*height exceeds opts->max_pixels (0: no limit). */
-ferry_status ferry_image_check_limit(const char *name, int width, int height,
+ferry_status ferry__image_check_limit(const char *name, int width, int height,
                                      const ferry_image_options *opts);
 
 /* The Orientation tag (1..8) of a TIFF-structured EXIF block (starting at the
  * "II"/"MM" byte order mark); 1 when absent or malformed. */
-int ferry_exif_orientation(const uint8_t *tiff, size_t len);
+int ferry__exif_orientation(const uint8_t *tiff, size_t len);
 /* Width/height after applying orientation o. */
-void ferry_exif_oriented_size(int o, int width, int height, int *out_w, int *out_h);
+void ferry__exif_oriented_size(int o, int width, int height, int *out_w, int *out_h);
 /* Write src (width x height RGB8) into dst as Pillow's exif_transpose would. */
-void ferry_exif_transpose(int o, const uint8_t *src, int width, int height, uint8_t *dst);
+void ferry__exif_transpose(int o, const uint8_t *src, int width, int height, uint8_t *dst);
 
 #endif

@@ -9,8 +9,8 @@
 /* ---- a thin layer over the two TurboJPEG API generations ---- */
 
 #if FERRY_HAVE_TJ3
-void *ferry_jpeg_handle_open(void) { return tj3Init(TJINIT_DECOMPRESS); }
-void ferry_jpeg_handle_close(void *tj) { tj3Destroy(tj); }
+void *ferry__jpeg_handle_open(void) { return tj3Init(TJINIT_DECOMPRESS); }
+void ferry__jpeg_handle_close(void *tj) { tj3Destroy(tj); }
 static const char *tj_message(void *tj) { return tj3GetErrorStr(tj); }
 static int tj_error_code(void *tj) { return tj3GetErrorCode(tj); }
 static const tjscalingfactor *tj_factors(int *count) { return tj3GetScalingFactors(count); }
@@ -21,8 +21,8 @@ static int tj_decode(void *tj, const uint8_t *data, size_t len, tjscalingfactor 
   return tj3Decompress8(tj, data, len, dst, width * tjPixelSize[pixel_format], pixel_format);
 }
 #else
-void *ferry_jpeg_handle_open(void) { return tjInitDecompress(); }
-void ferry_jpeg_handle_close(void *tj) { tjDestroy(tj); }
+void *ferry__jpeg_handle_open(void) { return tjInitDecompress(); }
+void ferry__jpeg_handle_close(void *tj) { tjDestroy(tj); }
 static const char *tj_message(void *tj) { return tjGetErrorStr2(tj); }
 static int tj_error_code(void *tj) { return tjGetErrorCode(tj); }
 static const tjscalingfactor *tj_factors(int *count) { return tjGetScalingFactors(count); }
@@ -61,7 +61,7 @@ static int decoded_despite_warning(void *tj) {
  * "need more bytes" (for probing files), and TurboJPEG 2.x refuses the header of
  * valid images whose subsampling it cannot name (4:1:0, 2x4) that it decodes fine. */
 
-int ferry_jpeg_signature(const uint8_t *data, size_t len) {
+int ferry__jpeg_signature(const uint8_t *data, size_t len) {
   return len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }
 
@@ -81,14 +81,14 @@ static void note_exif(const uint8_t *seg, size_t seg_len, ferry_jpeg_info *info)
   info->exif_len = seg_len - 6;
 }
 
-ferry_status ferry_jpeg_header(const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
                                ferry_jpeg_info *info) {
   memset(info, 0, sizeof *info);
   size_t pos = 2;
   for (;;) {
     if (pos + 2 > len) return FERRY_EAGAIN;
     if (data[pos] != 0xFF)
-      return ferry_fail(FERRY_EFORMAT, "%s: JPEG: expected a marker at byte %zu", name, pos);
+      return ferry__fail(FERRY_EFORMAT, "%s: JPEG: expected a marker at byte %zu", name, pos);
     unsigned marker = data[pos + 1];
     pos += 2;
     if (marker == 0xFF) { /* fill byte */
@@ -97,19 +97,19 @@ ferry_status ferry_jpeg_header(const uint8_t *data, size_t len, const char *name
     }
     if (is_standalone_marker(marker)) continue;
     if (marker == 0xD8 || marker == 0xD9 || marker == 0xDA)
-      return ferry_fail(FERRY_EFORMAT, "%s: JPEG: no frame header before marker 0x%02X", name,
+      return ferry__fail(FERRY_EFORMAT, "%s: JPEG: no frame header before marker 0x%02X", name,
                         marker);
     if (pos + 2 > len) return FERRY_EAGAIN;
     size_t seg_len = be16(data + pos);
     if (seg_len < 2)
-      return ferry_fail(FERRY_EFORMAT, "%s: JPEG: bad segment length at byte %zu", name, pos);
+      return ferry__fail(FERRY_EFORMAT, "%s: JPEG: bad segment length at byte %zu", name, pos);
     if (is_frame_marker(marker)) {
       if (pos + 8 > len) return FERRY_EAGAIN;
       info->height = (int)be16(data + pos + 3);
       info->width = (int)be16(data + pos + 5);
       info->components = data[pos + 7];
       if (info->width == 0 || info->height == 0)
-        return ferry_fail(FERRY_EUNSUPPORTED, "%s: JPEG: zero width or height in the frame header",
+        return ferry__fail(FERRY_EUNSUPPORTED, "%s: JPEG: zero width or height in the frame header",
                           name);
       return FERRY_OK;
     }
@@ -152,37 +152,37 @@ static void cmyk_to_rgb(const uint8_t *cmyk, size_t pixels, uint8_t *rgb) {
 static ferry_status decode_cmyk(ferry_decoder *d, const uint8_t *data, size_t len,
                                 const char *name, tjscalingfactor sf, int w, int h) {
   size_t pixels = (size_t)w * (size_t)h;
-  ferry_status st = ferry_scratch_reserve(&d->aux, pixels * 4, name);
+  ferry_status st = ferry__scratch_reserve(&d->aux, pixels * 4, name);
   if (st < 0) return st;
-  st = ferry_scratch_reserve(&d->pixels, pixels * 3, name);
+  st = ferry__scratch_reserve(&d->pixels, pixels * 3, name);
   if (st < 0) return st;
   if (tj_decode(d->tj, data, len, sf, d->aux.data, w, h, TJPF_CMYK) != 0 &&
       !decoded_despite_warning(d->tj))
-    return ferry_fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
+    return ferry__fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
   cmyk_to_rgb(d->aux.data, pixels, d->pixels.data);
   return FERRY_OK;
 }
 
 static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len,
                                const char *name, tjscalingfactor sf, int w, int h) {
-  ferry_status st = ferry_scratch_reserve(&d->pixels, (size_t)w * (size_t)h * 3, name);
+  ferry_status st = ferry__scratch_reserve(&d->pixels, (size_t)w * (size_t)h * 3, name);
   if (st < 0) return st;
   if (tj_decode(d->tj, data, len, sf, d->pixels.data, w, h, TJPF_RGB) != 0 &&
       !decoded_despite_warning(d->tj))
-    return ferry_fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
+    return ferry__fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
   return FERRY_OK;
 }
 
-ferry_status ferry_jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                                const ferry_decode_request *req, ferry_decoded *out) {
   ferry_jpeg_info hdr;
-  ferry_status st = ferry_jpeg_header(data, len, name, &hdr);
+  ferry_status st = ferry__jpeg_header(data, len, name, &hdr);
   if (st == FERRY_EAGAIN)
-    return ferry_fail(FERRY_EFORMAT, "%s: JPEG: truncated before the frame header", name);
+    return ferry__fail(FERRY_EFORMAT, "%s: JPEG: truncated before the frame header", name);
   if (st < 0) return st;
   if (hdr.components != 1 && hdr.components != 3 && hdr.components != 4)
-    return ferry_fail(FERRY_EUNSUPPORTED, "%s: JPEG with %d components", name, hdr.components);
-  st = ferry_image_check_limit(name, hdr.width, hdr.height, req->opts);
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: JPEG with %d components", name, hdr.components);
+  st = ferry__image_check_limit(name, hdr.width, hdr.height, req->opts);
   if (st < 0) return st;
   tjscalingfactor sf = {1, 1};
   if (req->opts->dct_scaling && req->target_size > 0)
@@ -199,6 +199,6 @@ ferry_status ferry_jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len
   out->full_width = hdr.width;
   out->full_height = hdr.height;
   out->orientation =
-      req->opts->apply_exif && hdr.exif ? ferry_exif_orientation(hdr.exif, hdr.exif_len) : 1;
+      req->opts->apply_exif && hdr.exif ? ferry__exif_orientation(hdr.exif, hdr.exif_len) : 1;
   return FERRY_OK;
 }

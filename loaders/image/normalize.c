@@ -41,12 +41,12 @@ static void init_imagenet(void) {
   }
 }
 
-const ferry_resize_norm *ferry_resize_imagenet_norm(void) {
+const ferry_resize_norm *ferry__resize_imagenet_norm(void) {
   pthread_once(&imagenet_once, init_imagenet);
   return &imagenet;
 }
 
-void ferry_resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                      float *dst, size_t plane_stride) {
   for (int c = 0; c < 3; c++)
     for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];

@@ -15,7 +15,7 @@
 #include "lib/status.h"
 #include "loaders/image/image_internal.h"
 
-int ferry_png_signature(const uint8_t *data, size_t len) {
+int ferry__png_signature(const uint8_t *data, size_t len) {
   return len >= 8 && png_sig_cmp((png_const_bytep)data, 0, 8) == 0;
 }
 
@@ -23,14 +23,14 @@ static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-ferry_status ferry_png_header(const uint8_t *data, size_t len, const char *name, int *width,
+ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width,
                               int *height) {
   if (len < 24) return FERRY_EAGAIN;
   if (be32(data + 8) != 13 || memcmp(data + 12, "IHDR", 4) != 0)
-    return ferry_fail(FERRY_EFORMAT, "%s: PNG: the first chunk is not IHDR", name);
+    return ferry__fail(FERRY_EFORMAT, "%s: PNG: the first chunk is not IHDR", name);
   uint32_t w = be32(data + 16), h = be32(data + 20);
   if (w == 0 || h == 0 || w > PNG_UINT_31_MAX || h > PNG_UINT_31_MAX)
-    return ferry_fail(FERRY_EFORMAT, "%s: PNG: invalid size %ux%u in IHDR", name, w, h);
+    return ferry__fail(FERRY_EFORMAT, "%s: PNG: invalid size %ux%u in IHDR", name, w, h);
   *width = (int)w;
   *height = (int)h;
   return FERRY_OK;
@@ -64,14 +64,14 @@ static void on_warning(png_structp png, png_const_charp msg) {
 }
 
 static png_voidp on_malloc(png_structp png, png_alloc_size_t size) {
-  void *p = ferry_malloc(size);
+  void *p = ferry__malloc(size);
   if (!p) ((png_source *)png_get_mem_ptr(png))->out_of_memory = 1;
   return p;
 }
 
 static void on_free(png_structp png, png_voidp p) {
   (void)png;
-  ferry_free(p);
+  ferry__free(p);
 }
 
 /* Ask libpng for 8-bit RGB (or 16-bit RGB for 16-bit gray, clamped afterwards). */
@@ -95,7 +95,7 @@ static int exif_orientation_of(png_structp png, png_infop info) {
   png_uint_32 n = 0;
   png_bytep exif = NULL;
   if (!png_get_eXIf_1(png, info, &n, &exif) || !exif) return 1;
-  return ferry_exif_orientation(exif, n);
+  return ferry__exif_orientation(exif, n);
 }
 
 /* Everything between png_read_info and the last row; runs under setjmp. */
@@ -104,7 +104,7 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
                                 ferry_decoded *out) {
   png_read_info(png, info);
   int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
-  ferry_status st = ferry_image_check_limit(name, w, h, req->opts);
+  ferry_status st = ferry__image_check_limit(name, w, h, req->opts);
   if (st < 0) return st;
   int gray16 = request_rgb(png, info);
   int passes = png_set_interlace_handling(png);
@@ -112,9 +112,9 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
   size_t row_bytes = png_get_rowbytes(png, info);
   size_t want = (size_t)w * 3 * (gray16 ? 2 : 1);
   if (png_get_channels(png, info) != 3 || row_bytes != want)
-    return ferry_fail(FERRY_EUNSUPPORTED, "%s: PNG: cannot convert this colour type to RGB",
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: PNG: cannot convert this colour type to RGB",
                       name);
-  st = ferry_scratch_reserve(&d->pixels, row_bytes * (size_t)h, name);
+  st = ferry__scratch_reserve(&d->pixels, row_bytes * (size_t)h, name);
   if (st < 0) return st;
   uint8_t *pixels = d->pixels.data;
   for (int pass = 0; pass < passes; pass++)
@@ -133,23 +133,23 @@ static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info
   /* Locals changed after setjmp are volatile so a longjmp cannot lose them. */
   volatile ferry_status st = FERRY_OK;
   if (setjmp(png_jmpbuf(png))) {
-    if (src->out_of_memory) return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
-    return ferry_fail(FERRY_EFORMAT, "%s: PNG: %s", name, src->message);
+    if (src->out_of_memory) return ferry__fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+    return ferry__fail(FERRY_EFORMAT, "%s: PNG: %s", name, src->message);
   }
   st = decode_rows(d, png, info, name, req, out);
   return st;
 }
 
-ferry_status ferry_png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
+ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                               const ferry_decode_request *req, ferry_decoded *out) {
   png_source src = {.data = data, .len = len};
   png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, on_error, on_warning,
                                              &src, on_malloc, on_free);
-  if (!png) return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+  if (!png) return ferry__fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
   png_infop info = png_create_info_struct(png);
   if (!info) {
     png_destroy_read_struct(&png, NULL, NULL);
-    return ferry_fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
+    return ferry__fail(FERRY_ENOMEM, "%s: PNG: out of memory", name);
   }
   png_set_read_fn(png, &src, read_bytes);
   ferry_status st = run_decode(d, png, info, &src, name, req, out);

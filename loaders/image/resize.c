@@ -138,7 +138,7 @@ static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, i
     }
 }
 
-void ferry_resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+void ferry__resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
                                     size_t in_stride, int rows, int in_w,
                                     const axis_taps *h, int out_w, uint8_t *out,
                                     size_t out_stride, void *scratch) {
@@ -163,25 +163,25 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
   }
 }
 
-const ferry_resize_kernels ferry_resize_portable = {horizontal_portable, vertical_portable,
-                                                    ferry_resize_normalize_portable, 1, NULL, NULL};
+const ferry_resize_kernels ferry__resize_portable = {horizontal_portable, vertical_portable,
+                                                    ferry__resize_normalize_portable, 1, NULL, NULL};
 
-const ferry_resize_kernels *ferry_resize_best_kernels(void) {
+const ferry_resize_kernels *ferry__resize_best_kernels(void) {
 #if FERRY_HAVE_VBMI_KERNELS
   if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma"))
-    return &ferry_resize_vbmi;
+    return &ferry__resize_vbmi;
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma"))
-    return &ferry_resize_avx512;
+    return &ferry__resize_avx512;
 #endif
 #if FERRY_HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &ferry_resize_avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &ferry__resize_avx2;
 #endif
-  return &ferry_resize_portable;
+  return &ferry__resize_portable;
 }
 
 /* One resize in progress: the kernels, both filters, scratch for the horizontal
@@ -321,14 +321,24 @@ static int vertical_first(int width, int height, int size) {
   return width != size && height > size && height - size > 2 * (width - size);
 }
 
+size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size); }
+
+void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem) {
+  build_taps(axis, in_size, out_size, mem);
+}
+
+int ferry__resize_vertical_first(int width, int height, int size) {
+  return vertical_first(width, height, size);
+}
+
 static ferry_status check_resize_args(const uint8_t *src, int width, int height, int size,
                                       ferry_image_layout layout, const void *dst) {
   if (!src || !dst || width <= 0 || height <= 0)
-    return ferry_fail(FERRY_EINVAL, "image resize: no pixels or no destination");
+    return ferry__fail(FERRY_EINVAL, "image resize: no pixels or no destination");
   if (size <= 0 || size > MAX_SIZE)
-    return ferry_fail(FERRY_EINVAL, "image resize: size %d is outside 1..%d", size, MAX_SIZE);
+    return ferry__fail(FERRY_EINVAL, "image resize: size %d is outside 1..%d", size, MAX_SIZE);
   if (layout != FERRY_LAYOUT_F32_CHW && layout != FERRY_LAYOUT_U8_HWC)
-    return ferry_fail(FERRY_EINVAL, "image resize: unknown layout %d", (int)layout);
+    return ferry__fail(FERRY_EINVAL, "image resize: unknown layout %d", (int)layout);
   return FERRY_OK;
 }
 
@@ -367,7 +377,7 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
   if (d->plan_kernels != k || memcmp(shape, d->plan_shape, sizeof shape) != 0) {
     d->plan_kernels = NULL;
     size_t bytes = k->plan_horizontal(h, width, size, NULL) + FERRY_RESIZE_PLAN_ALIGN;
-    ferry_status st = ferry_scratch_reserve(&d->plan, bytes, "image resize");
+    ferry_status st = ferry__scratch_reserve(&d->plan, bytes, "image resize");
     if (st < 0) return st;
     k->plan_horizontal(h, width, size, aligned_plan(d));
     d->plan_kernels = k;
@@ -377,14 +387,14 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
   return FERRY_OK;
 }
 
-ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,
                                      ferry_image_layout layout, void *dst) {
   ferry_status st = check_resize_args(src, width, height, size, layout, dst);
   if (st < 0) return st;
   scratch_plan parts = plan_scratch(width, height, size);
   size_t cap_before = d->taps.cap;
-  st = ferry_scratch_reserve(&d->taps, parts.total, "image resize");
+  st = ferry__scratch_reserve(&d->taps, parts.total, "image resize");
   if (st < 0) return st;
   uint8_t *mem = d->taps.data;
   /* Datasets repeat a few image sizes: the filters of the last resize are kept in
@@ -395,7 +405,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
                   .staging = mem + parts.staging, .block = align_pointer(mem + parts.block, 32),
                   .src_rows = height,
-                  .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry_resize_imagenet_norm() : NULL};
+                  .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry__resize_imagenet_norm() : NULL};
   if (reuse) {
     layout_taps(&j.v, height, size, mem + parts.v_taps);
     layout_taps(&j.h, width, size, mem + parts.h_taps);
@@ -413,7 +423,7 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
   size_t tmp_bytes = v_first         ? (size_t)size * width * 3
                      : width == size ? 0
                                      : (size_t)window_rows(&j.v, size) * size * 3;
-  st = ferry_scratch_reserve(&d->rows, tmp_bytes, "image resize");
+  st = ferry__scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
   if (v_first)
     resize_vertical_first(&j, src, width, d->rows.data);
@@ -425,6 +435,6 @@ ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decode
 
 ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,
                                 int size, ferry_image_layout layout, void *dst) {
-  return ferry_image_resize_with(ferry_resize_best_kernels(), d, src, width, height, size, layout,
+  return ferry__image_resize_with(ferry__resize_best_kernels(), d, src, width, height, size, layout,
                                  dst);
 }

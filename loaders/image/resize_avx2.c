@@ -136,7 +136,7 @@ static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
                             const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                             void *scratch, const void *plan) {
-  ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
+  ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
 /* Sum of rows[t*stride + i .. +8) * k[t] over the taps, plus the rounding bias. */
@@ -170,7 +170,7 @@ static void vertical_avx2(const uint8_t *rows, size_t stride, const int32_t *k, 
     memcpy(out + i, &lo, 4);
     memcpy(out + i + 4, &hi, 4);
   }
-  if (i < n) ferry_resize_portable.vertical(rows + i, stride, k, count, n - i, out + i);
+  if (i < n) ferry__resize_portable.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
 /* Channel c of eight RGB8 pixels as int32 lanes: lo holds bytes 0..15 of the
@@ -206,9 +206,9 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
  * The planes go to a batch arena that was last written a few batches ago and is
  * out of cache: an ordinary store would first read each line in, so where the
  * planes are 32-byte aligned the stores are non-temporal (about 2.5x faster into
- * cold memory, the same into warm). They are ordered by ferry_resize_drain_avx2,
+ * cold memory, the same into warm). They are ordered by ferry__resize_drain_avx2,
  * once per image; a fence per row would wait on every row's writes. */
-void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                  float *dst, size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
   int stream = (((uintptr_t)dst | plane_stride * sizeof(float)) & 31) == 0;
@@ -232,11 +232,11 @@ void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resiz
       else _mm256_storeu_ps(dst + c * plane_stride + x, f);
     }
   }
-  if (vec < n) ferry_resize_portable.normalize(rgb + 3 * vec, n - vec, norm, dst + vec, plane_stride);
+  if (vec < n) ferry__resize_portable.normalize(rgb + 3 * vec, n - vec, norm, dst + vec, plane_stride);
 }
 
-void ferry_resize_drain_avx2(void) { _mm_sfence(); }
+void ferry__resize_drain_avx2(void) { _mm_sfence(); }
 
-const ferry_resize_kernels ferry_resize_avx2 = {horizontal_avx2, vertical_avx2,
-                                                ferry_resize_normalize_avx2, ROWS, NULL,
-                                                ferry_resize_drain_avx2};
+const ferry_resize_kernels ferry__resize_avx2 = {horizontal_avx2, vertical_avx2,
+                                                ferry__resize_normalize_avx2, ROWS, NULL,
+                                                ferry__resize_drain_avx2};

@@ -108,7 +108,7 @@ static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block
 static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w,
                               const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                               void *scratch, const void *plan) {
-  ferry_resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
+  ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
 /* Sum of rows[t*stride + i .. +16) * k[t] over the taps, plus the rounding bias. */
@@ -123,7 +123,7 @@ static __m512i vertical_sum16(const uint8_t *rows, size_t stride, const int32_t 
 
 /* 64 outputs per step in four independent sums, then 16, then the AVX2 kernel
  * for what is left. */
-void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+void ferry__resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
                                   size_t n, uint8_t *out) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64)
@@ -132,9 +132,9 @@ void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int3
                        finish16(vertical_sum16(rows + i + 16 * q, stride, k, count)));
   for (; i + 16 <= n; i += 16)
     _mm_storeu_si128((__m128i *)(out + i), finish16(vertical_sum16(rows + i, stride, k, count)));
-  if (i < n) ferry_resize_avx2.vertical(rows + i, stride, k, count, n - i, out + i);
+  if (i < n) ferry__resize_avx2.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
-const ferry_resize_kernels ferry_resize_avx512 = {horizontal_avx512, ferry_resize_vertical_avx512,
-                                                  ferry_resize_normalize_avx2, ROWS, NULL,
-                                                  ferry_resize_drain_avx2};
+const ferry_resize_kernels ferry__resize_avx512 = {horizontal_avx512, ferry__resize_vertical_avx512,
+                                                  ferry__resize_normalize_avx2, ROWS, NULL,
+                                                  ferry__resize_drain_avx2};

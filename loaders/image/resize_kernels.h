@@ -29,6 +29,14 @@ typedef struct ferry_resize_axis {
   int32_t *weights;
 } ferry_resize_axis;
 
+/* The filter tables of one axis, as the CPU resize builds them, for another
+ * resampler that must agree with it byte for byte (the GPU resize, lib/resize_cuda.h):
+ * the bytes they need (8-byte aligned memory), and the tables laid out in `mem`. */
+size_t ferry__resize_axis_bytes(int in_size, int out_size);
+void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem);
+/* The pass order the CPU resize takes for this shape (1: vertical first). */
+int ferry__resize_vertical_first(int width, int height, int size);
+
 /* Normalisation, torchvision's to_tensor then normalize in float32 steps:
  * lut[c][v] == ((float)v / 255 - mean[c]) / std[c], each operation rounded to
  * float. A kernel may look the value up or compute it with the same operations;
@@ -42,7 +50,7 @@ typedef struct ferry_resize_norm {
 } ferry_resize_norm;
 
 /* The table for FERRY_IMAGENET_MEAN and _STD (built once). */
-const ferry_resize_norm *ferry_resize_imagenet_norm(void);
+const ferry_resize_norm *ferry__resize_imagenet_norm(void);
 
 typedef struct ferry_resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
@@ -83,7 +91,7 @@ enum { FERRY_RESIZE_PLAN_ALIGN = 64 };
  * AVX-512. */
 enum { FERRY_RESIZE_MAX_BLOCK = 16 };
 
-/* A vector set's three steps for one block; ferry_resize_horizontal_blocks runs
+/* A vector set's three steps for one block; ferry__resize_horizontal_blocks runs
  * them over the rows. Words are `rows` bytes: byte r of word j is row r's byte j. */
 typedef struct ferry_resize_block_ops {
   int rows;
@@ -98,7 +106,7 @@ typedef struct ferry_resize_block_ops {
 
 /* The horizontal kernel of a vector set, in blocks of ops->rows rows (the
  * `horizontal` signature otherwise). */
-void ferry_resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+void ferry__resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
                                     size_t in_stride, int rows, int in_w,
                                     const ferry_resize_axis *h, int out_w, uint8_t *out,
                                     size_t out_stride, void *scratch);
@@ -112,29 +120,29 @@ static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
 /* Bytes of slack the normalize kernels may read past a row. */
 enum { FERRY_RESIZE_ROW_SLACK = 4 };
 
-extern const ferry_resize_kernels ferry_resize_portable;
-void ferry_resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+extern const ferry_resize_kernels ferry__resize_portable;
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                      float *dst, size_t plane_stride);
 #if FERRY_HAVE_AVX2_KERNELS
-extern const ferry_resize_kernels ferry_resize_avx2;
-void ferry_resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+extern const ferry_resize_kernels ferry__resize_avx2;
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
                                  float *dst, size_t plane_stride);
-void ferry_resize_drain_avx2(void);
+void ferry__resize_drain_avx2(void);
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
-extern const ferry_resize_kernels ferry_resize_avx512;
-void ferry_resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+extern const ferry_resize_kernels ferry__resize_avx512;
+void ferry__resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
                                   size_t n, uint8_t *out);
 #endif
 #if FERRY_HAVE_VBMI_KERNELS
-extern const ferry_resize_kernels ferry_resize_vbmi;
+extern const ferry_resize_kernels ferry__resize_vbmi;
 #endif
 
 /* The fastest set this CPU runs. */
-const ferry_resize_kernels *ferry_resize_best_kernels(void);
+const ferry_resize_kernels *ferry__resize_best_kernels(void);
 
 /* ferry_image_resize with a given kernel set (tests compare the sets). */
-ferry_status ferry_image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,
                                      ferry_image_layout layout, void *dst);
 

@@ -160,7 +160,7 @@ static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int i
                             size_t out_stride, void *scratch, const void *plan) {
   const plan_line *line = plan;
   if (line[0].header.group_pixels == 0) {
-    ferry_resize_avx512.horizontal(in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch,
+    ferry__resize_avx512.horizontal(in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch,
                                    NULL);
     return;
   }
@@ -177,6 +177,6 @@ static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int i
   }
 }
 
-const ferry_resize_kernels ferry_resize_vbmi = {horizontal_vbmi, ferry_resize_vertical_avx512,
-                                                ferry_resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
-                                                plan_vbmi, ferry_resize_drain_avx2};
+const ferry_resize_kernels ferry__resize_vbmi = {horizontal_vbmi, ferry__resize_vertical_avx512,
+                                                ferry__resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
+                                                plan_vbmi, ferry__resize_drain_avx2};

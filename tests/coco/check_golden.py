@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from realdata import realdata  # noqa: E402  (the skip rule shared by the tests)
+
 # golden file -> the COCO file it was made from (paths under realdata/)
 SOURCES = {
     "cocoapi_fakesegm100.jsonl": "cocoapi_results/instances_val2014_fakesegm100_results.json",
@@ -20,12 +23,8 @@ SOURCES = {
 
 def main():
     tool = sys.argv[1]
-    shared = os.environ.get("FERRY_SHARED")
-    realdata = os.path.join(shared or "", "realdata")
-    golden_dir = os.path.join(realdata, "golden")
-    if not shared or not os.path.isdir(golden_dir):
-        print(f"skipped: no golden files at {golden_dir} (set FERRY_SHARED)")
-        return 77
+    real = realdata()
+    golden_dir = os.path.join(real, "golden")
     present = sorted(f for f in os.listdir(golden_dir) if f.endswith(".jsonl"))
     unknown = [f for f in present if f not in SOURCES]
     if unknown:
@@ -33,7 +32,7 @@ def main():
         return 1
     failures = 0
     for name in present:
-        src = os.path.join(realdata, SOURCES[name])
+        src = os.path.join(real, SOURCES[name])
         run = subprocess.run([tool, "rle", src], capture_output=True, text=True)
         with open(os.path.join(golden_dir, name)) as f:
             expected = f.read()

@@ -20,11 +20,11 @@ static const char *json =
 
 /* Run `attempt` with the n-th allocation failing, n = 0, 1, ... until it succeeds. */
 static void each_failure(ferry_status (*attempt)(void *), void *arg) {
-  if (!ferry_alloc_injection_available()) cr_skip_test("built without -Dalloc_failure_injection=true");
+  if (!ferry__alloc_injection_available()) cr_skip_test("built without -Dalloc_failure_injection=true");
   for (long n = 0;; n++) {
-    ferry_alloc_fail_after(n);
+    ferry__alloc_fail_after(n);
     ferry_status st = attempt(arg);
-    ferry_alloc_fail_after(-1);
+    ferry__alloc_fail_after(-1);
     if (st == FERRY_OK) break;
     cr_assert_eq(st, FERRY_ENOMEM, "failure %ld gave %d: %s", n, st, ferry_last_error());
     cr_assert_lt(n, 10000);

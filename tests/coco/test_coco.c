@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ferry/coco.h"
+#include "../common/realdata.h"
 
 static ferry_coco *open_text(const char *json, const ferry_coco_options *o) {
   ferry_coco *coco = NULL;
@@ -15,10 +16,7 @@ static ferry_coco *open_text(const char *json, const ferry_coco_options *o) {
 }
 
 static ferry_coco *open_shared(const char *rel) {
-  const char *shared = getenv("FERRY_SHARED");
-  cr_assert(shared, "FERRY_SHARED is not set");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/realdata/%s", shared, rel);
+  const char *path = realdata_path(rel);
   ferry_coco *coco = NULL;
   cr_assert_eq(ferry_coco_open(path, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
   return coco;
@@ -357,4 +355,19 @@ Test(coco_concurrency, targets_from_many_threads_equal_one_thread, .timeout = 12
   free(serial);
   free(parallel);
   ferry_coco_close(coco);
+}
+
+/* "annotations" may be an array or absent (an image-info file); null is rejected, as
+ * pycocotools rejects it (tests/coco/malformed/annotations_null.json). */
+Test(coco, annotations_absent_or_empty_are_valid) {
+  const char *absent = "{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 4, \"height\": 4}]}";
+  const char *empty = "{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 4, \"height\": 4}],"
+                      " \"annotations\": []}";
+  const char *texts[] = {absent, empty};
+  for (int i = 0; i < 2; i++) {
+    ferry_coco *coco = open_text(texts[i], NULL);
+    cr_assert_eq(ferry_coco_num_images(coco), 1);
+    cr_assert_eq(ferry_coco_num_annotations(coco), 0);
+    ferry_coco_close(coco);
+  }
 }

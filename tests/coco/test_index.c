@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ferry/coco.h"
+#include "tests/common/realdata.h"
 
 #define MASK 12
 #define PATH_LEN 4096
@@ -234,10 +235,8 @@ static int check_real(const char *path, const struct stat *st, int flag, struct 
 }
 
 Test(index, real_files_same_as_json, .timeout = 300) {
-  const char *shared = getenv("FERRY_SHARED");
-  cr_assert(shared, "FERRY_SHARED is not set");
   char root[PATH_LEN];
-  snprintf(root, sizeof root, "%s/realdata", shared);
+  snprintf(root, sizeof root, "%s", realdata_path(""));
   cr_assert_eq(nftw(root, check_real, 16, FTW_PHYS), 0, "%s", root);
   cr_assert_geq(real_checked, 20, "only %zu real COCO files opened", real_checked);
 }

@@ -12,7 +12,6 @@
 When PyTorch is not installed, torch.from_dlpack is stood in for by numpy.from_dlpack
 (the same DLPack capsule, consumed the same way); the output says which ran.
 """
-import ctypes
 import importlib.util
 import os
 import re
@@ -20,44 +19,22 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from ctypes_layout import compare  # noqa: E402
+
 STRUCTS = {"Tensor": "ferry_tensor", "ImageOptions": "ferry_image_options",
            "LoaderConfig": "ferry_loader_config", "MemoryStats": "ferry_memory_stats"}
 
+# The ferry package's own numpy path (python/ferry/_convert.py) consumes the capsule.
 TORCH_STANDIN = '''"""A stand-in for torch.from_dlpack when PyTorch is not installed (tests only)."""
 import numpy
 
-
-class _Producer:
-    def __init__(self, capsule):
-        self.capsule = capsule
-
-    def __dlpack__(self, stream=None, **kwargs):
-        return self.capsule
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+from ferry._convert import _Producer
 
 
 def from_dlpack(capsule):
     return numpy.from_dlpack(_Producer(capsule))
 '''
-
-
-def layout_probe(module):
-    """C source printing the size and field offsets of each mirrored struct, and the
-    values the ctypes mirrors give for them, in the same order."""
-    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "ferry/ferry.h"',
-             '#include "ferry/loader.h"', "int main(void) {"]
-    expected = []
-    for pyname, ctype in STRUCTS.items():
-        cls = getattr(module, pyname)
-        lines.append(f'  printf("%zu\\n", sizeof({ctype}));')
-        expected.append((f"sizeof({ctype})", ctypes.sizeof(cls)))
-        for field, _ in cls._fields_:
-            lines.append(f'  printf("%zu\\n", offsetof({ctype}, {field}));')
-            expected.append((f"offsetof({ctype}, {field})", getattr(cls, field).offset))
-    lines += ["  return 0;", "}"]
-    return "\n".join(lines) + "\n", expected
 
 
 def main():
@@ -84,7 +61,8 @@ def main():
             os.mkdir(shim)
             with open(os.path.join(shim, "torch.py"), "w") as f:
                 f.write(TORCH_STANDIN)
-            env["PYTHONPATH"] = shim + os.pathsep + env.get("PYTHONPATH", "")
+            env["PYTHONPATH"] = os.pathsep.join([shim, os.path.join(source_root, "python"),
+                                                 env.get("PYTHONPATH", "")])
             print("note: PyTorch is not installed; numpy.from_dlpack stands in for torch.from_dlpack")
 
         # 1. the ctypes mirrors against the C layout (loading the script defines them;
@@ -94,18 +72,13 @@ def main():
         spec = importlib.util.spec_from_file_location("ferry_torch", script)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        source, expected = layout_probe(module)
-        probe = os.path.join(tmp, "probe.c")
-        with open(probe, "w") as f:
-            f.write(source)
-        subprocess.run(["cc", "-std=c11", "-I", os.path.join(source_root, "include"), probe,
-                        "-o", probe[:-2]], check=True)
-        actual = subprocess.run([probe[:-2]], check=True, capture_output=True, text=True).stdout.split()
-        for (what, py), c in zip(expected, actual):
-            if py != int(c):
-                print(f"FAIL: {what}: the ctypes mirror says {py}, C says {c}")
-                failures += 1
-        print(f"{'ok:  ' if not failures else 'FAIL:'} {len(expected)} sizes and offsets of the ctypes mirrors checked")
+        mirrors = {getattr(module, pyname): ctype for pyname, ctype in STRUCTS.items()}
+        checked, mismatches = compare(mirrors, [os.path.join(source_root, "include")],
+                                      ["ferry/ferry.h", "ferry/loader.h"])
+        for mismatch in mismatches:
+            print(f"FAIL: {mismatch}")
+        failures += len(mismatches)
+        print(f"{'ok:  ' if not failures else 'FAIL:'} {checked} sizes and offsets of the ctypes mirrors checked")
 
         # 2. the script itself
         data = os.path.join(tmp, "data")

@@ -20,16 +20,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checklist import check, summary  # noqa: E402  (the lines every script test prints)
+
 EPOCH = re.compile(r"^epoch (\d+): loss ([0-9.]+) .* over (\d+) steps$")
 STEP = re.compile(r"^step (\d+): loss \S+ \((\S+)\)$")
 CHECKPOINT = re.compile(r"^checkpoint after step (\d+):")
-failures = []
-
-
-def check(ok, what):
-    print(("ok:   " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def run(cmd):
@@ -96,8 +92,7 @@ def main():
                       2, "dali_coco")
     else:
         print(f"note: {real} not found; the real-data part is skipped")
-    print(f"{len(failures)} failed checks")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

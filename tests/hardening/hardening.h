@@ -13,19 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HARD_PATH 4096
+#include "../common/realdata.h"
 
-/* $FERRY_SHARED/realdata/<rel>, or skip the test when the data is not beside the repo. */
-static inline const char *realdata(const char *rel) {
-  static char buf[8][HARD_PATH];
-  static int next;
-  const char *root = getenv("FERRY_SHARED");
-  char *out = buf[next++ % 8];
-  if (root) snprintf(out, HARD_PATH, "%s/realdata/%s", root, rel);
-  struct stat st;
-  if (!root || stat(out, &st) != 0) cr_skip_test("FERRY_SHARED/realdata/%s is not there", rel);
-  return out;
-}
+#define HARD_PATH 4096
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;

@@ -2,7 +2,7 @@
  *
  * Built only with -Dalloc_failure_injection=true (suite 'inject', run under ASan):
  * the scenario is loader creation (annotations parsed through jansson, which
- * allocates through ferry_malloc too), one epoch, and a ferry_transfer of the first
+ * allocates through ferry__malloc too), one epoch, and a ferry_transfer of the first
  * batch, on the first images of the real dali_coco set at batch 2, resolution 16.
  * First the scenario runs clean and its allocations are counted per phase; then, for
  * each n, allocation n fails (FERRY_INJECT_STRIDE=k sweeps every k-th n instead; the
@@ -65,7 +65,7 @@ static ferry_status transfer_one(ferry_device *dev, ferry_batch *batch) {
 static ferry_status scenario(const ferry_loader_config *cfg, ferry_device *dev, long n, phases *ph) {
   ferry_loader *loader = NULL;
   ferry_status st = ferry_loader_open(cfg, &loader);
-  ph->open = ferry_alloc_attempts();
+  ph->open = ferry__alloc_attempts();
   if (st != FERRY_OK) {
     cr_assert_null(loader);
     ph->failed_in = 1;
@@ -85,9 +85,9 @@ static ferry_status scenario(const ferry_loader_config *cfg, ferry_device *dev, 
       break;
     }
     if (!transferred) {
-      ph->epoch = ferry_alloc_attempts();
+      ph->epoch = ferry__alloc_attempts();
       ferry_status t = transfer_one(dev, batch);
-      ph->transfer = ferry_alloc_attempts();
+      ph->transfer = ferry__alloc_attempts();
       if (t != FERRY_OK) {
         ph->failed_in = 3;
         check_failure(t, n, "ferry_transfer");
@@ -97,7 +97,7 @@ static ferry_status scenario(const ferry_loader_config *cfg, ferry_device *dev, 
     }
     ferry_batch_release(batch);
   }
-  ferry_alloc_fail_after(-1);
+  ferry__alloc_fail_after(-1);
   ferry_loader_close(loader);
   return first;
 }
@@ -111,11 +111,11 @@ static void check_no_leaks(long n) {
 }
 
 Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
-  cr_assert(ferry_alloc_injection_available(), "built without -Dalloc_failure_injection=true");
+  cr_assert(ferry__alloc_injection_available(), "built without -Dalloc_failure_injection=true");
   ferry_loader_config cfg;
   ferry_loader_config_default(&cfg);
-  cfg.annotations = write_subset(realdata("dali_coco/coco/instances.json"), IMAGES, "subset.json");
-  cfg.images = realdata("dali_coco/coco/images");
+  cfg.annotations = write_subset(realdata_path("dali_coco/coco/instances.json"), IMAGES, "subset.json");
+  cfg.images = realdata_path("dali_coco/coco/images");
   cfg.batch_size = 2;
   cfg.resolution = 16;
   cfg.workers = 2;
@@ -126,9 +126,9 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   cr_assert_eq(ferry_device_open("host", &dev), FERRY_OK, "%s", ferry_last_error());
 
   phases clean = {0};
-  long base = ferry_alloc_attempts();
+  long base = ferry__alloc_attempts();
   cr_assert_eq(scenario(&cfg, dev, -1, &clean), FERRY_OK, "clean run: %s", ferry_last_error());
-  long total = ferry_alloc_attempts() - base;
+  long total = ferry__alloc_attempts() - base;
   const char *forced = getenv("FERRY_INJECT_STRIDE");
   long stride = forced && atol(forced) > 0 ? atol(forced) : 1;
   fprintf(stderr, "alloc_failure: %ld allocations (open %ld, epoch %ld, transfer %ld); failing "
@@ -139,9 +139,9 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   long failures[4] = {0};
   for (long n = 0; n < total; n += stride) {
     phases ph = {0};
-    ferry_alloc_fail_after(n);
+    ferry__alloc_fail_after(n);
     scenario(&cfg, dev, n, &ph);
-    ferry_alloc_fail_after(-1);
+    ferry__alloc_fail_after(-1);
     failures[ph.failed_in]++;
     if (ph.failed_in == 0)
       fprintf(stderr, "alloc_failure: n=%ld (%s) failed without an error being returned\n", n,

@@ -355,8 +355,8 @@ static unsigned char *jpeg_claiming(const unsigned char *jpeg, size_t len, unsig
 Test(hostile, image_files, .timeout = 120) {
   cr_assert_eq(ferry_decoder_open(&decoder), FERRY_OK);
   size_t jlen, plen;
-  unsigned char *jpeg = read_whole(realdata("photos/mmcv/color.jpg"), &jlen);
-  unsigned char *png = read_whole(realdata("photos/skimage/coffee.png"), &plen);
+  unsigned char *jpeg = read_whole(realdata_path("photos/mmcv/color.jpg"), &jlen);
+  unsigned char *png = read_whole(realdata_path("photos/skimage/coffee.png"), &plen);
   int mismatches = 0;
   mismatches += check_row("image", "zero-byte file named .jpg", load_file(write_scratch("empty.jpg", "", 0)),
                           FERRY_EFORMAT, "empty.jpg: empty file");
@@ -372,7 +372,7 @@ Test(hostile, image_files, .timeout = 120) {
   mismatches += check_row("image", "JPEG cut in half (inside the scan)",
                           load_file(write_scratch("half.jpg", jpeg, jlen / 2)), FERRY_EFORMAT, "half.jpg");
   mismatches += check_row("image", "real truncated JPEG (skimage truncated.jpg)",
-                          load_file(realdata("photos/skimage/truncated.jpg")), FERRY_EFORMAT, "truncated.jpg");
+                          load_file(realdata_path("photos/skimage/truncated.jpg")), FERRY_EFORMAT, "truncated.jpg");
   unsigned char *noisy = malloc(jlen);
   memcpy(noisy, jpeg, jlen);
   for (size_t i = jlen / 3; i < jlen / 3 + 64; i++) noisy[i] = 0xFF;
@@ -443,7 +443,7 @@ typedef struct real_image {
 /* The first image of the real dali_coco set: its file name and size. */
 static real_image first_real_image(void) {
   ferry_coco *coco = NULL;
-  cr_assert_eq(ferry_coco_open(realdata("dali_coco/coco/instances.json"), NULL, &coco), FERRY_OK);
+  cr_assert_eq(ferry_coco_open(realdata_path("dali_coco/coco/instances.json"), NULL, &coco), FERRY_OK);
   ferry_coco_image img;
   cr_assert_eq(ferry_coco_image_at(coco, 0, &img), FERRY_OK);
   real_image r = {.width = img.width, .height = img.height};
@@ -482,7 +482,7 @@ static outcome run_loader(const char *file_name, int64_t w, int64_t h, const cha
 
 Test(hostile, loader_paths, .timeout = 120) {
   real_image real = first_real_image();
-  const char *images = realdata("dali_coco/coco/images");
+  const char *images = realdata_path("dali_coco/coco/images");
   char path[3 * HARD_PATH];
   int mismatches = 0;
   mismatches += check_row("loader", "the real image (control, OK)",
@@ -505,7 +505,10 @@ Test(hostile, loader_paths, .timeout = 120) {
                           FERRY_ENOTFOUND, "missing.jpg: cannot open: No such file or directory");
   mismatches += check_row("loader", "missing images folder",
                           run_loader(real.name, real.width, real.height, scratch_path("no-such-folder"), 0),
-                          FERRY_ENOTFOUND, "no-such-folder/");
+                          FERRY_ENOTFOUND, "no-such-folder: No such file or directory");
+  mismatches += check_row("loader", "images path that is a file",
+                          run_loader(real.name, real.width, real.height, realdata_path("dali_coco/coco/instances.json"), 0),
+                          FERRY_EIO, "instances.json is not a folder");
   cr_assert_eq(mkdir(scratch_path("adir.jpg"), 0700), 0);
   mismatches += check_row("loader", "image file that is a folder",
                           run_loader("adir.jpg", 4, 4, scratch_dir(), 0), FERRY_EIO, "adir.jpg: not a regular file");

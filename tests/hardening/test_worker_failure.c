@@ -27,9 +27,9 @@ static char annotations[2 * HARD_PATH], images[2 * HARD_PATH];
 static void make_files(void) {
   if (annotations[0]) return;
   snprintf(annotations, sizeof annotations, "%s",
-           write_subset(realdata("dali_coco/coco/instances.json"), IMAGES, "subset.json"));
+           write_subset(realdata_path("dali_coco/coco/instances.json"), IMAGES, "subset.json"));
   snprintf(images, sizeof images, "%s", scratch_path("images"));
-  const char *real = realdata("dali_coco/coco/images");
+  const char *real = realdata_path("dali_coco/coco/images");
   cr_assert_eq(mkdir(images, 0700), 0);
   ferry_coco *coco = NULL;
   cr_assert_eq(ferry_coco_open(annotations, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
@@ -88,7 +88,7 @@ Test(worker_failure, fail_policy_names_the_file, .timeout = 300) {
     cr_assert_eq(st, FERRY_EFORMAT, "round %d: the epoch ended with %d: %s", round, st, ferry_last_error());
     cr_assert(strstr(ferry_last_error(), broken_name) != NULL, "round %d: the error does not name %s: %s",
               round, broken_name, ferry_last_error());
-    cr_assert(strstr(ferry_last_error(), "sample ") != NULL, "no sample in: %s", ferry_last_error());
+    cr_assert(strstr(ferry_last_error(), "dataset index ") != NULL, "no sample in: %s", ferry_last_error());
     cr_assert_lt(samples, (size_t)IMAGES);
     /* The next epoch starts again; close it half-way, with workers still busy. */
     ferry_batch *batch = NULL;

@@ -8,6 +8,15 @@ trap 'rm -rf "$tmp"' EXIT
 meson install -C "$build_root" --destdir "$tmp" --no-rebuild --quiet >/dev/null
 pc=$(find "$tmp" -name ferry.pc | head -n1)
 [ -n "$pc" ] || { echo "ferry.pc was not installed"; exit 1; }
+# Libs.private: each flag once, libraries by -l (not a build machine's absolute paths).
+private=$(sed -n 's/^Libs.private: *//p' "$pc")
+dups=$(printf '%s\n' $private | sort | uniq -d)
+[ -z "$dups" ] || { echo "ferry.pc: Libs.private repeats: $dups ($private)"; exit 1; }
+case " $private " in *" /"*) echo "ferry.pc: Libs.private has absolute paths: $private"; exit 1 ;; esac
+if grep -q '^#define FERRY_HAVE_CUDA 1' "$build_root/ferry_config.h"; then
+  [ "$(printf '%s\n' $private | grep -c -- '-lcudart')" = 1 ] ||
+    { echo "ferry.pc: a CUDA build's Libs.private must list -lcudart once: $private"; exit 1; }
+fi
 prefix=$(sed -n 's/^prefix=//p' "$pc")
 export PKG_CONFIG_PATH=$(dirname "$pc")
 flags=$(pkg-config --define-variable=prefix="$tmp$prefix" --cflags --libs ferry)

@@ -3,6 +3,7 @@
 
 #include "backends.h"
 #include "lib/batch_internal.h"
+#include "ferry/advanced.h"
 
 static const ferry_field_spec FIELDS[] = {
   {"images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, {3, 4, 4}},

@@ -49,5 +49,12 @@ Test(errors, cuda_without_a_device_is_enodev) {
   }
   cr_assert_eq(st, FERRY_ENODEV, "%s", ferry_last_error());
   cr_assert(strstr(ferry_last_error(), "no CUDA device"), "got: %s", ferry_last_error());
+  /* It says what is missing and where to go, not only the runtime's own words. */
+  cr_assert(strstr(ferry_last_error(), "no usable NVIDIA GPU and driver") ||
+                strstr(ferry_last_error(), "the driver sees 0 GPUs") ||
+                strstr(ferry_last_error(), "built without the CUDA toolkit"),
+            "got: %s", ferry_last_error());
+  cr_assert(strstr(ferry_last_error(), "--device host"), "got: %s", ferry_last_error());
   cr_assert_eq(ferry_device_open("cuda:3", &d), FERRY_ENODEV);
+  cr_assert(strstr(ferry_last_error(), "--device host"), "got: %s", ferry_last_error());
 }

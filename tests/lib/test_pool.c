@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "backends.h"
+#include "ferry/advanced.h"
 
 static ferry_pool_stats stats(ferry_pool *p) {
   ferry_pool_stats s;
@@ -56,6 +57,23 @@ Test(pool, an_oversized_batch_grows_one_arena_and_is_counted) {
   cr_assert_eq(ferry_pool_acquire(p, 1 << 20, &a), FERRY_OK);
   ferry_arena_release(a);
   cr_assert_eq(stats(p).growths, 1, "the grown arena is reused, not grown again");
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+/* A request no allocator can meet fails; it used to wrap in the rounding to the growth
+ * quantum and come back as an arena of 0 bytes. */
+Test(pool, an_impossible_size_fails_and_leaves_the_arena_usable) {
+  ferry_device *d = open_device("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 1, 4096, &p), FERRY_OK);
+  ferry_arena *a = NULL;
+  cr_assert_eq(ferry_pool_acquire(p, SIZE_MAX - 10, &a), FERRY_ENOMEM);
+  cr_assert_null(a);
+  cr_assert(strstr(ferry_last_error(), "cannot be allocated"), "%s", ferry_last_error());
+  cr_assert_eq(ferry_pool_acquire(p, 100, &a), FERRY_OK, "the arena is still free");
+  cr_assert_geq(ferry_arena_capacity(a), 100);
+  ferry_arena_release(a);
   ferry_pool_close(p);
   ferry_device_close(d);
 }

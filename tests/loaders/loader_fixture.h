@@ -10,28 +10,24 @@
 
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
+#include "../common/realdata.h"
 
-/* ../shared/realdata/<rel>, or skip the test when the data is not beside the repo. */
-static inline const char *shared_path(const char *rel) {
-  static char buf[8][4096];
-  static int next;
-  const char *root = getenv("FERRY_SHARED");
-  if (!root) cr_skip_test("FERRY_SHARED is not set");
-  char *out = buf[next++ % 8];
-  snprintf(out, 4096, "%s/realdata/%s", root, rel);
-  return out;
-}
-
-static inline void dali_config(ferry_loader_config *c) {
+/* The settings the loader tests share, without data. */
+static inline void small_config(ferry_loader_config *c) {
   ferry_loader_config_default(c);
-  c->annotations = shared_path("dali_coco/coco/instances.json");
-  c->images = shared_path("dali_coco/coco/images");
   c->batch_size = 4;
   c->resolution = 32;
   c->workers = 2;
   c->seed = 11;
   /* Decode at 1/8 scale where possible: these tests are about the loader, not pixels. */
   c->image.dct_scaling = 1;
+}
+
+/* small_config over ../shared's dali_coco (61 real photos); skips without it. */
+static inline void dali_config(ferry_loader_config *c) {
+  small_config(c);
+  c->annotations = realdata_path("dali_coco/coco/instances.json");
+  c->images = realdata_path("dali_coco/coco/images");
 }
 
 /* The synthetic set made at build time for these tests (tests/loaders/meson.build):
@@ -42,7 +38,7 @@ static inline void test_config(ferry_loader_config *c) {
   if (!dir) cr_skip_test("FERRY_LOADER_DATA is not set");
   snprintf(ann, sizeof ann, "%s/annotations/instances_val2017.json", dir);
   snprintf(img, sizeof img, "%s/val2017", dir);
-  dali_config(c);
+  small_config(c);
   c->annotations = ann;
   c->images = img;
 }

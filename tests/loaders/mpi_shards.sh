@@ -7,8 +7,10 @@ if ! command -v mpirun >/dev/null; then
   if [ -n "${CI:-}" ]; then echo "mpirun is missing (./run installs openmpi-bin)"; exit 1; fi
   echo "skipped: mpirun is not installed"; exit 77
 fi
-ann=$FERRY_SHARED/realdata/dali_coco/coco/instances.json
-img=$FERRY_SHARED/realdata/dali_coco/coco/images
+. "$(dirname "$0")/../common/realdata.sh"
+require_realdata
+ann=$REALDATA/dali_coco/coco/instances.json
+img=$REALDATA/dali_coco/coco/images
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 run() { mpirun --allow-run-as-root --oversubscribe -np 2 "$dump" "$ann" "$img" "$tmp/$1" "$2"; }
 run drop 1

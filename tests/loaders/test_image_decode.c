@@ -453,20 +453,20 @@ Test(image_decode, exif_orientation_is_parsed_defensively) {
                                0,   0,   0, 1,  0, 6, 0, 0, 0, 0, 0,    0};
   static const uint8_t ii[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0,
                                1,   0,   0,  0, 8, 0, 0, 0, 0, 0, 0,    0};
-  cr_assert_eq(ferry_exif_orientation(mm, sizeof mm), 6);
-  cr_assert_eq(ferry_exif_orientation(ii, sizeof ii), 8);
-  cr_assert_eq(ferry_exif_orientation(mm, 16), 1, "entry cut off");
+  cr_assert_eq(ferry__exif_orientation(mm, sizeof mm), 6);
+  cr_assert_eq(ferry__exif_orientation(ii, sizeof ii), 8);
+  cr_assert_eq(ferry__exif_orientation(mm, 16), 1, "entry cut off");
   uint8_t bad[sizeof mm];
   memcpy(bad, mm, sizeof mm);
   bad[7] = 200; /* IFD offset past the end */
-  cr_assert_eq(ferry_exif_orientation(bad, sizeof bad), 1);
+  cr_assert_eq(ferry__exif_orientation(bad, sizeof bad), 1);
   memcpy(bad, mm, sizeof mm);
   bad[19] = 9; /* not an orientation */
-  cr_assert_eq(ferry_exif_orientation(bad, sizeof bad), 1);
+  cr_assert_eq(ferry__exif_orientation(bad, sizeof bad), 1);
   memcpy(bad, mm, sizeof mm);
   bad[13] = 4; /* LONG instead of SHORT */
-  cr_assert_eq(ferry_exif_orientation(bad, sizeof bad), 1);
-  cr_assert_eq(ferry_exif_orientation(mm, 3), 1);
+  cr_assert_eq(ferry__exif_orientation(bad, sizeof bad), 1);
+  cr_assert_eq(ferry__exif_orientation(mm, 3), 1);
 }
 
 Test(image_decode, exif_rotation_is_off_by_default_and_applied_on_request) {
@@ -551,16 +551,16 @@ Test(image_decode, dct_scaling_picks_the_smallest_scale_still_covering_the_targe
   ferry_decoded img;
   /* 640x427 to 100: 1/8 gives 80x54 (too small), 2/8 gives 160x107 */
   ferry_decode_request req = {.opts = &o, .target_size = 100};
-  cr_assert_eq(ferry_jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
+  cr_assert_eq(ferry__jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
   cr_assert(img.width == 160 && img.height == 107, "%dx%d", img.width, img.height);
   cr_assert(img.full_width == 640 && img.full_height == 427);
   /* 427 * 7/8 = 373.6 < 384: nothing below 1/1 covers 384 */
   req.target_size = 384;
-  cr_assert_eq(ferry_jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
+  cr_assert_eq(ferry__jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
   cr_assert(img.width == 640 && img.height == 427);
   o.dct_scaling = 0;
   req.target_size = 100;
-  cr_assert_eq(ferry_jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
+  cr_assert_eq(ferry__jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
   cr_assert(img.width == 640, "off means full size");
   free(data);
   ferry_decoder_close(d);
@@ -569,7 +569,7 @@ Test(image_decode, dct_scaling_picks_the_smallest_scale_still_covering_the_targe
 /* ---- allocation failures ---- */
 
 Test(image_decode, allocation_failures_return_enomem_without_leaks) {
-  if (!ferry_alloc_injection_available())
+  if (!ferry__alloc_injection_available())
     cr_skip_test("skipped: build with -Dalloc_failure_injection=true");
   static const char *files[] = {"photos/skimage/horse.png", "photos/mmcv/color.jpg"};
   for (size_t i = 0; i < 2; i++) {
@@ -579,11 +579,11 @@ Test(image_decode, allocation_failures_return_enomem_without_leaks) {
     int completed = 0;
     for (long n = 0; n < 200 && !completed; n++) {
       ferry_decoder *d = NULL;
-      ferry_alloc_fail_after(n);
+      ferry__alloc_fail_after(n);
       ferry_status st = ferry_decoder_open(&d);
       if (st == FERRY_OK)
         st = ferry_image_load_resized(d, path, NULL, 64, FERRY_LAYOUT_F32_CHW, dst, NULL, NULL);
-      ferry_alloc_fail_after(-1);
+      ferry__alloc_fail_after(-1);
       cr_assert(st == FERRY_OK || st == FERRY_ENOMEM, "%s after %ld: %s", path, n,
                 ferry_last_error());
       completed = st == FERRY_OK;

@@ -11,7 +11,7 @@ Checks, each against Pillow computing the same thing independently:
     written here by a minimal encoder, decode as Pillow decodes them;
   - CMYK JPEG, and EXIF orientations 1..8 (JPEG and PNG) against ImageOps.exif_transpose;
   - a JPEG libjpeg only warns about decodes, a cut one fails, in both.
-Without Pillow/numpy: skip (exit 77), or fail when CI is set.
+Without Pillow/numpy, or without ../shared: skip (exit 77), or fail when CI is set.
 """
 import glob
 import os
@@ -32,7 +32,10 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     sys.exit(77)
 
 TOOL = sys.argv[1]
-REAL = os.path.join(os.environ["FERRY_SHARED"], "realdata")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from realdata import realdata  # noqa: E402  (the skip rule shared by the tests)
+
+REAL = realdata()
 failures = []
 
 

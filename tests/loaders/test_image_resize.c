@@ -150,8 +150,8 @@ static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fa
     ferry_image_layout l = layout ? FERRY_LAYOUT_F32_CHW : FERRY_LAYOUT_U8_HWC;
     size_t bytes = out_px * (layout ? sizeof(float) : 1), shift = layout == 2 ? sizeof(float) : 0;
     uint8_t *a = malloc(bytes), *b = aligned_alloc(64, (bytes + shift + 63) / 64 * 64);
-    cr_assert_eq(ferry_image_resize_with(&ferry_resize_portable, d, src, w, h, size, l, a), FERRY_OK);
-    cr_assert_eq(ferry_image_resize_with(fast, d, src, w, h, size, l, b + shift), FERRY_OK);
+    cr_assert_eq(ferry__image_resize_with(&ferry__resize_portable, d, src, w, h, size, l, a), FERRY_OK);
+    cr_assert_eq(ferry__image_resize_with(fast, d, src, w, h, size, l, b + shift), FERRY_OK);
     cr_assert_eq(memcmp(a, b + shift, bytes), 0, "%dx%d -> %d, layout %d%s: the kernel sets differ",
                  w, h, size, (int)l, shift ? " (unaligned)" : "");
     free(a);
@@ -183,7 +183,7 @@ Test(image_resize, avx2_kernels_equal_the_portable_ones) {
 #if FERRY_HAVE_AVX2_KERNELS
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     cr_skip_test("this CPU has no AVX2 and FMA");
-  compare_on_shapes(&ferry_resize_avx2);
+  compare_on_shapes(&ferry__resize_avx2);
 #else
   cr_skip_test("no AVX2 kernels in this build");
 #endif
@@ -194,7 +194,7 @@ Test(image_resize, avx512_kernels_equal_the_portable_ones) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
       !__builtin_cpu_supports("fma"))
     cr_skip_test("this CPU has no AVX-512F");
-  compare_on_shapes(&ferry_resize_avx512);
+  compare_on_shapes(&ferry__resize_avx512);
 #else
   cr_skip_test("no AVX-512 kernels in this build");
 #endif
@@ -206,7 +206,7 @@ Test(image_resize, vbmi_kernels_equal_the_portable_ones) {
       !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
       !__builtin_cpu_supports("fma"))
     cr_skip_test("this CPU has no AVX-512 VBMI");
-  compare_on_shapes(&ferry_resize_vbmi);
+  compare_on_shapes(&ferry__resize_vbmi);
 #else
   cr_skip_test("no VBMI kernels in this build");
 #endif
@@ -218,7 +218,7 @@ Test(image_resize, avx2_normalisation_equals_the_table) {
 #if FERRY_HAVE_AVX2_KERNELS
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     cr_skip_test("this CPU has no AVX2 and FMA");
-  ferry_resize_norm norm = *ferry_resize_imagenet_norm();
+  ferry_resize_norm norm = *ferry__resize_imagenet_norm();
   cr_assert(norm.fma_exact, "the fma division should reproduce ImageNet's table");
   enum { N = 263 }; /* 3*N covers every byte value; N % 8 != 0 leaves a tail */
   uint8_t rgb[3 * N + FERRY_RESIZE_ROW_SLACK];
@@ -226,8 +226,8 @@ Test(image_resize, avx2_normalisation_equals_the_table) {
   for (int exact = 1; exact >= 0; exact--) {
     norm.fma_exact = exact;
     float want[3 * N], got[3 * N];
-    ferry_resize_portable.normalize(rgb, N, &norm, want, N);
-    ferry_resize_avx2.normalize(rgb, N, &norm, got, N);
+    ferry__resize_portable.normalize(rgb, N, &norm, want, N);
+    ferry__resize_avx2.normalize(rgb, N, &norm, got, N);
     cr_assert_eq(memcmp(want, got, sizeof want), 0, "fma_exact %d: planes differ", exact);
   }
 #else

@@ -96,15 +96,15 @@ Test(sampler, rank_from_the_launchers_environment) {
   int r, w;
   setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(ferry__sampler_rank_from_env(&r, &w), FERRY_OK);
   cr_assert_eq(r, 1);
   cr_assert_eq(w, 4);
   setenv("RANK", "2", 1);
   setenv("WORLD_SIZE", "3", 1);
-  cr_assert_eq(ferry_sampler_rank_from_env(&r, &w), FERRY_OK);
+  cr_assert_eq(ferry__sampler_rank_from_env(&r, &w), FERRY_OK);
   cr_assert_eq(r, 2, "torchrun's variables come first");
   setenv("RANK", "5", 1);
-  ferry_status st = ferry_sampler_rank_from_env(&r, &w);
+  ferry_status st = ferry__sampler_rank_from_env(&r, &w);
   /* Tests may share a process (the TSan harness): leave the environment as found. */
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
@@ -117,12 +117,12 @@ Test(sampler, rank_from_the_launchers_environment) {
 Test(sampler, permutation_is_a_permutation_and_depends_on_seed_and_epoch) {
   size_t a[100], b[100];
   int seen[100] = {0};
-  ferry_sampler_permutation(a, 100, 3, 0);
+  ferry__sampler_permutation(a, 100, 3, 0);
   for (int i = 0; i < 100; i++) seen[a[i]]++;
   for (int i = 0; i < 100; i++) cr_assert_eq(seen[i], 1);
-  ferry_sampler_permutation(b, 100, 3, 1);
+  ferry__sampler_permutation(b, 100, 3, 1);
   cr_assert_neq(memcmp(a, b, sizeof a), 0);
-  ferry_sampler_permutation(b, 100, 3, 0);
+  ferry__sampler_permutation(b, 100, 3, 0);
   cr_assert_eq(memcmp(a, b, sizeof a), 0);
 }
 
@@ -178,16 +178,18 @@ Test(loader, packed_and_unpacked_give_identical_targets, .timeout = 120) {
   for (size_t k = 0; k < n; k++) cr_assert_eq(packed[k], unpacked[k], "batch %zu", k);
 }
 
-/* A copy of the test set's image folder as links, with `victim` replaced by a
- * truncated JPEG. Returns the folder. */
+/* A copy of the test set's image folder as links, with `victim` replaced by its own
+ * first half (the header intact, the scan cut: "Premature end of JPEG file"), so the
+ * test needs nothing from ../shared. Returns the folder. */
 static const char *folder_with_corrupt_image(const ferry_loader_config *c, const char *victim) {
   static char dir[256];
   snprintf(dir, sizeof dir, "/tmp/ferry-corrupt-XXXXXX");
   cr_assert_not_null(mkdtemp(dir));
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && cp '%s' '%s/%s'",
-           c->images, dir, dir, victim,
-           shared_path("photos/skimage/truncated.jpg"), dir, victim);
+  snprintf(cmd, sizeof cmd,
+           "for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s' && "
+           "head -c $(( $(stat -c %%s '%s/%s') / 2 )) '%s/%s' > '%s/%s'",
+           c->images, dir, dir, victim, c->images, victim, c->images, victim, dir, victim);
   cr_assert_eq(system(cmd), 0);
   return dir;
 }
@@ -214,7 +216,12 @@ Test(loader, fail_policy_names_the_file_and_sample, .timeout = 120) {
   while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
   cr_assert_neq(st, FERRY_EEND, "the corrupt image went unnoticed");
   cr_assert(strstr(ferry_last_error(), victim), "the message names the file: %s", ferry_last_error());
-  cr_assert(strstr(ferry_last_error(), "sample 7"), "the message names the sample: %s", ferry_last_error());
+  char file[512];
+  snprintf(file, sizeof file, ", file %s): ", victim);
+  cr_assert(strstr(ferry_last_error(), "dataset index 7 (image id ") && strstr(ferry_last_error(), file),
+            "the message names the sample by its dataset index, image id and file: %s", ferry_last_error());
+  cr_assert(strstr(ferry_last_error(), "on_error = FERRY_ON_ERROR_SKIP"), "the message names the skip policy: %s",
+            ferry_last_error());
   /* The epoch is over; the next one starts and fails the same way, without hanging. */
   while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
   cr_assert_neq(st, FERRY_EEND);
@@ -309,12 +316,26 @@ Test(loader, bad_configs_and_files_are_explained) {
   c.annotations = "/nonexistent/instances.json";
   cr_assert_neq(ferry_loader_open(&c, &l), FERRY_OK);
   cr_assert(strstr(ferry_last_error(), "/nonexistent/instances.json"), "%s", ferry_last_error());
+  /* A wrong images path fails at open, naming the folder, not at the first sample. */
   test_config(&c);
   c.images = "/nonexistent-images";
-  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_OK, "images are read lazily");
-  ferry_batch *b;
-  cr_assert_neq(ferry_loader_next(l, &b), FERRY_OK);
-  cr_assert(strstr(ferry_last_error(), "/nonexistent-images/"), "%s", ferry_last_error());
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_ENOTFOUND);
+  cr_assert(strstr(ferry_last_error(), "images folder /nonexistent-images: No such file or directory"), "%s",
+            ferry_last_error());
+  test_config(&c);
+  c.images = c.annotations; /* a file */
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EIO);
+  cr_assert(strstr(ferry_last_error(), "is not a folder"), "%s", ferry_last_error());
+  /* A batch past the bound (what "--batch -1" becomes as a size_t) is refused at open. */
+  test_config(&c);
+  c.batch_size = FERRY_LOADER_MAX_BATCH + 1;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "batch_size 65537 is more than 65536 (FERRY_LOADER_MAX_BATCH)"), "%s",
+            ferry_last_error());
+  c.batch_size = (size_t)-1;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_EINVAL);
+  c.batch_size = FERRY_LOADER_MAX_BATCH;
+  cr_assert_eq(ferry_loader_open(&c, &l), FERRY_OK, "the bound itself is allowed: %s", ferry_last_error());
   ferry_loader_close(l);
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../common/require_cuda.h"
+#include "ferry/advanced.h"
 #include "ferry/ferry.h"
 #include "ferry/transfer.h"
 

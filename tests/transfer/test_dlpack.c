@@ -1,4 +1,5 @@
 /* ferry_tensor_to_dlpack: fields as DLPack 0.6 expects, ownership moves, the deleter frees. */
+#include "ferry/advanced.h"
 #include "ferry/dlpack.h"
 #include "fixtures.h"
 

@@ -5,16 +5,11 @@
 
 #include "ferry/loader.h"
 #include "fixtures.h"
+#include "../common/realdata.h"
 
 static void real_batches_transfer_exactly(const char *name) {
-  const char *shared = getenv("FERRY_SHARED");
-  char annotations[4096], images[4096];
-  snprintf(annotations, sizeof annotations, "%s/realdata/dali_coco/coco/instances.json",
-           shared ? shared : "");
-  snprintf(images, sizeof images, "%s/realdata/dali_coco/coco/images", shared ? shared : "");
-  FILE *probe = shared ? fopen(annotations, "r") : NULL;
-  if (!probe) cr_skip_test("skipped: no real data at %s (set FERRY_SHARED)", annotations);
-  fclose(probe);
+  const char *annotations = realdata_path("dali_coco/coco/instances.json");
+  const char *images = realdata_path("dali_coco/coco/images");
   ferry_device *d = open_device(name);
   ferry_stream *stream = NULL;
   cr_assert_eq(ferry_stream_open(d, &stream), FERRY_OK);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "fixtures.h"
+#include "ferry/advanced.h"
 
 typedef struct rig {
   ferry_device *device;
@@ -500,6 +501,15 @@ static void normalisation_matches_the_math(const char *name) {
   ferry_transfer_options wrong = {.normalize = FERRY_NORMALIZE_F32, .image_field = "image_id"};
   cr_assert_eq(ferry_transfer(r.device, r.stream, b, &wrong, &none), FERRY_EUNSUPPORTED);
   cr_assert_neq(strstr(ferry_last_error(), "u8 [H,W,3]"), NULL, "%s", ferry_last_error());
+  /* One zero (or non-finite) std among others would give inf or NaN pixels. */
+  ferry_transfer_options zero = {.normalize = FERRY_NORMALIZE_F32, .mean = {0.5f, 0.5f, 0.5f},
+                                 .std = {0.25f, 0.0f, 0.25f}};
+  cr_assert_eq(ferry_transfer(r.device, r.stream, b, &zero, &none), FERRY_EINVAL);
+  cr_assert_null(none);
+  cr_assert_neq(strstr(ferry_last_error(), "channel 1"), NULL, "%s", ferry_last_error());
+  ferry_transfer_options nan_mean = {.normalize = FERRY_NORMALIZE_BF16, .mean = {0.5f, NAN, 0.5f},
+                                     .std = {0.25f, 0.25f, 0.25f}};
+  cr_assert_eq(ferry_transfer(r.device, r.stream, b, &nan_mean, &none), FERRY_EINVAL);
   ferry_batch_release(b);
   rig_close(&r);
 }

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "fixtures.h"
+#include "ferry/advanced.h"
 
 typedef struct worker {
   ferry_device *device;

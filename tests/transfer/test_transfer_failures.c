@@ -2,12 +2,13 @@
  * FERRY_ENOMEM (or FERRY_EDEVICE, the host backend's "device memory" failure), leak
  * nothing, and leave the batch or module usable. Needs -Dalloc_failure_injection=true;
  * other builds skip. */
+#include "ferry/advanced.h"
 #include "ferry/module.h"
 #include "fixtures.h"
 #include "lib/alloc.h"
 
 static void require_injection(void) {
-  if (!ferry_alloc_injection_available())
+  if (!ferry__alloc_injection_available())
     cr_skip_test("skipped: build with -Dalloc_failure_injection=true to inject failures");
 }
 
@@ -37,18 +38,18 @@ Test(failures, transfer_survives_every_allocation_failure) {
                                      {.image_field = ""}};
   for (int m = 0; m < 3; m++) {
     /* As many failure points as a clean transfer makes allocations, and a few more. */
-    long before = ferry_alloc_attempts();
+    long before = ferry__alloc_attempts();
     ferry_device_batch *clean = NULL;
     cr_assert_eq(ferry_transfer(d, s, b, &modes[m], &clean), FERRY_OK);
     cr_assert_eq(ferry_device_batch_wait(clean), FERRY_OK);
     ferry_device_batch_free(clean);
-    long allocations = ferry_alloc_attempts() - before;
+    long allocations = ferry__alloc_attempts() - before;
     int failed = 0;
     for (long n = 0; n < allocations + 5; n++) {
       ferry_device_batch *db = NULL;
-      ferry_alloc_fail_after(n);
+      ferry__alloc_fail_after(n);
       ferry_status st = ferry_transfer(d, s, b, &modes[m], &db);
-      ferry_alloc_fail_after(-1);
+      ferry__alloc_fail_after(-1);
       if (st != FERRY_OK) {
         cr_assert(is_allocation_failure(st), "mode %d, failure %ld: %s", m, n, ferry_last_error());
         cr_assert_null(db);
@@ -68,9 +69,9 @@ Test(failures, transfer_survives_every_allocation_failure) {
   int moved = 0;
   for (long n = 0; n < 200 && !moved; n++) {
     ferry_batch *out = NULL;
-    ferry_alloc_fail_after(n);
+    ferry__alloc_fail_after(n);
     ferry_status st = ferry_packed_to(b, d, s, &out);
-    ferry_alloc_fail_after(-1);
+    ferry__alloc_fail_after(-1);
     if (st != FERRY_OK) {
       cr_assert(is_allocation_failure(st), "packed_to, failure %ld: %s", n, ferry_last_error());
       cr_assert_eq(live_bytes(d), 0);
@@ -104,9 +105,9 @@ Test(failures, module_move_survives_every_allocation_failure) {
   }
   int completed = 0, failed = 0;
   for (long n = 0; n < 500 && !completed; n++) {
-    ferry_alloc_fail_after(n);
+    ferry__alloc_fail_after(n);
     ferry_status st = ferry_module_ensure_on(m, away);
-    ferry_alloc_fail_after(-1);
+    ferry__alloc_fail_after(-1);
     if (st == FERRY_OK) {
       completed = 1;
       break;

@@ -1,0 +1,80 @@
+/* ferry/advanced.h - the advanced API: exported and documented, not frozen.
+ *
+ * ferry.h's headers are the stable surface: the loader, the transfer, devices,
+ * tensors, errors, COCO and masks (and ferry/dlpack.h). What is declared here, or in
+ * the headers included here, may still change between minor versions, as zstd's
+ * static-linking-only API may:
+ *   - building packed and unpacked batches by hand, and sizing them;
+ *   - the pinned pool and its arenas (ferry/pool.h);
+ *   - a batch's held events and its release hook (how the loader learns that the
+ *     consumer handed a batch back);
+ *   - ferry_packed_to, the whole-batch device copy kept as the previous path's
+ *     measured baseline;
+ *   - modules moved to a device on first need (ferry/module.h).
+ * docs/api.md lists both tiers.
+ */
+#ifndef FERRY_ADVANCED_H
+#define FERRY_ADVANCED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/batch.h"
+#include "ferry/device.h"
+#include "ferry/export.h"
+#include "ferry/module.h"
+#include "ferry/pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- building batches ------------------------------------------------------------ */
+
+/* Bytes a packed batch with these fields and row counts needs in its arena, field
+ * regions aligned for device copies. rows[f * batch_size + i] is field f's row count
+ * for sample i (ignored for PER_SAMPLE fields; rows may be NULL if there are none). */
+FERRY_API ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfields,
+                                                const ferry_field_spec *fields, const int64_t *rows,
+                                                size_t *out_bytes);
+
+/* A packed batch in an arena taken from `pool` (blocks while none is free). */
+FERRY_API ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
+                                          const ferry_field_spec *fields, const int64_t *rows,
+                                          ferry_batch **out);
+/* An unpacked batch: one host allocation per sample and field. */
+FERRY_API ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
+                                                   const ferry_field_spec *fields, const int64_t *rows,
+                                                   ferry_batch **out);
+
+/* ---- holding a batch, and learning of its release ---------------------------------- */
+
+/* Keep the batch's memory from being reused until `event` completes (the transfer
+ * stage calls this after queueing the copies that read the batch). Takes ownership. */
+FERRY_API ferry_status ferry_batch_hold_until(ferry_batch *batch, ferry_event *event);
+
+/* Call fn(batch, user) from ferry_batch_release, before the memory is handed back:
+ * how the owner of a batch (the loader) learns that the consumer is done with it.
+ * One hook per batch; a later call replaces it. */
+typedef void (*ferry_batch_release_fn)(ferry_batch *batch, void *user);
+FERRY_API void ferry_batch_set_release_hook(ferry_batch *batch, ferry_batch_release_fn fn, void *user);
+
+/* ---- the whole-batch device copy (the previous path's baseline) ------------------- */
+
+/* Move a PACKED batch to `device`, keeping it packed (one device allocation holding
+ * the whole layout, same fields and offsets). Consumes `batch`: on success the caller
+ * owns only *out. A batch already in `device`'s memory comes back as itself
+ * (*out == batch); a batch in an arena (host memory, even one bound for `device`) or
+ * on another device gives a new batch, and `batch` is released once the copy has read
+ * it. The copy is queued on `stream`, a stream of `device` -- or, when moving from a
+ * GPU to the host, of the GPU, since only it can read its memory (NULL: that device's
+ * default stream). On failure the caller still owns `batch`. FERRY_EUNSUPPORTED for
+ * an unpacked batch. */
+FERRY_API ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
+                                       ferry_batch **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

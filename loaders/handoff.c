@@ -1,0 +1,115 @@
+/* loaders/handoff.c - what passes between the loader's threads: ready items and
+ * their queue, delivery of complete plans, recycling, and the waits and wake-ups.
+ *
+ * The consumer (loader.c), the coordinator (coordinator.c) and the workers
+ * (workers.c) all call in here; nothing here calls back into them, so the folder's
+ * dependencies stay one-way: loader.c starts the coordinator and the workers, the
+ * coordinator hands plans to the workers, and all three meet here.
+ *
+ * Invariants, all under loader->lock (every function here expects it held, except
+ * ferry__loader_release_hook, which takes it):
+ *   - the ready queue holds items in delivery order; `ready` is its length;
+ *   - a plan is on exactly one list: in flight, or spare (recycled only once no
+ *     worker holds one of its slots);
+ *   - only the head plan of the in-flight list is ever delivered, and only when it
+ *     is complete, good (no failures), not cancelled and of the current generation:
+ *     batch k of an epoch is therefore the k-th plan laid out, whoever completes it;
+ *   - `outstanding` counts batches made and not yet released.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "lib/alloc.h"
+#include "loaders/loader_internal.h"
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void ferry__loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns) {
+  uint64_t before = thread_cpu_ns();
+  pthread_cond_wait(cv, lock);
+  *idle_ns += thread_cpu_ns() - before;
+}
+
+ready_item *ferry__loader_item_get(ferry_loader *l) {
+  ready_item *item = l->spare_items;
+  if (item) l->spare_items = item->next;
+  else item = ferry__calloc(1, sizeof *item);
+  if (item) memset(item, 0, sizeof *item);
+  return item;
+}
+
+void ferry__loader_item_put(ferry_loader *l, ready_item *item) {
+  if (!item) return;
+  ferry__free(item->message);
+  item->message = NULL;
+  item->batch = NULL;
+  item->next = l->spare_items;
+  l->spare_items = item;
+}
+
+void ferry__loader_push_item(ferry_loader *l, ready_item *item) {
+  item->next = NULL;
+  if (l->ready_tail) l->ready_tail->next = item;
+  else l->ready_head = item;
+  l->ready_tail = item;
+  l->ready++;
+  pthread_cond_signal(&l->ready_cv);
+}
+
+void ferry__loader_plan_put(ferry_loader *l, plan *p) {
+  p->batch = NULL;
+  p->next = l->spare_plans;
+  l->spare_plans = p;
+}
+
+void ferry__loader_deliver_head(ferry_loader *l) {
+  plan *head = l->inflight_head;
+  ready_item *item = head->item;
+  head->item = NULL;
+  l->inflight_head = head->next;
+  if (!l->inflight_head) l->inflight_tail = NULL;
+  l->inflight--;
+  item->kind = ITEM_BATCH;
+  item->generation = head->generation;
+  item->epoch = head->epoch;
+  item->cursor_after = head->end;
+  item->count = head->count;
+  item->skipped = l->epoch_skipped;
+  item->batch = head->batch;
+  ferry__loader_plan_put(l, head);
+  ferry__loader_push_item(l, item);
+}
+
+int ferry__loader_deliver_complete(ferry_loader *l) {
+  plan *head;
+  while ((head = l->inflight_head) && head->pending == 0) {
+    if (head->failures || head->canceled || head->generation != l->generation) return 0;
+    ferry__loader_deliver_head(l);
+  }
+  return 1;
+}
+
+void ferry__loader_room_freed(ferry_loader *l) {
+  if (!l->coordinator_idle) return;
+  size_t taken = l->inflight + l->ready;
+  size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
+  size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
+  if ((room < arenas ? room : arenas) >= l->refill) pthread_cond_signal(&l->coord_cv);
+}
+
+void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
+  ferry_loader *l = arg;
+  pthread_mutex_lock(&l->lock);
+  for (size_t i = 0; i < l->nheld; i++)
+    if (l->held[i] == batch) {
+      l->held[i] = l->held[--l->nheld];
+      break;
+    }
+  l->outstanding--;
+  ferry__loader_room_freed(l);
+  pthread_mutex_unlock(&l->lock);
+}
