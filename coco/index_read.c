@@ -320,8 +320,7 @@ ferry_status ferry__coco_index_open(const char *path, const ferry_coco_options *
   void *bytes = NULL;
   size_t len = 0;
   ferry_status st = map_file(path, &bytes, &len);
-  if (st < 0) return st;
-  return adopt(bytes, len, 1, path, opts, out);
+  return st < 0 ? st : adopt(bytes, len, 1, path, opts, out);
 }
 
 void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *out) {
