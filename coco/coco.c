@@ -137,6 +137,17 @@ static void *json_alloc(size_t size) {
 
 static void use_ferry_allocator(void) { json_set_alloc_funcs(json_alloc, ferry__free); }
 
+json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory) {
+  json_allocation_failed = 0;
+  json_t *tree = json_loadb(text, len, 0, err);
+  *out_of_memory = json_allocation_failed;
+  if (*out_of_memory && tree) { /* jansson may go on without a byte it could not store */
+    json_decref(tree);
+    tree = NULL;
+  }
+  return tree;
+}
+
 /* An empty coco ready for parsing. */
 static ferry_status coco_for_parsing(const char *name, const ferry_coco_options *opts, ferry_coco **out) {
   ferry_status st = ferry__coco_new(name, opts, out);
@@ -147,15 +158,20 @@ static ferry_status coco_for_parsing(const char *name, const ferry_coco_options 
   return st;
 }
 
-/* The lean way (coco/json_stream.c), for a strict open: 1 when it did the whole job. A
- * collecting open takes the whole-tree way, which reports each problem exactly once. */
-static int opened_streamed(const char *json, size_t len, const char *name, const ferry_coco_options *opts,
-                           ferry_coco **out) {
-  if ((opts && opts->on_problem) || coco_for_parsing(name, opts, out) < 0) return 0;
-  if (ferry__coco_parse_streamed(*out, json, len)) return 1;
-  ferry_coco_close(*out);
-  *out = NULL;
-  return 0;
+/* The lean way (coco/json_stream.c), for a strict open; *declined when the whole-tree
+ * way must do it. A collecting open takes that way, which reports each problem once. */
+static ferry_status open_streamed(const char *json, size_t len, const char *name, const ferry_coco_options *opts,
+                                  ferry_coco **out, int *declined) {
+  *declined = 1;
+  if (opts && opts->on_problem) return FERRY_OK;
+  ferry_status st = coco_for_parsing(name, opts, out);
+  if (st == FERRY_OK) st = ferry__coco_parse_streamed(*out, json, len, declined);
+  else *declined = 0;
+  if (st < 0) {
+    ferry_coco_close(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *name,
@@ -166,14 +182,15 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   if (!name) name = "<buffer>";
   if (ferry__coco_index_sniff(json, len)) return ferry__coco_index_open_buffer(json, len, name, opts, out);
   pthread_once(&allocator_once, use_ferry_allocator);
-  if (opened_streamed(json ? json : "", len, name, opts, out)) return FERRY_OK;
+  int declined;
+  ferry_status st = open_streamed(json ? json : "", len, name, opts, out, &declined);
+  if (!declined) return st;
   ferry_coco *coco = NULL;
-  ferry_status st = coco_for_parsing(name, opts, &coco);
-  if (st < 0) return st;
+  if ((st = coco_for_parsing(name, opts, &coco)) < 0) return st;
   json_error_t err;
-  json_allocation_failed = 0;
-  coco->root = json_loadb(json ? json : "", len, 0, &err);
-  if (json_allocation_failed) {
+  int out_of_memory;
+  coco->root = ferry__coco_json_load(json ? json : "", len, &err, &out_of_memory);
+  if (out_of_memory) {
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory parsing the JSON", name);
   } else if (!coco->root) {
     st = ferry__fail(FERRY_EFORMAT, "%s: line %d, column %d: invalid JSON: %s", name, err.line, err.column, err.text);

@@ -76,6 +76,11 @@ ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
 void ferry__coco_vec_free(coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
+/* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
+ * allocations failed (jansson may otherwise return a tree missing what it could not
+ * store). */
+json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory);
+
 /* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */
 ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uint64_t *offset);
 #define COCO_STRING(coco, offset) ((const char *)(coco)->strings.data + (offset))

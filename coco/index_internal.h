@@ -20,9 +20,10 @@ ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *o
 ferry_status ferry__coco_read_file(const char *path, char **data, size_t *len);
 
 /* ---- coco/json_stream.c ---- */
-/* Parse a top-level object annotation by annotation, without its whole tree. 1 when
- * done; 0 when the caller must parse the text the usual way (with a fresh coco). */
-int ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len);
+/* Parse a top-level object annotation by annotation, without its whole tree: FERRY_OK,
+ * FERRY_ENOMEM, or *declined = 1 when the caller must parse the text the usual way
+ * (with a fresh coco). */
+ferry_status ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len, int *declined);
 
 /* ---- coco/index_write.c ---- */
 /* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */

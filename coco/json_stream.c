@@ -9,9 +9,10 @@
  * between them.
  *
  * The result is all or nothing: whenever anything is off (a syntax error, a key with
- * escapes, deep nesting, a semantic error, no memory) the attempt is dropped and the
- * caller parses the whole text the usual way, so that every error message, and which
- * error wins in a file with several, is exactly the whole-tree parse's.
+ * escapes, deep nesting, a semantic error) the attempt is dropped and the caller parses
+ * the whole text the usual way, so that every error message, and which error wins in a
+ * file with several, is exactly the whole-tree parse's. Out of memory alone ends the
+ * open (FERRY_ENOMEM): the whole tree would need more.
  */
 #include <string.h>
 
@@ -25,6 +26,7 @@
 typedef struct scanner {
   const char *s;
   size_t len, pos;
+  int out_of_memory;  /* the one failure that ends the open instead of a fall-back */
 } scanner;
 
 static void skip_space(scanner *sc) {
@@ -78,9 +80,18 @@ static int skip_value(scanner *sc) {
   return 1;
 }
 
-static json_t *load_span(const scanner *sc, size_t start) {
+static json_t *load_span(scanner *sc, size_t start) {
   json_error_t err;
-  return json_loadb(sc->s + start, sc->pos - start, 0, &err);
+  int out_of_memory;
+  json_t *v = ferry__coco_json_load(sc->s + start, sc->pos - start, &err, &out_of_memory);
+  sc->out_of_memory |= out_of_memory;
+  return v;
+}
+
+/* 1 to go on; 0 to stop, noting out of memory. */
+static int converted(scanner *sc, ferry_status st) {
+  sc->out_of_memory |= st == FERRY_ENOMEM;
+  return st == FERRY_OK;
 }
 
 /* One "key": value of the top-level object. Arrays of annotations are only located
@@ -110,6 +121,7 @@ static json_t *load_top(scanner *sc, size_t *anns) {
   json_t *root = json_object();
   *anns = 0;
   skip_space(sc);
+  sc->out_of_memory |= !root;
   if (!root || !at(sc, '{')) goto give_up;
   sc->pos++;
   skip_space(sc);
@@ -146,7 +158,7 @@ static int stream_annotations(ferry_coco *coco, scanner *sc) {
     if (!elem) return 0;
     ferry_status st = ferry__coco_add_annotation(coco, elem, i);
     json_decref(elem);
-    if (st < 0) return 0;
+    if (!converted(sc, st)) return 0;
     skip_space(sc);
     if (at(sc, ']')) return 1;
     if (!at(sc, ',')) return 0;
@@ -155,15 +167,24 @@ static int stream_annotations(ferry_coco *coco, scanner *sc) {
   }
 }
 
-int ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len) {
-  scanner sc = {json, len, 0};
+/* All but the ending: 1 when parsed, 0 when given up (sc->out_of_memory says why). */
+static int parse_streamed(ferry_coco *coco, scanner *sc) {
   size_t anns;
-  coco->root = load_top(&sc, &anns);
+  coco->root = load_top(sc, &anns);
   /* "annotations" that is not an array stays in the root: parse.c's rules and messages */
-  if (!coco->root || json_object_get(coco->root, "annotations") || ferry__coco_parse_head(coco) < 0) return 0;
+  if (!coco->root || json_object_get(coco->root, "annotations") || !converted(sc, ferry__coco_parse_head(coco)))
+    return 0;
   json_decref(coco->root);  /* categories and images are converted: their tree goes now */
   coco->root = NULL;
-  sc.pos = anns;
-  if (anns && !stream_annotations(coco, &sc)) return 0;
-  return ferry__coco_parse_finish(coco) == FERRY_OK;
+  sc->pos = anns;
+  if (anns && !stream_annotations(coco, sc)) return 0;
+  return converted(sc, ferry__coco_parse_finish(coco));
+}
+
+ferry_status ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len, int *declined) {
+  scanner sc = {json, len, 0, 0};
+  int done = parse_streamed(coco, &sc);
+  *declined = !done && !sc.out_of_memory;
+  if (sc.out_of_memory) return ferry__fail(FERRY_ENOMEM, "%s: out of memory parsing the JSON", coco->name);
+  return done ? FERRY_OK : FERRY_EFORMAT;
 }
