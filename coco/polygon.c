@@ -7,6 +7,38 @@
  * order. Here the walk is streamed: the points are never stored, only the crossings,
  * so memory stays proportional to the outline inside the image; the arithmetic (the
  * rounding casts, the order of every floating-point operation) is kept exactly.
+ *
+ * Owns: nothing between calls. A call allocates the snapped vertices (freed before it
+ * returns) and the crossings, which become the result's runs.
+ * Callers: coco/segm.c (annToRLE: every part of a polygon segmentation, then merged
+ * by union; the loader's targets and ferry-coco reach it there),
+ * ferry_rle_from_bbox, and the tests; on the loader's worker threads, any number at
+ * once (no state, no lock). coco/meson.build compiles this
+ * file with -ffp-contract=off: a fused multiply-add in `ys + s * t` would round once
+ * where maskApi.c rounds twice, and could move a boundary pixel.
+ *
+ * Invariants:
+ *   - the crossings are exactly those rleFrPoly's y-boundary loop keeps, in another
+ *     order: every point that can record one is visited, each compared with the
+ *     point before it in the full walk. That comparison runs across edges (the
+ *     walk's previous point carries over from one edge to the next), as maskApi.c
+ *     compares consecutive entries of one array of all the points;
+ *   - a crossing is the position x*h + y with x <= w-1 and y <= h (y == h is the
+ *     start of column x+1), so it is <= h*w < 2^32; it is computed in 64 bits where
+ *     maskApi.c's int product can overflow;
+ *   - a walk of at most MAX_OUTLINE_STEPS points records at most that many crossings,
+ *     so their number fits the radix sort's uint32 counters;
+ *   - the runs of the result sum to h*w by construction (differences of sorted
+ *     positions closed by h*w), so no check_sum is needed.
+ * pycocotools behaviours kept on purpose, each where it is done: the truncating
+ * (int)(5x + .5) snap (not a rounding, for negative coordinates), the edge flip that
+ * makes an edge and its reverse walk the same points, the lower of the two columns
+ * and the upper row at a crossing, the clamp of that row to [0, h], and crossings at
+ * one position cancelling in pairs.
+ * Not done here: k < 3 vertices give an empty mask (maskApi.c would rasterise the
+ * degenerate outline, and pycocotools' frPyObjects takes a first part of 4 numbers for
+ * a box: segm.c does neither); coordinates beyond +-1e8 and outlines past 2^30 steps
+ * are FERRY_ELIMIT rather than undefined behaviour.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,12 +48,14 @@
 #include "lib/alloc.h"
 #include "lib/status.h"
 
+/* rleFrPoly's `scale`: the grid is 5 times finer than the pixels */
 #define GRID_SCALE 5.0
 #define MAX_ABS_COORDINATE 1e8            /* x 5 stays far inside int */
 #define MAX_OUTLINE_STEPS ((uint64_t)1 << 30)
 
 typedef struct crossing_walk {
   uint32_t h, w;
+  /* the walk's last point, kept from one edge to the next */
   int has_prev, prev_u, prev_v;
   uint32_t *crossings;  /* column-major pixel positions where the mask toggles */
   size_t n, cap;
@@ -40,6 +74,7 @@ static ferry_status push_crossing(crossing_walk *wk, uint32_t position) {
   return FERRY_OK;
 }
 
+/* x mod 5 in 0..4 for negative x too (C's % takes the sign of x). */
 static int mod5(int x) { return (x % 5 + 5) % 5; }
 
 /* ceil(x / 5) for any sign (C's division truncates toward zero). */
@@ -58,10 +93,13 @@ static ferry_status walk_point(crossing_walk *wk, int u, int v) {
   wk->prev_v = v;
   wk->has_prev = 1;
   if (!had_prev || u == prev_u) return FERRY_OK;
+  /* rleFrPoly: xd = u[j] < u[j-1] ? u[j] : u[j]-1, the lower of the two columns */
   int gx = u < prev_u ? u : u - 1;
   if (mod5(gx) != 2) return FERRY_OK;
   int64_t x = ((int64_t)gx - 2) / 5;
+  /* rleFrPoly's xd < 0 || xd > w-1: a column outside the image */
   if (x < 0 || x > (int64_t)wk->w - 1) return FERRY_OK;
+  /* the upper of the two rows, min(v[j], v[j-1]), mapped like xd and ceiled */
   int64_t y = ceil_div5((int64_t)(v < prev_v ? v : prev_v) - 2); /* clamping after ceil */
   if (y < 0) y = 0;                                                /* gives what clamping */
   else if (y > (int64_t)wk->h) y = wk->h;                          /* before it does */
@@ -77,7 +115,10 @@ typedef struct edge {
   double s;
 } edge;
 
-/* Inlined: called for every point visited, and the call cost as much as the point. */
+/* Inlined: called for every point visited, and the call cost as much as the point.
+ * The expressions are rleFrPoly's, operation for operation: (int)(ys + s*t + .5)
+ * truncates toward zero as its cast does. n == 0 (a repeated vertex) gives ys without
+ * touching s, where maskApi.c's s is 0/0 (see walk_edge). */
 static inline __attribute__((always_inline)) void edge_point(const edge *e, int d, int *u, int *v) {
   int t = e->flip ? e->n - d : d;
   if (e->x_major) {
@@ -122,6 +163,7 @@ static int next_reaching(const edge *e, int lo, int hi, int64_t bound, int risin
     int64_t u = edge_u(e, probe);
     if (rising ? u >= bound : u <= bound) return first_reaching(e, lo, probe, bound, rising);
     lo = probe + 1;
+    /* capped so that lo + step - 1 stays inside int (n <= 1e9: coordinates <= 1e8) */
     if (step < (1 << 29)) step *= 2;
   }
   return hi + 1;
@@ -199,6 +241,7 @@ static ferry_status walk_band(crossing_walk *wk, const edge *e) {
  * long axis (so an edge and its reverse give the same points), then emitted in the
  * edge's own direction. */
 static ferry_status walk_edge(crossing_walk *wk, int xs, int ys, int xe, int ye) {
+  /* |differences| of snapped coordinates: at most 2 x 5e8, inside int */
   int dx = abs(xe - xs), dy = abs(ys - ye);
   int flip = (dx >= dy && xs > xe) || (dx < dy && ys > ye);
   if (flip) {
@@ -238,11 +281,15 @@ static ferry_status sort_crossings(uint32_t *a, size_t k) {
     insertion_sort(a, k);
     return FERRY_OK;
   }
+  /* One histogram per byte, all from the unsorted keys: a pass permutes the keys,
+   * which leaves every byte's histogram unchanged. k <= 2^30 + 1 (the invariant
+   * above), so uint32 counters cannot overflow. */
   uint32_t count[4][256] = {{0}};
   for (size_t j = 0; j < k; j++)
     for (int b = 0; b < 4; b++) count[b][a[j] >> (8 * b) & 255]++;
   uint32_t *tmp = NULL, *src = a;
   for (int b = 0; b < 4; b++) {
+    /* every key has src[0]'s byte here: this pass would not move anything */
     if (count[b][src[0] >> (8 * b) & 255] == k) continue;
     if (!tmp && !(tmp = ferry__malloc(k * sizeof *tmp)))
       return ferry__fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
@@ -261,7 +308,9 @@ static ferry_status sort_crossings(uint32_t *a, size_t k) {
 }
 
 /* Sorted crossings (with h*w appended) -> runs. Crossings at one position cancel in
- * pairs: a zero gap drops that toggle and folds the following gap into the last run. */
+ * pairs: a zero gap drops that toggle and folds the following gap into the last run.
+ * This is rleFrPoly's last loop (a[] differenced, then b[] built), done in place. The
+ * first run is kept even when it is 0 (the mask starts with a set pixel). */
 static ferry_status crossings_to_rle(crossing_walk *wk, ferry_rle *out) {
   ferry_status st = push_crossing(wk, (uint32_t)((uint64_t)wk->h * wk->w));
   if (st < 0) return st;
@@ -285,6 +334,7 @@ static ferry_status crossings_to_rle(crossing_walk *wk, ferry_rle *out) {
       if (j < k) a[m - 1] += a[j++];
     }
   }
+  /* the buffer now belongs to *out (not shrunk to m) */
   wk->crossings = NULL;
   return ferry__rle_adopt(a, m, wk->h, wk->w, out);
 }
@@ -297,7 +347,11 @@ static ferry_status empty_mask(uint32_t h, uint32_t w, ferry_rle *out) {
   return ferry__rle_adopt(counts, 1, h, w, out);
 }
 
-/* Snap vertex coordinates to the fine grid (truncating, as maskApi.c's int cast). */
+/* Snap vertex coordinates to the fine grid (truncating, as maskApi.c's int cast),
+ * closing the outline with vertex k = vertex 0 as rleFrPoly does, and count the walk's
+ * points as it sizes its u/v arrays: max(dx, dy) + 1 per edge. The bound check comes
+ * first: (int) of a double outside int's range is undefined behaviour, and !(<=)
+ * also catches NaN. */
 static ferry_status snap_vertices(const double *xy, size_t k, int *gx, int *gy, uint64_t *steps) {
   for (size_t j = 0; j < k; j++) {
     double x = xy[2 * j], y = xy[2 * j + 1];
@@ -325,6 +379,7 @@ ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint
   if (!out || (k && !xy)) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_polygon: NULL argument");
   ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
+  /* k < 3: see the top of the file. A 0-pixel image has no crossing to find. */
   if (k < 3 || h == 0 || w == 0) return empty_mask(h, w, out);
   if (k > SIZE_MAX / sizeof(int) - 1) return ferry__fail(FERRY_ENOMEM, "polygon of %zu vertices is too large", k);
   int *gx = ferry__malloc((k + 1) * sizeof(int)), *gy = ferry__malloc((k + 1) * sizeof(int));
@@ -332,6 +387,8 @@ ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint
   uint64_t steps;
   if (!gx || !gy) st = ferry__fail(FERRY_ENOMEM, "out of memory rasterising a polygon");
   else st = snap_vertices(xy, k, gx, gy, &steps);
+  /* edges in vertex order, the last one back to vertex 0: the walk's previous point
+   * must carry from each edge to the next */
   for (size_t j = 0; j < k && st == FERRY_OK; j++) st = walk_edge(&wk, gx[j], gy[j], gx[j + 1], gy[j + 1]);
   ferry__free(gx);
   ferry__free(gy);
@@ -340,6 +397,8 @@ ferry_status ferry_rle_from_polygon(const double *xy, size_t k, uint32_t h, uint
   return st;
 }
 
+/* rleFrBbox: the box as the polygon (xs,ys) (xs,ye) (xe,ye) (xe,ys), with xe = x + w
+ * computed in doubles as there. */
 ferry_status ferry_rle_from_bbox(const double bbox[4], uint32_t h, uint32_t w, ferry_rle *out) {
   if (!bbox) return ferry__fail(FERRY_EINVAL, "ferry_rle_from_bbox: NULL box");
   double xs = bbox[0], xe = xs + bbox[2], ys = bbox[1], ye = ys + bbox[3];

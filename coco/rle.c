@@ -1,5 +1,36 @@
 /* coco/rle.c - RLE masks: validation, encode/decode, the string codec, area, bbox,
- * merge and IoU, with pycocotools' maskApi.c semantics (see ferry/mask.h). */
+ * merge and IoU, with pycocotools' maskApi.c semantics (see ferry/mask.h).
+ *
+ * Owns: nothing between calls. Each function reads the caller's ferry_rle values and
+ * returns new ones whose counts it allocated (ferry__malloc; ferry_rle_free).
+ * Callers: coco/segm.c and coco/target.c (annToRLE and the resized decode of every
+ * target, on the loader's worker threads, many at once), polygon.c (the helpers of
+ * rle_internal.h), ferry-coco and the tests. No state and no lock: any number of
+ * threads at once, each on its own outputs.
+ *
+ * Invariants:
+ *   - every ferry_rle returned here is valid: its counts sum to exactly h*w and h*w
+ *     <= UINT32_MAX (a size given as an argument passes ferry__rle_check_size; merge
+ *     takes its size from masks that must already be valid); m is 0 only when h*w is;
+ *   - an RLE handed in is not trusted (a caller may fill the struct by hand): decode,
+ *     merge and IoU check its sum before walking it, which is what keeps every walk
+ *     inside h*w (maskApi.c's rleDecode tests its bounds pixel by pixel, and its
+ *     other functions trust the sum). Area and bbox read only the counts and check
+ *     nothing;
+ *   - counts are uint32 as in maskApi.c; sums over them are taken in 64 bits, so
+ *     nothing wraps where maskApi.c's uint sums would, and on valid RLEs (all sums <=
+ *     h*w < 2^32) the results are equal. The exception is bbox, which keeps
+ *     rleToBbox's uint32 arithmetic on purpose.
+ * Each function says which maskApi.c function it follows, where there is one, and
+ * where it differs.
+ * Where maskApi.c has undefined behaviour (rleFrString reads to a NUL and shifts an
+ * int past its width; rleToString allocates 6 characters a value where a large count
+ * takes 7), this file fails cleanly or sizes the buffer for the worst case.
+ * Not done here: rleNms and bbNms, and rleDecode of n masks into one buffer;
+ * pixel masks in and out are row-major (only the runs are column-major), and encode
+ * takes any nonzero byte as foreground where rleEncode compares raw bytes (a mask
+ * holding 0, 1 and 2 would get extra runs there).
+ */
 #include <math.h>
 #include <string.h>
 
@@ -11,6 +42,7 @@
  * uint32 counts with its sign, which is all rleToString ever writes. */
 #define RLE_MAX_VALUE_CHARS 7
 
+/* Resets the size too, so a second free (or a free of a zeroed struct) is harmless. */
 void ferry_rle_free(ferry_rle *rle) {
   if (!rle) return;
   ferry__free(rle->counts);
@@ -19,6 +51,8 @@ void ferry_rle_free(ferry_rle *rle) {
   rle->h = rle->w = 0;
 }
 
+/* maskApi.c counts in uint: beyond 2^32-1 pixels one run could not span the mask and
+ * the sum of the runs would wrap. */
 ferry_status ferry__rle_check_size(uint32_t h, uint32_t w) {
   if ((uint64_t)h * w > UINT32_MAX)
     return ferry__fail(FERRY_ELIMIT, "mask size %ux%u exceeds 2^32-1 pixels", h, w);
@@ -41,7 +75,10 @@ ferry_status ferry__rle_alloc_counts(size_t m, uint32_t **counts) {
   return FERRY_OK;
 }
 
+/* The one check that stands in for rleDecode's per-pixel bounds test: once the runs
+ * sum to h*w, no walk over them can leave the mask. */
 ferry_status ferry__rle_check_sum(const uint32_t *counts, size_t m, uint32_t h, uint32_t w) {
+  /* in 64 bits: it cannot wrap below 2^32 counts (16 GiB of them) */
   uint64_t sum = 0;
   for (size_t i = 0; i < m; i++) sum += counts[i];
   uint64_t expected = (uint64_t)h * w;
@@ -57,6 +94,9 @@ ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h,
   ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
   if ((st = ferry__rle_check_sum(counts, m, h, w)) < 0) return st;
+  /* Copied as given, zero-length runs included: pycocotools keeps an uncompressed
+   * RLE's counts as they are, so what is computed from the runs (the string form
+   * above all) is what it computes. */
   uint32_t *copy;
   if ((st = ferry__rle_alloc_counts(m, &copy)) < 0) return st;
   if (m) memcpy(copy, counts, m * sizeof(uint32_t));
@@ -65,7 +105,11 @@ ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h,
 
 /* ---- encode / decode ---------------------------------------------------------- */
 
-/* Visit the mask column-major; count runs when `counts` is NULL, else store them. */
+/* Visit the mask column-major; count runs when `counts` is NULL, else store them.
+ * rleEncode reads a Fortran-ordered (column-major) array in memory order; reading a
+ * row-major mask column by column visits the same pixels in the same order. The
+ * first run is background (value starts at 0), so a mask whose first pixel is set
+ * starts with a 0 count, as there. */
 static size_t encode_runs(const uint8_t *mask, uint32_t h, uint32_t w, uint32_t *counts) {
   size_t m = 0;
   uint32_t run = 0;
@@ -82,6 +126,7 @@ static size_t encode_runs(const uint8_t *mask, uint32_t h, uint32_t w, uint32_t 
       run++;
     }
   }
+  /* the last run is closed by the end of the mask */
   if (counts) counts[m] = run;
   return m + 1;
 }
@@ -90,6 +135,8 @@ ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry
   if (!out || (!mask && (uint64_t)h * w > 0)) return ferry__fail(FERRY_EINVAL, "ferry_rle_encode: NULL argument");
   ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
+  /* Two passes, one to count the runs and one to store them: memory is the runs,
+   * where rleEncode allocates h*w+1 counts up front. */
   size_t m = encode_runs(mask, h, w, NULL);
   uint32_t *counts;
   if ((st = ferry__rle_alloc_counts(m, &counts)) < 0) return st;
@@ -97,7 +144,9 @@ ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry
   return ferry__rle_adopt(counts, m, h, w, out);
 }
 
-/* First output index i whose source index (i*src)/dst is >= s: ceil(s*dst/src). */
+/* First output index i whose source index (i*src)/dst is >= s: ceil(s*dst/src).
+ * (i*src)/dst >= s exactly when i*src >= s*dst, in integers. s <= src < 2^32 and
+ * dst < 2^32, so s*dst fits in 64 bits. */
 static uint64_t first_output_at(uint64_t s, uint32_t src, uint32_t dst) {
   return (s * dst + src - 1) / src;
 }
@@ -112,7 +161,10 @@ static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t 
 static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
   if (!rle) return ferry__fail(FERRY_EINVAL, "%s: NULL RLE", fn);
   if (rle->m > 0 && !rle->counts) return ferry__fail(FERRY_EINVAL, "%s: RLE without counts", fn);
-  return FERRY_OK;
+  /* A hand-built RLE may claim any size; past 2^32-1 pixels merge's run lengths
+   * would wrap and give a wrong mask with FERRY_OK. */
+  ferry_status st = ferry__rle_check_size(rle->h, rle->w);
+  return st < 0 ? ferry__error_prefix(st, "%s: ", fn) : FERRY_OK;
 }
 
 ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
@@ -123,10 +175,19 @@ ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t
   if (need > out_size || (need > 0 && !out))
     return ferry__fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
                       out_size, (unsigned long long)need);
+  /* All zero first, then only the foreground is written: the cost is the runs plus
+   * the foreground output pixels, never the source's h*w. */
   if (need) memset(out, 0, (size_t)need);
   uint32_t h = rle->h, w = rle->w;
+  /* Nothing to write, or a zero-sized source with no pixel to sample: the output
+   * stays all zero (mask.h). The counts are never read then, so not checked either. */
   if (need == 0 || h == 0 || w == 0) return FERRY_OK;
   if ((st = ferry__rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
+
+  /* Output column j samples source column sx = (j*w)/dst_w, and row i source row
+   * (i*h)/dst_h: in exact integers, the rule torch's nearest interpolation evaluates
+   * in float32 (docs/coco.md). sx never decreases with j, so `run` only moves
+   * forward and the runs are walked once, plus those that straddle a column. */
 
   size_t run = 0;            /* first run that ends after the current column's start */
   uint64_t run_start = 0;
@@ -143,6 +204,7 @@ ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t
     uint64_t p = run_start;
     for (size_t q = run; q < rle->m && p < col_end; q++) {
       uint64_t e = p + rle->counts[q];
+      /* odd runs are foreground; clip [p, e) to this column */
       if (q & 1) {
         uint64_t a = (p > col_start ? p : col_start) - col_start;
         uint64_t b = (e < col_end ? e : col_end) - col_start;
@@ -162,10 +224,17 @@ ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_siz
 
 /* ---- the compressed string codec ---------------------------------------------- */
 
+/* rleToString: each count, from the fourth on (i > 2, not i >= 2: maskApi.c's
+ * choice, which every COCO file's strings depend on), is stored as its difference
+ * from the count two places back; each value is written 5 bits a character, low bits
+ * first, bit 0x20 meaning "more follows" and bit 0x10 of the last character giving
+ * the sign; adding 48 puts every character in '0'..'o'. */
 ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
   ferry_status st = check_rle_arg(rle, "ferry_rle_to_string");
   if (st < 0) return st;
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_rle_to_string: NULL output");
+  /* The worst case, 7 characters a value and the NUL (maskApi.c allocates 6 a value,
+   * which values of magnitude 2^29 or more can overrun). */
   if (rle->m > (SIZE_MAX - 1) / RLE_MAX_VALUE_CHARS)
     return ferry__fail(FERRY_ENOMEM, "RLE of %zu runs is too large", rle->m);
   char *s = ferry__malloc(rle->m * RLE_MAX_VALUE_CHARS + 1);
@@ -176,6 +245,7 @@ ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
     for (;;) {
       int c = (int)(x & 0x1f);
       x >>= 5;  /* arithmetic: x stays negative until it reaches -1 */
+      /* done once what is left is the sign extension of this character's bit 0x10 */
       int more = (c & 0x10) ? x != -1 : x != 0;
       s[p++] = (char)(48 + (more ? c | 0x20 : c));
       if (!more) break;
@@ -188,7 +258,11 @@ ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
 
 void ferry_rle_free_string(char *s) { ferry__free(s); }
 
-/* Read one value starting at s[*pos]; advances *pos. */
+/* Read one value starting at s[*pos]; advances *pos. rleFrString's loop, made strict:
+ * it reads until a NUL and accumulates with an int shift that can overflow from the
+ * seventh character on; here the buffer's end, a character outside '0'..'o' and a
+ * value longer than 7 characters (35 bits, more than any difference of two uint32
+ * counts needs) are errors naming the character. */
 static ferry_status read_string_value(const char *s, size_t len, size_t *pos, int64_t *value) {
   size_t start = *pos;
   int64_t x = 0;
@@ -205,6 +279,8 @@ static ferry_status read_string_value(const char *s, size_t len, size_t *pos, in
     (*pos)++;
     x |= (int64_t)(c & 0x1f) << (5 * k);
     if (!(c & 0x20)) {
+      /* x < 2^(5(k+1)) here, so subtracting that is rleFrString's
+       * x |= -1 << 5*k (k already incremented there) */
       if (c & 0x10) x -= (int64_t)1 << (5 * (k + 1));  /* sign-extend */
       *value = x;
       return FERRY_OK;
@@ -217,13 +293,16 @@ ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32
   ferry_status st = ferry__rle_check_size(h, w);
   if (st < 0) return st;
   uint32_t *counts;
+  /* every value takes at least one character: len counts always suffice */
   if ((st = ferry__rle_alloc_counts(len ? len : 1, &counts)) < 0) return st;
   size_t m = 0, pos = 0;
   while (pos < len) {
     size_t start = pos;
     int64_t x = 0;
     if ((st = read_string_value(s, len, &pos, &x)) < 0) goto fail;
+    /* undo the delta, from the fourth count on */
     if (m > 2) x += counts[m - 2];
+    /* rleFrString casts to uint, wrapping such a value silently */
     if (x < 0 || x > (int64_t)UINT32_MAX) {
       st = ferry__fail(FERRY_EFORMAT, "RLE string value at character %zu gives count %lld, outside 0..2^32-1",
                       start, (long long)x);
@@ -231,6 +310,8 @@ ferry_status ferry_rle_from_string(const char *s, size_t len, uint32_t h, uint32
     }
     counts[m++] = (uint32_t)x;
   }
+  /* rleFrString does not check the sum; here such a string is refused, so that every
+   * ferry_rle is valid */
   if ((st = ferry__rle_check_sum(counts, m, h, w)) < 0) goto fail;
   return ferry__rle_adopt(counts, m, h, w, out);
 fail:
@@ -240,6 +321,8 @@ fail:
 
 /* ---- measures ------------------------------------------------------------------ */
 
+/* rleArea: the odd (foreground) runs. Summed in 64 bits where rleArea sums in uint;
+ * equal for any valid RLE, whose area is <= h*w < 2^32. */
 uint64_t ferry_rle_area(const ferry_rle *rle) {
   uint64_t area = 0;
   if (!rle || !rle->counts) return 0;
@@ -255,12 +338,15 @@ void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]) {
   bbox[0] = bbox[1] = bbox[2] = bbox[3] = 0;
   if (!rle || !rle->counts) return;
   uint32_t h = rle->h, w = rle->w;
+  /* as rleToBbox: this drops only a trailing background run */
   size_t m = rle->m / 2 * 2;
   if (m == 0) return;
   uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0;
   for (size_t j = 0; j < m; j++) {
     uint32_t start = cc;
     cc += rle->counts[j];
+    /* h == 0: an unchecked RLE may still have a nonempty foreground run there, and
+     * maskApi.c would divide by zero */
     if (j % 2 == 0 || rle->counts[j] == 0 || h == 0) continue;
     uint32_t x0 = start / h, y0 = start % h, x1 = (cc - 1) / h, y1 = (cc - 1) % h;
     if (x0 < xs) xs = x0;
@@ -275,13 +361,19 @@ void ferry_rle_to_bbox(const ferry_rle *rle, double bbox[4]) {
   }
   bbox[0] = xs;
   bbox[1] = ys;
+  /* uint32 arithmetic, as in rleToBbox: when no run widened the box (xs = w, xe = 0)
+   * the width and height wrap around as they do there */
   bbox[2] = (uint32_t)(xe - xs + 1);
   bbox[3] = (uint32_t)(ye - ys + 1);
 }
 
 /* ---- merge --------------------------------------------------------------------- */
 
-/* A cursor over runs that steps over zero-length runs, flipping the value each run. */
+/* A cursor over runs that steps over zero-length runs, flipping the value each run,
+ * so merge and IoU see each input as the mask it denotes. maskApi.c's rleMerge and
+ * rleIou loops instead stop as soon as both inputs sit on a zero-length run at once
+ * (their ct == 0): on RLEs with zero-length runs after the first, that is the one
+ * place ferry's results differ, deliberately (mask.h). */
 typedef struct run_cursor {
   const uint32_t *counts;
   size_t m, next;
@@ -311,7 +403,11 @@ static void cursor_advance(run_cursor *c, uint64_t n) {
 }
 
 /* Canonical runs of a OP b into out (capacity a->m + b->m + 1); returns the run count.
- * Both must have the same size and valid sums. */
+ * Both must have the same size and valid sums. A run is closed only where the value
+ * changes, so no run after the first is empty (the first is 0 when the first pixel is
+ * set): rleMerge's output, for inputs without inner zero-length runs. Each step ends
+ * a run of a or of b, so the loop closes at most a->m + b->m runs, and one more
+ * follows it: the capacity. */
 static size_t merge_pair(const ferry_rle *a, const ferry_rle *b, int intersect, uint32_t *out) {
   run_cursor ca, cb;
   cursor_start(&ca, a);
@@ -319,6 +415,7 @@ static size_t merge_pair(const ferry_rle *a, const ferry_rle *b, int intersect, 
   size_t m = 0;
   int value = 0;
   uint64_t len = 0;
+  /* both sum to h*w, so both cursors run out together */
   while (ca.left > 0 && cb.left > 0) {
     uint64_t c = ca.left < cb.left ? ca.left : cb.left;
     int v = intersect ? (ca.value && cb.value) : (ca.value || cb.value);
@@ -331,6 +428,7 @@ static size_t merge_pair(const ferry_rle *a, const ferry_rle *b, int intersect, 
     cursor_advance(&ca, c);
     cursor_advance(&cb, c);
   }
+  /* the cast is exact: len <= h*w < 2^32 */
   out[m++] = (uint32_t)len;
   return m;
 }
@@ -346,7 +444,12 @@ ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, fer
                         i, rles[i].h, rles[i].w, h, w);
     if ((st = ferry__rle_check_sum(rles[i].counts, rles[i].m, h, w)) < 0) return st;
   }
+  /* maskApi.c returns an empty 0x0 RLE for masks of different sizes; here that is
+   * FERRY_EINVAL, checked above. A single mask is copied as is (zero runs included),
+   * as rleMerge's n == 1 case does. */
   if (n == 1) return ferry_rle_from_counts(rles[0].counts, rles[0].m, h, w, out);
+  /* Folded left to right as rleMerge does; `owned` is the previous step's result,
+   * freed once the next one is made (acc starts as the caller's first mask). */
   ferry_rle acc = rles[0];
   uint32_t *owned = NULL;
   for (size_t i = 1; i < n; i++) {
@@ -368,7 +471,8 @@ ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, fer
 
 /* ---- IoU ----------------------------------------------------------------------- */
 
-/* maskApi.c's bbIou for one pair: 0 unless the boxes overlap. */
+/* maskApi.c's bbIou for one pair: 0 unless the boxes overlap. rleIou uses only its
+ * sign: boxes that do not overlap leave the masks uncompared, with IoU 0. */
 static double box_iou(const double d[4], const double g[4], int crowd) {
   double da = d[2] * d[3], ga = g[2] * g[3];
   double w = fmin(d[2] + d[0], g[2] + g[0]) - fmax(d[0], g[0]);
@@ -379,6 +483,7 @@ static double box_iou(const double d[4], const double g[4], int crowd) {
   return i / u;
 }
 
+/* rleIou's inner loop, over the canonical view the cursors give. */
 static void intersection_union(const ferry_rle *a, const ferry_rle *b, uint64_t *inter, uint64_t *uni) {
   run_cursor ca, cb;
   cursor_start(&ca, a);
@@ -393,6 +498,7 @@ static void intersection_union(const ferry_rle *a, const ferry_rle *b, uint64_t 
   }
 }
 
+/* Every input is checked before anything is written to out. */
 static ferry_status check_rles(const ferry_rle *rles, size_t n) {
   for (size_t i = 0; i < n; i++) {
     ferry_status st = check_rle_arg(&rles[i], "ferry_rle_iou");
@@ -407,6 +513,7 @@ ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, s
   if ((m && !dt) || (n && !gt) || (m && n && !out)) return ferry__fail(FERRY_EINVAL, "ferry_rle_iou: NULL argument");
   ferry_status st;
   if ((st = check_rles(dt, m)) < 0 || (st = check_rles(gt, n)) < 0) return st;
+  /* out[g*m + d], ground truths outer, as rleIou lays it out */
   for (size_t g = 0; g < n; g++) {
     int crowd = iscrowd && iscrowd[g];
     double gb[4];
@@ -416,6 +523,9 @@ ferry_status ferry_rle_iou(const ferry_rle *dt, size_t m, const ferry_rle *gt, s
       ferry_rle_to_bbox(&dt[d], db);
       double o = box_iou(db, gb, crowd);
       if (o > 0) {
+        /* rleIou's rules in its order: -1 for masks of different sizes (only once
+         * the boxes overlap), 0 without dividing when nothing intersects, and for
+         * a crowd ground truth the union is the detection's area */
         if (dt[d].h != gt[g].h || dt[d].w != gt[g].w) {
           o = -1;
         } else {

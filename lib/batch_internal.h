@@ -36,6 +36,9 @@ struct ferry_batch {
   size_t nheld, held_capacity;
   ferry_batch_release_fn release_hook;
   void *release_user;
+  /* A loader's GPU decoder: ferry_transfer builds the images tensor with it
+   * (lib/transfer/jpeg_stage.h); NULL otherwise. Not owned. */
+  struct ferry_jpeg_stage *jpeg_stage;
 };
 
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,

@@ -162,11 +162,11 @@ void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
   ferry__nvjpeg_parser_close(&d->parser);
 }
 
-ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_decoder *d, const uint8_t *data, size_t len,
+ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
                                       const char *name, int *width, int *height) {
   int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
   nvjpegChromaSubsampling_t css;
-  nvjpegStatus_t ns = d->parser.api->GetImageInfo(d->parser.handle, data, len, &components, &css,
+  nvjpegStatus_t ns = p->api->GetImageInfo(p->handle, data, len, &components, &css,
                                                   widths, heights);
   if (ns != NVJPEG_STATUS_SUCCESS || widths[0] <= 0 || heights[0] <= 0)
     return ferry__fail(FERRY_EFORMAT, "%s: nvJPEG cannot read the header (status %d)", name, (int)ns);

@@ -72,7 +72,7 @@ void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d);
 
 /* The size nvJPEG decodes the image at (its first component's). FERRY_EFORMAT naming
  * `name` when nvJPEG cannot read the header. */
-ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_decoder *d, const uint8_t *data, size_t len,
+ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
                                       const char *name, int *width, int *height);
 
 /* Queue the decode of n JPEGs (host memory) to interleaved RGB8 on `stream` (a CUDA

@@ -1,18 +1,34 @@
 /* loaders/coordinator.c - lays batches out ahead of the consumer and commits them
  * in order (see loader_internal.h for the plan protocol).
  *
+ * Owns the coordinator thread (started by loader.c's start_threads, joined by
+ * ferry_loader_close) and, on it alone: the epoch being laid out (epoch_run: its
+ * generation, the next cursor position, the positions known to fail), the sampler's
+ * order (drawn here by begin_epoch, read by plan_create), the in-flight list, the
+ * spare plans and the reserve item. Workers (workers.c) and the consumer (loader.c,
+ * handoff.c) reach the same plans and items under loader->lock, but for the slot a
+ * worker fills while it holds the claim.
+ *
  * Invariants: plans in flight are in cursor order and contiguous (each starts where
  * the previous one ended); only the head plan is ever committed; at most
  * `prefetch` plans are in flight or ready, and at most `arenas` batches exist; a
  * plan's memory goes back to the spare list only once no worker can touch it
  * (pending == 0). Everything here runs on the coordinator thread with the lock held,
  * except plan_create, which may block in the pool and runs without it.
+ * Also: every plan in flight is of run->generation, older ones are cancelled before
+ * the first plan of a new one is laid out; ITEM_END is queued only once nothing is
+ * in flight, a failed sample's ITEM_ERROR only after cancelling what is; after either
+ * the next epoch is begun at once, so the consumer's next call needs no set_epoch.
+ * Not done here: filling samples (workers.c, fill.c), delivering good plans in the
+ * steady state (the worker that completes the head does it, handoff.c), waiting for
+ * a batch's events (lib/pool.c), and deciding the sample order (sampler.c).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "lib/alloc.h"
 #include "lib/thread.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -36,7 +52,8 @@ static void plan_free(plan *p) {
   ferry__free(p);
 }
 
-/* A plan with arrays for a full batch, NULL when out of memory. */
+/* A plan with arrays for a full batch, NULL when out of memory. Sized for
+ * batch_size once, so a recycled plan fits any batch, the short last one too. */
 static plan *plan_new(size_t batch_size, size_t nfields) {
   plan *p = ferry__calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -53,7 +70,10 @@ static plan *plan_new(size_t batch_size, size_t nfields) {
 }
 
 
-/* Give a batch back on the coordinator's side, without the consumer's hook. */
+/* Give a batch back on the coordinator's side, without the consumer's hook. The
+ * hook must go first: it takes loader->lock, which the caller holds, and it would
+ * look for the batch among those the consumer holds. For a packed batch the pool's
+ * lock is taken inside, under loader->lock: the order loader_internal.h states. */
 static void discard_batch(ferry_loader *l, ferry_batch *b) {
   ferry_batch_set_release_hook(b, NULL, NULL);
   ferry_batch_release(b);
@@ -68,6 +88,8 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   size_t B = l->config.batch_size;
   uint64_t pos = run->next_start;
   p->count = 0;
+  /* Positions that failed earlier in this epoch (skip policy) are passed over, so the
+   * plan may span more than B positions: [start, end) is what it consumed. */
   while (p->count < B && pos < s->per_rank) {
     if (!run->failed[pos]) {
       p->position[p->count] = pos;
@@ -82,18 +104,27 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   p->canceled = 0;
   p->batch = NULL;
   if (p->count == 0 || (p->count < B && l->config.drop_last)) return FERRY_EEND;
+  /* The layout from the instance counts alone, before any pixel is decoded: every
+   * field gets the image's count (a per-sample field ignores it, lib/batch.c); the
+   * GPU decoder's jpeg and cpu_images rows are then set from its per-image facts. */
   for (size_t f = 0; f < l->nfields; f++)
     for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
+  if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
   ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
                             : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
   if (st != FERRY_OK) return st;
+  /* The hook takes the batch off `outstanding` when the consumer releases it
+   * (handoff.c). */
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
+  if (l->fill.gpu.stage) ferry__batch_set_jpeg_stage(p->batch, l->fill.gpu.stage);
   return FERRY_OK;
 }
 
 
 /* The coordinator cannot go on (out of memory for its own bookkeeping): every later
  * ferry_loader_next returns this status and message instead of waiting forever. */
+/* Broadcast: every thread waiting in ferry_loader_next must see it. The main loop
+ * stops on coordinator_failed. */
 static void fail_fatally(ferry_loader *l, ferry_status status, const char *message) {
   l->coordinator_failed = 1;
   l->fatal_status = status;
@@ -126,6 +157,10 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
 /* Cancel every plan in flight, wait for the slots workers already hold, give the
  * memory back. */
 static void cancel_inflight(ferry_loader *l) {
+  /* Every plan is withdrawn before the first wait: the wait lets go of the lock, and
+   * a plan still queued would have more of its slots claimed meanwhile. A worker
+   * that finishes a cancelled plan's last slot signals coord_cv (workers.c finish)
+   * and never delivers it (handoff.c checks `canceled`). */
   for (plan *p = l->inflight_head; p; p = p->next) {
     p->canceled = 1;
     ferry__loader_withdraw(l, p);
@@ -142,7 +177,10 @@ static void cancel_inflight(ferry_loader *l) {
   l->inflight = 0;
 }
 
-/* Drop ready items from an older generation (after set_epoch, state_set, close). */
+/* Drop ready items from an older generation (after set_epoch, state_set, close).
+ * The list is relinked in place, keeping the current generation's items in order;
+ * ready_tail is rebuilt as the walk goes. With UINT64_MAX, a generation never
+ * reached, every item goes (the coordinator's exit). */
 static void drop_stale_items(ferry_loader *l, uint64_t generation) {
   ready_item **link = &l->ready_head;
   l->ready_tail = NULL;
@@ -160,6 +198,11 @@ static void drop_stale_items(ferry_loader *l, uint64_t generation) {
   }
 }
 
+/* Start laying out `epoch` at `cursor`: after a restart (restart_epoch/_cursor),
+ * after an end or an error (epoch + 1, 0), and at start-up. Each start retries the
+ * reserve item; its failure is absorbed here, since the reserve is only the fallback
+ * of push_marker, which reports what it cannot queue. A failed draw of the order
+ * leaves the previous one (sampler.h), so it is fatal rather than a wrong epoch. */
 static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t cursor) {
   run->generation = l->generation;
   run->epoch = epoch;
@@ -177,13 +220,28 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
  * than the epoch learns that the loader can. */
 #define SKIP_HINT " (config.on_error = FERRY_ON_ERROR_SKIP skips failed samples instead)"
 
+/* A slot that failed only because the GPU decoder's layout was wrong for it (the
+ * sample goes to the CPU; gpu_fill.c recorded it): laid out again, never skipped. */
+static int rerouted(const ferry_loader *l, ferry_status st) {
+  return st == FERRY_EAGAIN && l->fill.gpu.api;
+}
+
 /* The head plan has failed samples: under the skip policy, forget them and lay the
- * rest out again; else end the epoch with the first failure. */
+ * rest out again; else end the epoch with the first failure. Samples to be laid out
+ * again for the CPU decoder are neither: a plan with only those is laid out again
+ * under either policy. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   plan *head = l->inflight_head;
-  if (l->config.on_error == FERRY_ON_ERROR_SKIP) {
+  /* Skip (or only reroutes, under either policy): the failed positions are marked for
+   * the rest of the epoch, and the head and everything behind it (laid out on the
+   * assumption that they would succeed) are laid out again from the head's start. The
+   * batches before it were delivered already and stay as they were, so batch k
+   * depends on which samples fail, never on when. */
+  size_t reroutes = 0;
+  for (size_t i = 0; i < head->count; i++) reroutes += rerouted(l, head->status[i]);
+  if (l->config.on_error == FERRY_ON_ERROR_SKIP || reroutes == head->failures) {
     for (size_t i = 0; i < head->count; i++)
-      if (head->status[i] != FERRY_OK) {
+      if (head->status[i] != FERRY_OK && !rerouted(l, head->status[i])) {
         run->failed[head->position[i]] = 1;
         l->epoch_skipped++;
         l->stats.samples_skipped++;
@@ -194,8 +252,11 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
     cancel_inflight(l);
     return;
   }
+  /* Fail: the first real failure in slot order, not the first to happen, so the
+   * message does not depend on timing. The message is cut so that the hint always
+   * fits. */
   size_t bad = 0;
-  while (head->status[bad] == FERRY_OK) bad++;
+  while (head->status[bad] == FERRY_OK || rerouted(l, head->status[bad])) bad++;
   char message[FERRY_ERROR_MAX];
   snprintf(message, sizeof message, "%.*s%s", (int)(sizeof message - sizeof SKIP_HINT),
            head->message[bad], SKIP_HINT);
@@ -213,7 +274,9 @@ static void commit_head(ferry_loader *l, epoch_run *run) {
 
 
 /* A plan to lay out, with the item it will be delivered in: a spare one, or a new
- * one made without the lock. NULL when out of memory. */
+ * one made without the lock. NULL when out of memory. Called and returns with the
+ * lock held; a new plan's allocations (batch_size entries each) are made without
+ * it, so workers recording results do not wait on them. */
 static plan *plan_get(ferry_loader *l) {
   plan *p = l->spare_plans;
   if (p) {
@@ -244,7 +307,10 @@ static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
   ferry__loader_dispatch(l, p);
 }
 
-/* Lay out one more plan if the pipeline has room. 1 if it did something. */
+/* Lay out one more plan if the pipeline has room. 1 if it did something. The depth
+ * (prefetch) bounds plans in flight plus batches ready; `arenas` bounds every batch
+ * that exists, the consumer's included, which is what makes a slow consumer stop
+ * the planning rather than have more batches made. */
 static int plan_ahead(ferry_loader *l, epoch_run *run) {
   if (run->exhausted || l->inflight + l->ready >= l->prefetch || l->outstanding >= l->arenas)
     return 0;
@@ -253,6 +319,10 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   ferry_status st = FERRY_ENOMEM;
   char message[FERRY_ERROR_MAX] = "loader: out of memory laying out a batch";
   if (p) {
+    /* Unlocked: plan_create may wait for an arena. It reads only what the coordinator
+     * alone writes (run, the sampler), what is fixed at open, and the GPU decoder's
+     * route bytes (atomics). The message is copied on this thread, where
+     * ferry_last_error holds it. */
     pthread_mutex_unlock(&l->lock);
     st = plan_create(l, run, p);
     if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);
@@ -261,6 +331,12 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   if (st != FERRY_OK) {
     if (p) ferry__loader_plan_put(l, p);
     l->outstanding--;
+    /* EEND: nothing more to lay out this epoch; the end is queued once the plans in
+     * flight are committed (the main loop). An error of a dropped generation, or of
+     * a close (the pool was cancelled), is nobody's to report.
+     * NOTE (a defect, reported by the comments3 pass): unlike learn_from_failures,
+     * the error ends the epoch without cancelling the plans in flight before this
+     * one; they are delivered after the marker, as batches of the epoch it ended. */
     if (st == FERRY_EEND) run->exhausted = 1;
     else if (!l->stopping && run->generation == l->generation) {
       push_marker(l, run, ITEM_ERROR, st, message);
@@ -268,6 +344,8 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
     }
     return 1;
   }
+  /* A restart or a close came while the lock was let go: the plan is of a dropped
+   * generation, and the main loop will begin the new one. */
   if (l->stopping || run->generation != l->generation) {
     discard_batch(l, p->batch);
     ferry__loader_plan_put(l, p);
@@ -284,8 +362,15 @@ void *ferry__loader_coordinate(void *arg) {
   epoch_run run = {0};
   run.failed = ferry__calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
+  /* restart_epoch and restart_cursor are 0 at open, unless set_epoch or state_set
+   * came before this thread took the lock. */
   if (run.failed) begin_epoch(l, &run, l->restart_epoch, l->restart_cursor);
   else fail_fatally(l, FERRY_ENOMEM, "loader: out of memory for the epoch's bookkeeping");
+  /* One step per turn, most urgent first: a restart voids everything in flight; a
+   * complete head is settled before planning further, since under the skip policy its
+   * failures cancel every plan behind it; then planning ahead; then the end of the
+   * epoch, once nothing is left in flight. Each step may have let go of the lock, so
+   * the loop looks again from the top after it. */
   while (!l->stopping && !l->coordinator_failed) {
     if (run.generation != l->generation) {
       cancel_inflight(l);
@@ -303,10 +388,16 @@ void *ferry__loader_coordinate(void *arg) {
       begin_epoch(l, &run, run.epoch + 1, 0);
       continue;
     }
+    /* Idle: woken by a worker (a head needing it, a cancelled plan done), by the
+     * consumer once a quarter of the depth is free (handoff.c room_freed), by a
+     * restart or by close. */
     l->coordinator_idle = 1;
     ferry__loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
     l->coordinator_idle = 0;
   }
+  /* Stopping: nothing in flight or ready survives the thread. The batches the
+   * consumer still holds are released by close (l->held); the workers, still running,
+   * find no plan left to claim. */
   cancel_inflight(l);
   drop_stale_items(l, UINT64_MAX);
   while (l->spare_plans) {

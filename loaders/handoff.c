@@ -9,8 +9,10 @@
  * Invariants, all under loader->lock (every function here expects it held, except
  * ferry__loader_release_hook, which takes it):
  *   - the ready queue holds items in delivery order; `ready` is its length;
- *   - a plan is on exactly one list: in flight, or spare (recycled only once no
- *     worker holds one of its slots);
+ *   - a plan is in flight, spare, or being laid out by the coordinator (held by it
+ *     alone, on neither list); it goes back to spare only once no worker holds one
+ *     of its slots. The work queue (workers.c) links in-flight plans that still
+ *     have unclaimed slots;
  *   - only the head plan of the in-flight list is ever delivered, and only when it
  *     is complete, good (no failures), not cancelled and of the current generation:
  *     batch k of an epoch is therefore the k-th plan laid out, whoever completes it;

@@ -1,9 +1,31 @@
 /* loaders/loader.c - the public loader: configuration, open/close, next, state.
  *
- * Owns the consumer's side of the pipeline (ferry_loader_next, the release hook)
- * and sizing at open: the worker count, the prefetch depth and the pool. The
- * coordinator and workers are in coordinator.c and workers.c; the lock and the
- * three condition variables they share are described in loader_internal.h.
+ * Owns the consumer's side of the pipeline (ferry_loader_next, set_epoch, state,
+ * stats) and sizing at open: the worker count, the prefetch depth and the pool. The
+ * coordinator and workers are in coordinator.c and workers.c, the release hook and
+ * the other hand-offs in handoff.c; the lock and the condition variables they share
+ * are described in loader_internal.h.
+ * Callers: the user's threads. open and close from one thread, close once every
+ * other call has returned; next from one thread at a time (loader.h); set_epoch,
+ * state_get/set and stats_get from any, each under loader->lock.
+ *
+ * Invariants:
+ *   - everything open computes (config, the fill context, the field table, the
+ *     instance counts, the depth and arena counts) is fixed before the coordinator
+ *     and the workers start, and never written again: they read it without the
+ *     lock. The one exception is the GPU decoder's per-image route bytes, which
+ *     workers update with atomics (gpu_fill.c);
+ *   - the consumer's view (state, samples_in_epoch, skipped_in_epoch) moves only with
+ *     what next takes off the ready queue, or at once with a restart; it is what
+ *     state_get saves, so a resumed loader continues with the batch after it;
+ *   - `held` lists the batches delivered and not yet released; there are never more
+ *     than `arenas` (the coordinator makes no more), so next can tell a consumer
+ *     that holds them all instead of waiting forever;
+ *   - open either returns a loader whose threads all run, or closes what it opened:
+ *     close accepts a loader stopped at any step of open.
+ * Not done here: the order of batches (coordinator.c), filling (workers.c, fill.c,
+ * gpu_fill.c), the wait for a batch's events before its arena is reused
+ * (lib/pool.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -14,6 +36,7 @@
 
 #include "lib/alloc.h"
 #include "lib/nvjpeg_api.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -45,6 +68,8 @@ static ferry_status check_images_folder(const char *images) {
   return FERRY_OK;
 }
 
+/* The config's bounds, checked before anything is allocated or parsed, so a wrong
+ * argument costs no annotation parse. */
 static ferry_status check_config(const ferry_loader_config *c) {
   if (!c->annotations || !c->images)
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
@@ -64,7 +89,8 @@ static ferry_status check_config(const ferry_loader_config *c) {
   return check_images_folder(c->images);
 }
 
-/* One field spec; returns its index. */
+/* One field spec; returns its index. The table has FERRY_MAX_FIELDS entries and
+ * define_fields adds at most 12. */
 static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry_field_kind kind,
                      int ndim, int64_t d0, int64_t d1, int64_t d2) {
   ferry_field_spec *f = &l->fields[l->nfields];
@@ -72,15 +98,26 @@ static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry
   return (int)l->nfields++;
 }
 
+/* The batch's fields, in the order their slots are handed out. sample_index always
+ * exists (fill.c writes it without looking), and so does images unless the GPU
+ * decoder is in use (jpeg and cpu_images instead); every other slot stays -1
+ * (memset to 0xFF bytes) unless asked for, and keypoints also needs a dataset that
+ * has them. */
 static void define_fields(ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   int64_t R = c->resolution;
   unsigned want = c->fields;
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
-  s->images = c->layout == FERRY_LAYOUT_U8_HWC
-                  ? add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3)
-                  : add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  if (l->fill.gpu.api) {
+    /* No pixels but the fallbacks' u8 ones: the device makes the images tensor. */
+    s->jpeg = add_field(l, FERRY_FIELD_JPEG, FERRY_U8, FERRY_FIELD_ROWS, 0, 0, 0, 0);
+    s->cpu_images = add_field(l, FERRY_FIELD_CPU_IMAGES, FERRY_U8, FERRY_FIELD_ROWS, 3, R, R, 3);
+  } else if (c->layout == FERRY_LAYOUT_U8_HWC) {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3);
+  } else {
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+  }
   s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
   if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
   if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
@@ -94,7 +131,10 @@ static void define_fields(ferry_loader *l) {
     s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);
 }
 
-/* Instance counts of every image, up front: they lay every batch out. */
+/* Instance counts of every image, up front: they lay every batch out. Counted with the
+ * same target options the workers write with, so a batch's rows and what fill.c
+ * writes into them agree; an annotation the targets cannot use (no bbox) fails here,
+ * at open, rather than in a sample. */
 static ferry_status count_instances(ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco);
   l->instances = ferry__calloc(n, sizeof *l->instances);
@@ -124,9 +164,13 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.image = l->config.image;
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
-  return count_instances(l);
+  st = count_instances(l);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
+  return st;
 }
 
+/* rank and world_size both -1: from the launcher's environment (sampler.c). */
 static ferry_status open_sampler(ferry_loader *l) {
   int rank = l->config.rank, world = l->config.world_size;
   if (rank < 0) {
@@ -140,15 +184,25 @@ static ferry_status open_sampler(ferry_loader *l) {
 }
 
 
-/* The bytes of a batch of mean instance counts, plus the quarter of headroom the
- * pool gives an arena: what one arena costs in the steady state. */
+/* The mean of n values, rounded up (0 for none; negative values count as 0). */
+static int64_t mean_up(const int64_t *v, size_t n) {
+  int64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i] > 0 ? v[i] : 0;
+  return n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+}
+
+/* The bytes of a batch of mean instance counts (and, with the GPU decoder, mean file
+ * sizes and no fallback), plus the quarter of headroom the pool gives an arena: what
+ * one arena costs in the steady state. */
 static size_t typical_arena_bytes(const ferry_loader *l) {
   size_t n = ferry_coco_num_images(l->coco), B = l->config.batch_size;
-  int64_t total = 0;
-  for (size_t i = 0; i < n; i++) total += l->instances[i];
-  int64_t mean = n ? (total + (int64_t)n - 1) / (int64_t)n : 0;
+  int64_t mean = mean_up(l->instances, n);
   int64_t rows[FERRY_MAX_FIELDS];
   for (size_t f = 0; f < l->nfields; f++) rows[f] = mean;
+  if (l->fill.gpu.api) {
+    rows[l->fill.slots.jpeg] = mean_up(l->fill.gpu.file_bytes, n);
+    rows[l->fill.slots.cpu_images] = 0;
+  }
   size_t per_sample = 0;
   for (size_t f = 0; f < l->nfields; f++) {
     size_t one;
@@ -167,6 +221,8 @@ static size_t usable_cores(void) {
   return cores > 0 ? (size_t)cores : 1;
 }
 
+/* The worker count; the number that may fill at once (max_busy) is the core count
+ * whatever this is, so more workers than cores only sleep (docs/tuning.md). */
 static size_t resolve_workers(const ferry_loader_config *c) {
   return c->workers ? c->workers : usable_cores();
 }
@@ -180,7 +236,10 @@ static size_t resolve_workers(const ferry_loader_config *c) {
 enum { SAMPLES_PER_WORKER = 4 };
 
 /* Batches in flight: what the config asks for, or SAMPLES_PER_WORKER samples per
- * worker (at least 2 batches), within the pinned budget. */
+ * worker (at least 2 batches), within the pinned budget. The budget pays for the
+ * consumer's max_outstanding arenas first; the depth gets the rest, at least 1 (an
+ * arena too large for the budget, or one whose size overflows, leaves 1). It binds
+ * only packed loaders: an unpacked batch is plain per-sample memory, not the pool. */
 static size_t resolve_prefetch(const ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
   if (c->prefetch) return c->prefetch;
@@ -197,6 +256,9 @@ static size_t resolve_prefetch(const ferry_loader *l) {
   return want;
 }
 
+/* One arena for each batch in flight or ready, plus one for each the consumer may
+ * hold. The coordinator never makes more batches than there are arenas, so in the
+ * pool it waits only for an arena released but still pending on its events. */
 static ferry_status open_memory(ferry_loader *l) {
   l->prefetch = resolve_prefetch(l);
   l->arenas = l->prefetch + l->config.max_outstanding;
@@ -214,23 +276,25 @@ static ferry_status open_memory(ferry_loader *l) {
 }
 
 /* config.image.decode, resolved on config.device (NULL: the host). GPU decoding needs
- * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing). The
- * stage that decodes on the device (nvJPEG batched decode and the resize kernel, into
- * the device batch) is not wired into the pipeline yet (issue 15): so GPU fails even
- * where both are present, saying so, and AUTO is the CPU without loading nvJPEG for
- * nothing. The stats never name a decoder that is not running. */
-static ferry_status resolve_decoder(ferry_loader *l) {
+ * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing): GPU
+ * fails at open without them, AUTO falls back to the CPU. With the GPU decoder the
+ * batches carry compressed bytes (gpu_fill.c) and ferry_transfer's direct path makes
+ * the images tensor on the device (lib/transfer/jpeg_stage.h). */
+static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
-  if (want == FERRY_DECODE_CPU || want == FERRY_DECODE_AUTO) return FERRY_OK;
-  if (want != FERRY_DECODE_GPU)
+  if (want != FERRY_DECODE_CPU && want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
-  ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
-  return ferry__fail(FERRY_EUNSUPPORTED,
-                    "loader: config.image.decode = GPU: %s has nvJPEG, but decoding into the "
-                    "device batch is not built yet (issue 15); use FERRY_DECODE_CPU or AUTO",
-                    ferry_device_name(l->config.device));
+  if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
+  if (!api) {
+    ferry_status st = ferry__nvjpeg_device_check(l->config.device);
+    if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
+    if (st != FERRY_OK && want == FERRY_DECODE_AUTO) return FERRY_OK;
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
+  }
+  l->fill.gpu.api = api; /* a test's fake table (ferry__loader_open_gpu), or nvJPEG */
+  l->stats.decoder = FERRY_DECODE_GPU;
+  return FERRY_OK;
 }
 
 static ferry_status start_threads(ferry_loader *l) {
@@ -243,7 +307,8 @@ static ferry_status start_threads(ferry_loader *l) {
   return FERRY_OK;
 }
 
-ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
   ferry_status st = check_config(config);
@@ -260,7 +325,7 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  if (st == FERRY_OK) st = resolve_decoder(l); /* before the annotations: fail fast */
+  if (st == FERRY_OK) st = resolve_decoder(l, api); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);
@@ -277,11 +342,22 @@ ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader *
   return FERRY_OK;
 }
 
+ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
+  return open_loader(config, NULL, out);
+}
+
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                   ferry_loader **out) {
+  if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
+  return open_loader(config, api, out);
+}
 
 
 
 
 
+
+/* The spare list at close: items are not recycled any more, so freed outright. */
 static void free_items(ready_item *item) {
   while (item) {
     ready_item *next = item->next;
@@ -291,7 +367,11 @@ static void free_items(ready_item *item) {
   }
 }
 
-/* Wait for the next current-generation item; NULL with the status set if none can come. */
+/* Wait for the next current-generation item; NULL with the status set if none can come.
+ * An item of an older generation at the head is left for the coordinator to drop
+ * (it wakes on the restart that made it stale). With nothing ready and every arena
+ * held by the consumer, no batch can be made until one is released: that is an
+ * error, not a wait that would never end. */
 static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
   for (;;) {
     if (l->stopping) {
@@ -319,7 +399,8 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
   }
 }
 
-/* After an end or an error, the consumer's view moves to the next epoch. */
+/* After an end or an error, the consumer's view moves to the next epoch, as the
+ * coordinator did when it queued the marker (coordinator.c begin_epoch). */
 static void next_epoch_view(ferry_loader *l, int64_t ended) {
   l->state.epoch = ended + 1;
   l->state.batches_delivered = 0;
@@ -327,6 +408,9 @@ static void next_epoch_view(ferry_loader *l, int64_t ended) {
   l->samples_in_epoch = l->skipped_in_epoch = 0;
 }
 
+/* The view and `held` change under the lock; the progress callback runs after it is
+ * let go, so that the callback may call the loader (stats_get, state_get). An item
+ * is recycled whatever its kind: a batch's item carries only its address. */
 ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
   *out = NULL;
@@ -344,20 +428,28 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
     l->stats.batches_delivered++;
     progress = (ferry_loader_progress){l->state.epoch, l->state.batches_delivered,
                                        ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
-                                       l->skipped_in_epoch};
+                                       l->skipped_in_epoch, 0};
     *out = item->batch;
   } else if (item) {
+    if (item->kind == ITEM_END) /* the final counts, before the view moves on */
+      progress = (ferry_loader_progress){item->epoch, l->state.batches_delivered,
+                                         ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
+                                         item->skipped, 1};
     next_epoch_view(l, item->epoch);
     st = item->kind == ITEM_END ? FERRY_EEND : ferry__error_restore(item->status, item->message);
   }
   ferry__loader_item_put(l, item);
   pthread_mutex_unlock(&l->lock);
-  if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch");
-  if (*out && l->config.progress) l->config.progress(&progress, l->config.progress_user);
+  if ((*out || progress.epoch_ended) && l->config.progress)
+    l->config.progress(&progress, l->config.progress_user);
+  if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch"); /* the callback may call ferry */
   return st;
 }
 
-/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. */
+/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. The new
+ * generation voids every plan and ready item at once (the coordinator cancels and
+ * drops them when it wakes), and the view is set here, so a state_get right after
+ * already says where the loader stands. Batches the consumer holds stay valid. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
   pthread_mutex_lock(&l->lock);
   l->generation++;
@@ -385,6 +477,8 @@ ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
   return FERRY_OK;
 }
 
+/* The seed draws every epoch's order: a state saved under another seed names
+ * positions in a different order, so it is refused rather than resumed. */
 ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s) {
   if (!l || !s) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_set: loader and state are required");
   if (s->seed != l->config.seed)
@@ -420,11 +514,18 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
 
 uint64_t ferry_loader_samples_per_epoch(const ferry_loader *l) { return l->sampler.per_rank; }
 
+/* Nominal: skipped samples make an epoch shorter, never longer. */
 uint64_t ferry_loader_batches_per_epoch(const ferry_loader *l) {
   uint64_t n = l->sampler.per_rank, b = l->config.batch_size;
   return l->config.drop_last ? n / b : (n + b - 1) / b;
 }
 
+/* The order matters. stopping and a new generation make the consumer and the
+ * coordinator give up; cancelling the pool frees a coordinator blocked on an arena;
+ * the coordinator is joined before the workers, since its exit waits for the slots
+ * they hold; the consumer's batches go back before the pool that owns their arenas
+ * is closed, and the pool before the device whose memory it pinned. Their hooks are
+ * removed first: the loader they point to is going away. */
 void ferry_loader_close(ferry_loader *l) {
   if (!l) return;
   pthread_mutex_lock(&l->lock);
@@ -443,10 +544,13 @@ void ferry_loader_close(ferry_loader *l) {
   ferry__free(l->held);
   free_items(l->spare_items);
   ferry__free(l->reserve_item);
+  ferry__jpeg_stage_close(l->fill.gpu.stage); /* after the batches: it waits for their device work */
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
   ferry__sampler_destroy(&l->sampler);
   ferry__free(l->instances);
+  ferry__free(l->fill.gpu.file_bytes);
+  ferry__free(l->fill.gpu.route);
   ferry_coco_close(l->coco);
   ferry__free(l->annotations_path);
   ferry__free(l->images_dir);

@@ -24,6 +24,12 @@
  *     batch once the pipeline is full.
  * Lock order: loader->lock, then the pool's lock (the coordinator never holds the
  * loader's lock while it waits for an arena).
+ * Who writes what: fields fixed at open (config, fill, fields, instances, the depth
+ * and arena counts) are read without the lock; the sampler's order is the
+ * coordinator's alone (coordinator.c); the GPU decoder's route bytes change by
+ * atomics (gpu_decode below). Once the threads run, everything from `lock` down
+ * changes under it, except a claimed slot, which its worker fills without the lock
+ * (and writes its message before retaking it, workers.c).
  */
 #ifndef FERRY_LOADERS_LOADER_INTERNAL_H
 #define FERRY_LOADERS_LOADER_INTERNAL_H
@@ -39,8 +45,25 @@
 /* Where each requested field sits in a batch (-1 when absent). */
 typedef struct field_slots {
   int images, sample_index, boxes, labels, masks, area, iscrowd, image_id, orig_size, size,
-      keypoints;
+      keypoints, jpeg, cpu_images;
 } field_slots;
+
+struct ferry_nvjpeg_api;
+
+/* The GPU decoder's worker side (gpu_fill.c), set at open when it is in use. A sample
+ * is laid out before its file is read, so where its pixels go is decided from what
+ * is known then: `file_bytes` (a stat at open) sizes its jpeg rows, and `route`
+ * (0 until a worker finds otherwise, then the ferry_nvjpeg_route that sent it to the
+ * CPU) says whether it has jpeg rows or one cpu_images row. A worker that finds an
+ * image laid out for nvJPEG must go to the CPU records the route and fails the slot
+ * with FERRY_EAGAIN; the coordinator lays the batch out again (each image at most
+ * once per loader), whatever config.on_error says. */
+typedef struct gpu_decode {
+  const struct ferry_nvjpeg_api *api;
+  int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
+  unsigned char *route;      /* [images], read and written with relaxed atomics */
+  struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
+} gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
 typedef struct fill_context {
@@ -53,6 +76,7 @@ typedef struct fill_context {
   ferry_target_options target;
   int allow_escaping_paths;
   field_slots slots;
+  gpu_decode gpu;            /* api NULL: the CPU decoder */
 } fill_context;
 
 struct ready_item;
@@ -70,8 +94,10 @@ typedef struct plan {
   size_t claimed;          /* slots handed to workers so far (under the lock) */
   size_t pending;          /* slots not yet finished */
   size_t failures;         /* slots that finished with an error */
+  /* set by cancel_inflight: a cancelled plan is never delivered */
   int canceled;
   int64_t epoch;
+  /* the loader's generation when it was laid out (a restart voids older ones) */
   uint64_t generation;
   ferry_batch *batch;
   struct ready_item *item; /* what it is delivered in, taken up front so committing cannot fail */
@@ -115,6 +141,7 @@ struct ferry_loader {
   pthread_mutex_t lock;
   pthread_cond_t coord_cv;     /* coordinator: head complete, room ahead, restart or stop */
   pthread_cond_t ready_cv;     /* consumer: an item is ready, a fatal error, or stop */
+  /* set once, by close */
   int stopping;
   uint64_t generation;         /* bumped by set_epoch/state_set/close */
   /* the coordinator's view */
@@ -130,6 +157,7 @@ struct ferry_loader {
   plan *inflight_head, *inflight_tail;
   size_t inflight;
   uint64_t epoch_skipped;      /* samples skipped in the coordinator's epoch so far */
+  /* where the coordinator begins the next generation (set by set_epoch, state_set) */
   int64_t restart_epoch;
   uint64_t restart_cursor;
   /* workers */
@@ -155,9 +183,48 @@ struct ferry_loader {
   ferry_loader_stats stats;
 };
 
+/* ferry_loader_open with the GPU decoder's worker side on `api` (a fake table in the
+ * tests), on whatever device the config names: the host backend included, so the
+ * layout, routing, re-layout and stats are tested without a GPU. */
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+                                   ferry_loader **out);
+
 /* Fill sample `slot` of `batch` with dataset image `index` (fill.c). */
 ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
                                       ferry_batch *batch, size_t slot, size_t index);
+/* The image's record and the path of its file, refusing names that leave the images
+ * folder; the message names the dataset index (fill.c). */
+ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
+                                     char *path, size_t size);
+/* Write sample `slot`'s targets (everything but the pixels) for image `index` (fill.c). */
+ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
+                                        size_t index, const ferry_coco_image *img);
+/* The check every decoder makes: the pixels are the size the annotations say. */
+ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img);
+/* A field's slice for one sample, NULL when the field is absent (-1). */
+void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot);
+
+/* The GPU decoder's side of the workers (gpu_fill.c). A worker's parser: opened once
+ * per worker, NULL with the CPU decoder. */
+typedef struct gpu_worker gpu_worker;
+ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out);
+void ferry__gpu_worker_close(gpu_worker *w);
+/* Fill a sample laid out for the GPU decoder: its file's bytes into the jpeg rows, or
+ * (routed to the CPU) its u8 pixels into cpu_images. *fallback is the
+ * ferry_decode_fallback it went to the CPU for, -1 when nvJPEG takes it. FERRY_EAGAIN:
+ * laid out for nvJPEG but found to need the CPU (recorded in ctx->gpu.route). */
+ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+                                   ferry_batch *batch, size_t slot, size_t index, int *fallback);
+/* The jpeg and cpu_images rows of a plan's samples (rows: [nfields * count], the
+ * coordinator's layout, every other field's rows already set). O(count), no lock. */
+void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
+                         int64_t *rows);
+/* The transfer stage that decodes this loader's batches on the device, with the CPU
+ * resize's filter tables (lib/transfer/jpeg_stage.h). */
+struct ferry_jpeg_stage;
+ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
+/* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
+ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 
 /* Worker threads (workers.c). */
 ferry_status ferry__loader_start_workers(ferry_loader *loader, size_t count);

@@ -1,4 +1,26 @@
-/* loaders/sampler.c - per-epoch permutation and DistributedSampler sharding. */
+/* loaders/sampler.c - per-epoch permutation and DistributedSampler sharding.
+ *
+ * Owns: the sampler's `order`, this rank's per_rank dataset indices for one epoch,
+ * drawn again when the epoch changes.
+ * Callers: loader.c opens it (rank and world size from the config or the launcher's
+ * environment) and destroys it on close; after open only the coordinator thread
+ * draws an epoch (begin_epoch, under the loader's lock) and reads `order` (laying
+ * out plans, without the lock, which it alone may do). per_rank is read anywhere.
+ *
+ * Invariants:
+ *   - per_rank and the config fields never change after init; `order` always has
+ *     per_rank entries, each < dataset_size;
+ *   - `order` is a pure function of (dataset_size, rank, world_size, shuffle,
+ *     drop_last, seed, epoch): no clock, no thread, no global state enters it. That
+ *     is what makes batch k of an epoch reproducible, and what lets a loader resumed
+ *     from a ferry_loader_state draw the same order again;
+ *   - every rank draws the same permutation and takes its own positions of it, so the
+ *     ranks' samples are disjoint but for the padding, which repeats the start of the
+ *     permutation as DistributedSampler's does;
+ *   - a failed set_epoch (out of memory) leaves `order` and `epoch` as they were.
+ * Not done here: torch.randperm's generator (the same seed gives a different order
+ * than torch's, sampler.h), weighted or grouped sampling, batching.
+ */
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,6 +28,9 @@
 #include "lib/status.h"
 #include "loaders/sampler.h"
 
+/* SplitMix64 (the constants of Vigna's reference code): a 64-bit state that only
+ * counts, and an output that mixes it well enough that states one apart, as
+ * seed + epoch and seed + epoch + 1 are, give unrelated-looking streams. */
 static uint64_t splitmix64(uint64_t *state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -13,7 +38,10 @@ static uint64_t splitmix64(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-/* A uniform draw from [0, bound) without modulo bias (Lemire's method). */
+/* A uniform draw from [0, bound) without modulo bias (Lemire's method). The draw is
+ * the high word of random * bound; the products whose low word falls below
+ * 2^64 mod bound are the ones that would bias it, and are drawn again. That
+ * remainder is computed only when low < bound, which is rare for small bounds. */
 static uint64_t below(uint64_t *state, uint64_t bound) {
   __uint128_t m = (__uint128_t)splitmix64(state) * bound;
   uint64_t low = (uint64_t)m;
@@ -28,8 +56,12 @@ static uint64_t below(uint64_t *state, uint64_t bound) {
 }
 
 void ferry__sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t epoch) {
+  /* DistributedSampler seeds with seed + epoch */
   uint64_t state = seed + (uint64_t)epoch;
   for (size_t i = 0; i < n; i++) out[i] = i;
+  /* Fisher-Yates from the top: position i-1 takes a uniform pick of the i not yet
+   * placed. The draws depend on (seed, epoch, n) alone, so every rank computes the
+   * same permutation without talking to the others. */
   for (size_t i = n; i > 1; i--) {
     size_t j = (size_t)below(&state, i);
     size_t t = out[i - 1];
@@ -38,7 +70,9 @@ void ferry__sampler_permutation(size_t *out, size_t n, uint64_t seed, int64_t ep
   }
 }
 
-/* DistributedSampler: per-rank length with padding or with the tail dropped. */
+/* DistributedSampler: per-rank length with padding or with the tail dropped. Its
+ * drop_last length, ceil((n - world) / world), is n / world when world does not
+ * divide n (0 when n < world); otherwise both branches give n / world. */
 static size_t per_rank_count(size_t n, size_t world, int drop_last) {
   if (drop_last && n % world != 0) return n / world;
   return (n + world - 1) / world;
@@ -57,6 +91,7 @@ ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank
   s->drop_last = drop_last;
   s->seed = seed;
   s->per_rank = per_rank_count(dataset_size, (size_t)world_size, drop_last);
+  /* no epoch drawn yet: the first set_epoch draws whatever it is given */
   s->epoch = -1;
   s->order = ferry__calloc(s->per_rank, sizeof *s->order);
   if (!s->order) return ferry__fail(FERRY_ENOMEM, "sampler: out of memory for %zu indices", s->per_rank);
@@ -69,7 +104,11 @@ void ferry__sampler_destroy(ferry_sampler *s) {
 }
 
 ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch) {
+  /* The coordinator begins an epoch again after a restart (set_epoch, state_set):
+   * the same epoch needs no new draw. */
   if (s->epoch == epoch) return FERRY_OK;
+  /* The whole dataset's permutation lives only here: one allocation per epoch, so
+   * that between epochs only this rank's share is kept. */
   size_t n = s->dataset_size;
   size_t *perm = ferry__malloc(n * sizeof *perm);
   if (!perm) return ferry__fail(FERRY_ENOMEM, "sampler: out of memory for a permutation of %zu", n);
@@ -84,7 +123,9 @@ ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch) {
   return FERRY_OK;
 }
 
-/* An environment variable as a non-negative int; -1 when unset, -2 when malformed. */
+/* An environment variable as a non-negative int; -1 when unset, -2 when malformed.
+ * Past 2^20 is no launcher's rank or size: malformed too, which also keeps the
+ * value inside int. */
 static int env_int(const char *name) {
   const char *v = getenv(name);
   if (!v || !*v) return -1;
@@ -98,6 +139,10 @@ ferry_status ferry__sampler_rank_from_env(int *rank, int *world_size) {
   static const char *pairs[][2] = {{"RANK", "WORLD_SIZE"},
                                    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
                                    {"SLURM_PROCID", "SLURM_NTASKS"}};
+  /* The first launcher whose variables are set wins, torchrun's first: a Slurm or
+   * MPI job that starts torchrun has both, and torchrun's numbers are those of the
+   * processes that load. Half a pair, or a rank outside the world, is an error
+   * rather than a guess: a wrong rank would train on another rank's shard. */
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     int r = env_int(pairs[i][0]), w = env_int(pairs[i][1]);
     if (r == -1 && w == -1) continue;

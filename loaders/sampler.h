@@ -5,6 +5,11 @@
  * (or cut, with drop_last) to a multiple of world_size; rank r takes positions
  * r, r + world, r + 2 world, ... The permutation is ferry's own (SplitMix64 and
  * Fisher-Yates with unbiased bounded draws), not torch.randperm's.
+ *
+ * Internal to loaders/: the loader opens and closes one (loader.c), its coordinator
+ * draws each epoch (coordinator.c), tests call the permutation and the environment
+ * reader directly. A sampler has no lock: one thread at a time draws an epoch and
+ * reads `order`.
  */
 #ifndef FERRY_LOADERS_SAMPLER_H
 #define FERRY_LOADERS_SAMPLER_H
@@ -27,7 +32,8 @@ typedef struct ferry_sampler {
 ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
                                 int shuffle, int drop_last, uint64_t seed);
 void ferry__sampler_destroy(ferry_sampler *s);
-/* Draw this rank's order for `epoch` into s->order. */
+/* Draw this rank's order for `epoch` into s->order; nothing to do when it is already
+ * drawn. FERRY_ENOMEM leaves the previous order in place. */
 ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch);
 
 /* Rank and world size from the launcher's environment: torchrun (RANK,

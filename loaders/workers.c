@@ -3,9 +3,28 @@
  * Owns the work queue: plans with unclaimed slots, oldest first. A worker claims
  * the next slot of the head plan under the loader's lock, fills it without the
  * lock, then retakes the lock once to record the result and claim its next slot.
- * Invariants: a slot is claimed by exactly one worker; a plan leaves the queue when
- * its last slot is claimed (or it is withdrawn); `pending` counts claimed-or-not
- * slots whose result is not recorded yet, and the plan is not freed before it is 0.
+ * Also owns the worker threads, their wake-up condition variables, the idle stack,
+ * and each thread's ferry_decoder (opened and closed on the thread that uses it).
+ * Callers: loader.c starts the workers at open and stops them at close, after the
+ * coordinator has been joined; the coordinator dispatches and withdraws plans, under
+ * the loader's lock; the `workers` threads run worker_main.
+ *
+ * Invariants, under loader->lock:
+ *   - a slot is claimed by exactly one worker; a plan leaves the queue when its last
+ *     slot is claimed (or it is withdrawn); `pending` counts claimed-or-not slots
+ *     whose result is not recorded yet, and the plan is not freed before it is 0
+ *     (cancel_inflight in coordinator.c waits for that);
+ *   - busy_workers counts workers between claim and finish, and never exceeds
+ *     max_busy (the usable cores);
+ *   - idle_workers workers are on the idle stack, each with woken == 0; `waking`
+ *     counts those taken off it and not yet running again;
+ *   - a worker writes only its own slot of a plan (status, message, the sample's
+ *     slices of the batch), so no two fills touch the same bytes.
+ * Not done here: what a sample is (fill.c), the order batches go out in (handoff.c,
+ * coordinator.c), retries. Decoders are opened by start_workers, before any thread
+ * starts: a loader that cannot give every worker one fails to open, rather than have
+ * the workers without one fail (or, under the skip policy, skip) whichever samples
+ * they happened to claim, which would make batch k depend on timing.
  */
 #include <stdio.h>
 
@@ -19,6 +38,8 @@ typedef struct worker_slot {
   size_t index;
   pthread_cond_t wake;
   int woken;           /* set by wake_workers when it takes the worker off the idle stack */
+  ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
+  gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
 } worker_slot;
 
 /* Wake as many idle workers as there are new slots and free cores, and no more: a
@@ -97,42 +118,63 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
  * a head plan with failures (skip or fail policy), and cancelled plans (to free
  * them). */
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
+  /* No wake-up for the core this frees: the caller goes straight back to claim and
+   * takes the next slot itself. */
   l->busy_workers--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
   if (--p->pending != 0) return;
+  /* A complete plan behind an unfinished head waits: it goes out after the head,
+   * delivered by whichever thread completes that (or by the coordinator). */
   if (p->canceled || (p == l->inflight_head && !ferry__loader_deliver_complete(l)))
     pthread_cond_signal(&l->coord_cv);
+}
+
+/* A filled (or failed) sample in the stats. With the GPU decoder, a sample laid out
+ * again (FERRY_EAGAIN) is counted once, when its layout is the right one; one that
+ * failed on the CPU path still counts as a fallback (why it went there). */
+static void count_sample(ferry_loader_stats *stats, int gpu, ferry_status st, int fallback) {
+  if (st == FERRY_EAGAIN) return;
+  stats->samples_decoded++;
+  if (!gpu) return;
+  if (fallback >= 0) stats->samples_cpu_fallback[fallback]++;
+  else if (st == FERRY_OK) stats->samples_gpu_decode++;
 }
 
 static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry__thread_name("ferry-worker-", self->index);
-  ferry_decoder *decoder = NULL;
-  ferry_status open_status = ferry_decoder_open(&decoder);
-  char open_message[FERRY_ERROR_MAX];
-  if (open_status != FERRY_OK) snprintf(open_message, sizeof open_message, "worker: %s", ferry_last_error());
+  ferry_decoder *decoder = self->decoder; /* this thread's alone from here on */
+  gpu_worker *gpu = self->gpu;
   pthread_mutex_lock(&l->lock);
   plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
-    ferry_status st = open_status; /* without a decoder every sample fails, with the reason */
     pthread_mutex_unlock(&l->lock);
-    if (st == FERRY_OK) {
-      st = ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, p->dataset_index[slot]);
-      if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
-    } else {
-      snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", open_message);
-    }
+    /* Without the lock: the fill reads only what is fixed at open (l->fill) and this
+     * slot's fields of the plan, which no one changes while it is claimed (the GPU
+     * decoder's routes excepted: atomics, gpu_fill.c). */
+    size_t index = p->dataset_index[slot];
+    int fallback = -1;
+    ferry_status st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
+                          : ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, index);
+    /* The message is this thread's (error.c): copied into the slot here, so that the
+     * consumer's thread can restore it with the status. */
+    if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
     pthread_mutex_lock(&l->lock);
-    if (open_status == FERRY_OK) l->stats.samples_decoded++;
+    count_sample(&l->stats, gpu != NULL, st, fallback);
     finish(l, p, slot, st);
   }
   pthread_mutex_unlock(&l->lock);
+  ferry__gpu_worker_close(gpu);
+  self->gpu = NULL;
   ferry_decoder_close(decoder);
+  self->decoder = NULL;
   return NULL;
 }
 
+/* On failure the threads already started are left running: close stops them
+ * (workers_started counts them), as it does on every failed open. */
 ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
   l->worker_threads = ferry__calloc(count, sizeof *l->worker_threads);
   l->worker_slots = ferry__calloc(count, sizeof *l->worker_slots);
@@ -145,6 +187,14 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
     l->worker_slots[i].index = i;
     pthread_cond_init(&l->worker_slots[i].wake, NULL);
   }
+  /* Every decoder before any thread: opening one allocates, and a worker without one
+   * could only fail the samples it claims. Those opened stay with their slots and are
+   * closed by ferry__loader_stop_workers if the open fails here. */
+  for (size_t i = 0; i < count; i++) {
+    ferry_status st = ferry_decoder_open(&l->worker_slots[i].decoder);
+    if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_worker_open(&l->fill, &l->worker_slots[i].gpu);
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: worker %zu of %zu: ", i + 1, count);
+  }
   for (size_t i = 0; i < count; i++) {
     if (pthread_create(&l->worker_threads[i], NULL, worker_main, &l->worker_slots[i]) != 0)
       return ferry__fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
@@ -154,13 +204,20 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
   return FERRY_OK;
 }
 
+/* Every worker is signalled, idle or not: an idle one wakes to see workers_stop, a
+ * busy one sees it at its next claim. The plans are gone by now (the coordinator
+ * exited first), so no worker is inside a fill that would need them. */
 void ferry__loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
   for (size_t i = 0; i < l->workers_started; i++) pthread_cond_signal(&l->worker_slots[i].wake);
   pthread_mutex_unlock(&l->lock);
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
-  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) pthread_cond_destroy(&l->worker_slots[i].wake);
+  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) {
+    pthread_cond_destroy(&l->worker_slots[i].wake);
+    ferry_decoder_close(l->worker_slots[i].decoder); /* NULL once its worker closed it */
+    ferry__gpu_worker_close(l->worker_slots[i].gpu);
+  }
   l->workers_started = l->nworkers = l->idle_workers = 0;
   ferry__free(l->worker_threads);
   ferry__free(l->worker_slots);

@@ -31,7 +31,8 @@
 #       3. synth_coco: a 1,000-image set (20 images without a GPU, as a smoke test);
 #       4. on a GPU: the training loop's exact resume (train_loop --device cuda
 #          --epochs 3 --resume-test), then a worker sweep of repro/throughput
-#          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers
+#          --device cuda --json --processes 1 at batch 8 and 32 for 4, 8, 16 workers,
+#          with --decode gpu beside cpu at 16 workers
 #          (short runs; later sweep points are skipped, and say so, when the budget
 #          runs out), then nvjpeg_parity: nvJPEG's pixels against the CPU decoder's
 #          on the photos and the synthetic set, and its decode-only rate at batch 32
@@ -276,19 +277,24 @@ peak_memory() {
 }
 
 # Short runs (a few seconds each on 16 cores): a sweep, not the recorded benchmark.
+# At 16 workers the GPU decoder (--decode gpu, issue 15) runs beside the CPU one; each
+# row carries the 16-thread decode-only limit of the same round.
 sweep() {
-  local dir=$1 data=$2 batch workers warmup batches
+  local dir=$1 data=$2 batch workers warmup batches decode
   for batch in 8 32; do
     for workers in 4 8 16; do
-      if [ $((budget_s - SECONDS)) -lt 40 ]; then
-        echo "=== throughput batch $batch workers $workers: skipped, under 40 s of budget left"
-        continue
-      fi
-      if [ "$batch" -eq 8 ]; then warmup=4 batches=40; else warmup=2 batches=12; fi
-      step "throughput batch $batch workers $workers" timeout "$(time_left)" \
-        "$dir/build/repro/throughput" --device cuda --json --processes 1 --batch "$batch" \
-        --workers "$workers" --warmup "$warmup" --batches "$batches" \
-        --annotations "$data/annotations/instances_val2017.json" --images "$data/val2017"
+      for decode in cpu gpu; do
+        [ "$decode" = gpu ] && [ "$workers" -ne 16 ] && continue
+        if [ $((budget_s - SECONDS)) -lt 40 ]; then
+          echo "=== throughput batch $batch workers $workers decode $decode: skipped, under 40 s of budget left"
+          continue
+        fi
+        if [ "$batch" -eq 8 ]; then warmup=4 batches=40; else warmup=2 batches=12; fi
+        step "throughput batch $batch workers $workers decode $decode" timeout "$(time_left)" \
+          "$dir/build/repro/throughput" --device cuda --json --processes 1 --batch "$batch" \
+          --workers "$workers" --warmup "$warmup" --batches "$batches" --decode "$decode" \
+          --annotations "$data/annotations/instances_val2017.json" --images "$data/val2017"
+      done
     done
   done
 }

@@ -23,6 +23,10 @@
  * repro/python_throughput.py pairs with the Python loader's runs. --decode sets the
  * loader's config.image.decode (issue 15); a decoder that cannot open (gpu on the host
  * device, or without nvJPEG) fails before anything is measured, saying what it needs.
+ * With the GPU decoder only the transfers are measured ("direct", "unpacked"): the
+ * loader alone decodes no pixel and the previous path cannot carry the decode; the
+ * transfer normalises to f32 [B,3,R,R] (u8 [B,R,R,3] with --layout u8), the CPU
+ * paths' images, so the rates compare the same end product.
  * Memory per delivered batch: the bytes of its pinned arena (`pinned_bytes_per_batch`)
  * and the device memory its transfer allocates (`device_bytes_per_batch`; 0 for the
  * loader alone), means over the measured batches.
@@ -60,6 +64,7 @@ typedef struct options {
   const char *only; /* NULL: every path and the limit */
   int warmup, batches, processes, json, dct;
   ferry_decode_mode decode;
+  int gpu_decoder; /* the loader resolved decode to the GPU (preflight) */
 } options;
 
 typedef struct path_run {
@@ -116,7 +121,10 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
     ferry_batch_release(b);
     return FERRY_OK;
   }
-  ferry_transfer_options options = {.mode = run->mode};
+  /* The GPU decoder's images tensor is made by the transfer: normalised like the CPU
+   * path's f32 layout, or u8 as its u8 layout. */
+  ferry_normalize norm = run->opt->data.layout == FERRY_LAYOUT_F32_CHW ? FERRY_NORMALIZE_F32 : FERRY_NORMALIZE_NONE;
+  ferry_transfer_options options = {.mode = run->mode, .normalize = run->opt->gpu_decoder ? norm : FERRY_NORMALIZE_NONE};
   ferry_device_batch *db;
   double live = device_live_bytes(dev);
   st = ferry_transfer(dev, s, b, &options, &db);
@@ -240,7 +248,10 @@ static int parse(int argc, char **argv, options *o) {
  * that a ratio compares measurements taken minutes apart at most (these machines
  * drift by more than the differences measured). limit: that round's limit;
  * paths[r]: path r's RATE, SERIAL_US and DEPTH. */
+/* With the GPU decoder the loader alone decodes no pixel, and the previous path
+ * cannot carry the decode (docs/images.md): only the transfers are measured. */
 static int measured(const options *o, const path_run *run) {
+  if (o->gpu_decoder && (!run->transfer || run->mode == FERRY_TRANSFER_PACKED_THEN_CLONE)) return 0;
   return !o->only || !strcmp(o->only, run->name);
 }
 
@@ -291,7 +302,7 @@ static void print_row(const options *o, const char *name, const path_summary *p,
 
 /* A decoder other than the CPU must open before anything is measured: say what it
  * needs and stop, rather than fail in every child process. */
-static int preflight(const options *o) {
+static int preflight(options *o) {
   if (o->decode == FERRY_DECODE_CPU) return 0;
   ferry_device *dev;
   if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
@@ -300,8 +311,10 @@ static int preflight(const options *o) {
   c.image.decode = o->decode;
   ferry_loader *l;
   int failed = ferry_loader_open(&c, &l) != FERRY_OK;
+  ferry_loader_stats st;
   if (failed) fprintf(stderr, "throughput: --decode %s: %s\n", ferry_decode_mode_name(o->decode), ferry_last_error());
-  else ferry_loader_close(l);
+  else if (ferry_loader_stats_get(l, &st) == FERRY_OK) o->gpu_decoder = st.decoder == FERRY_DECODE_GPU;
+  if (!failed) ferry_loader_close(l);
   ferry_device_close(dev);
   return failed ? -1 : 0;
 }
@@ -319,6 +332,14 @@ int main(int argc, char **argv) {
   if (first < 0) return usage();
   if (bench_dataset(argv[0], "build-bench-data", 1000, &o.data.annotations, &o.data.images) != 0) return 1;
   if (preflight(&o) != 0) return 1;
+  /* The GPU decoder, now known, measures fewer paths. */
+  first = -1;
+  for (int r = PATHS - 1; r >= 0; r--)
+    if (measured(&o, &runs[r])) first = r;
+  if (first < 0) {
+    fprintf(stderr, "throughput: --only %s measures nothing with the GPU decoder\n", o.only);
+    return 2;
+  }
   double limits[MAX_ROUNDS], paths[MAX_ROUNDS][PATHS][VALUES];
   int status = 0;
   for (int p = 0; p < o.processes; p++)

@@ -63,6 +63,9 @@ int main(int argc, char **argv) {
   printf("ferry demo: %llu images per epoch on rank %d of %d, batch %zu, %zu workers, %dx%d\n",
          (unsigned long long)ferry_loader_samples_per_epoch(loader), stats.rank, stats.world_size,
          c.batch_size, stats.workers, c.resolution, c.resolution);
+  if (stats.decoder == FERRY_DECODE_GPU)
+    printf("decoder gpu: the batches hold compressed bytes; ferry_transfer decodes them on the device "
+           "(this demo does not transfer: see train_loop)\n");
   int status = 0;
   for (int64_t e = 0; e < o.epochs && !status; e++) {
     double t0 = now();

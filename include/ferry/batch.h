@@ -56,6 +56,11 @@ typedef enum ferry_field_kind {
 #define FERRY_FIELD_ISCROWD "iscrowd"           /* i64 [N] rows */
 #define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
 #define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
+/* With the GPU decoder (ferry_image_options.decode), a loader's batch has no images
+ * field: each sample's pixels arrive in exactly one of these two, and the transfer
+ * stage builds the images tensor on the device from them (docs/images.md). */
+#define FERRY_FIELD_JPEG "jpeg"                 /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
+#define FERRY_FIELD_CPU_IMAGES "cpu_images"     /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
 
 typedef struct ferry_field_spec {
   const char *name;        /* copied; at most FERRY_FIELD_NAME_MAX-1 characters */

@@ -45,9 +45,12 @@ typedef enum ferry_image_layout {
 
 /* Where a loader decodes its images (ferry_image_options.decode). The single-image
  * calls of this header always decode on the CPU; the loader reads the field at
- * ferry_loader_open (docs/images.md, "Choosing a decoder"). Status: the device decode
- * stage is not in the pipeline yet, so GPU fails at open everywhere, saying why, and
- * AUTO decodes on the CPU (ferry_loader_stats.decoder says so). */
+ * ferry_loader_open (docs/images.md, "Choosing a decoder"). With the GPU decoder a
+ * loader's batches hold each sample's compressed bytes (FERRY_FIELD_JPEG) or, for an
+ * image nvJPEG cannot take, its u8 pixels (FERRY_FIELD_CPU_IMAGES), and no images
+ * field: ferry_transfer (direct path) decodes, resizes and normalises them into the
+ * device batch's images tensor. Status: built and tested on the host through a fake
+ * nvJPEG; not yet run on a GPU (docs/images.md says what is verified). */
 typedef enum ferry_decode_mode {
   FERRY_DECODE_CPU = 0,  /* TurboJPEG and libpng on the worker threads (the default) */
   FERRY_DECODE_GPU = 1,  /* nvJPEG on the loader's CUDA device: ferry_loader_open fails
@@ -60,6 +63,21 @@ typedef enum ferry_decode_mode {
  * FERRY_EINVAL naming the value. And back: the name, or "?" out of range. */
 FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
 FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
+
+/* Why the GPU decoder sent a sample to the CPU path instead (the index of
+ * ferry_loader_stats.samples_cpu_fallback). */
+typedef enum ferry_decode_fallback {
+  FERRY_FALLBACK_NOT_JPEG = 0,  /* PNG, or anything without the JPEG signature */
+  FERRY_FALLBACK_CORRUPT,       /* nvJPEG's parser refuses the stream (the CPU path then
+                                   fails or skips it by config.on_error, naming the file) */
+  FERRY_FALLBACK_COMPONENTS,    /* CMYK/YCCK, or a component count other than 1 and 3 */
+  FERRY_FALLBACK_PRECISION,     /* not 8-bit samples */
+  FERRY_FALLBACK_ENCODING,      /* lossless, arithmetic, or progressive on the hardware engine */
+  FERRY_FALLBACK_SUBSAMPLING,   /* unknown, or 4:1:1 / 4:1:0 on the hardware engine */
+  FERRY_FALLBACK_UNSUPPORTED,   /* the hardware engine's own check refuses it */
+  FERRY_FALLBACK_ORIENTED,      /* EXIF says rotate and the options apply EXIF */
+  FERRY_FALLBACK_REASONS
+} ferry_decode_fallback;
 
 typedef struct ferry_image_options {
   /* Nonzero: when the target is much smaller than a JPEG, let TurboJPEG decode at

@@ -73,6 +73,9 @@ typedef struct ferry_loader_progress {
   uint64_t batches_per_epoch;  /* nominal, before any skip */
   uint64_t samples_delivered;  /* in this epoch */
   uint64_t samples_skipped;    /* in this epoch */
+  int epoch_ended;             /* 1 on the one call made when the epoch ends (ferry_loader_next
+                                * returned FERRY_EEND): the counts are then final, and may be
+                                * short of batches_per_epoch when samples were skipped */
 } ferry_loader_progress;
 
 typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *user);
@@ -116,7 +119,8 @@ typedef struct ferry_loader_config {
   int allow_escaping_paths;    /* 0: file names with ".." or absolute paths are errors */
   ferry_image_options image;   /* decoder options (DCT scaling, EXIF, pixel limit) */
   ferry_device *device;        /* pins arenas for this device; NULL: plain host memory */
-  ferry_progress_fn progress;  /* called on the consumer's thread after each batch */
+  ferry_progress_fn progress;  /* called on the consumer's thread after each batch, and
+                                * once more at the end of each epoch (epoch_ended) */
   void *progress_user;
   size_t max_pinned_bytes;     /* bound on the pinned pool when prefetch is 0: the depth is
                                   cut so that prefetch + max_outstanding arenas of a batch of
@@ -151,6 +155,11 @@ typedef struct ferry_loader_stats {
                                  cores the process may run on */
   ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
                                  (config.image.decode, with AUTO resolved at open) */
+  /* With the GPU decoder: samples whose compressed bytes went to nvJPEG, and samples
+   * decoded on the CPU instead, by reason (ferry_decode_fallback). Counted when a
+   * worker fills the sample, re-planned ones included, as samples_decoded is. */
+  uint64_t samples_gpu_decode;
+  uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
 } ferry_loader_stats;
 
 /* Fill *config with the documented defaults. */

@@ -28,9 +28,9 @@
 #include "lib/transfer/transfer_internal.h"
 
 ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
-                                    const ferry_batch *batch, int image_field,
+                                    const ferry_batch *batch, uint32_t not_records,
                                     ferry_device_batch **out) {
-  size_t nfields = ferry_batch_num_fields(batch) - (image_field >= 0 ? 1 : 0);
+  size_t nfields = ferry_batch_num_fields(batch) - (size_t)__builtin_popcount(not_records);
   size_t batch_size = ferry_batch_size(batch);
   ferry_device_batch *db = ferry__calloc(1, sizeof *db);
   record_slot *slots = db && nfields ? ferry__calloc(batch_size * nfields, sizeof *slots) : NULL;
@@ -43,7 +43,7 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
   db->batch_size = batch_size;
   db->slots = slots;
   for (size_t f = 0; f < ferry_batch_num_fields(batch); f++) {
-    if ((int)f == image_field) continue;
+    if (not_records >> f & 1) continue;
     /* A batch's field names fit FERRY_FIELD_NAME_MAX (batch.c checks). */
     strcpy(db->names[db->nfields], ferry_batch_field_spec(batch, f)->name);
     db->source_field[db->nfields++] = (int)f;

@@ -35,6 +35,7 @@
 
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
+#include "lib/transfer/jpeg_stage.h"
 #include "lib/transfer/normalize.h"
 #include "lib/transfer/transfer_internal.h"
 #include "ferry/advanced.h"
@@ -294,17 +295,39 @@ static ferry_status queue_copies(transfer_job *job, int image_field) {
   return st;
 }
 
+/* The GPU decoder's stage, when it makes this transfer's images tensor: the batch has
+ * one and the options ask for the images field (the default). */
+static ferry_jpeg_stage *images_stage(const ferry_batch *batch, const ferry_transfer_options *o) {
+  const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
+  return strcmp(image_name, FERRY_FIELD_IMAGES) == 0 ? batch->jpeg_stage : NULL;
+}
+
+/* The fields that do not become per-sample records: the image field, or the fields a
+ * stage makes the images tensor from. */
+static uint32_t fields_not_records(const ferry_batch *batch, int image_field, const ferry_jpeg_stage *stage) {
+  if (!stage) return image_field >= 0 ? 1u << image_field : 0;
+  uint32_t mask = 0;
+  int jpeg = ferry_batch_find_field(batch, FERRY_FIELD_JPEG);
+  int cpu = ferry_batch_find_field(batch, FERRY_FIELD_CPU_IMAGES);
+  if (jpeg >= 0) mask |= 1u << jpeg;
+  if (cpu >= 0) mask |= 1u << cpu;
+  return mask;
+}
+
 static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                     const ferry_transfer_options *o, ferry_device_batch **out) {
   const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
+  ferry_jpeg_stage *stage = images_stage(batch, o);
   ferry_device_batch *db = NULL;
-  ferry_status st = ferry__device_batch_new(device, stream, batch, image_field, &db);
+  ferry_status st = ferry__device_batch_new(device, stream, batch,
+                                            fields_not_records(batch, image_field, stage), &db);
   if (st != FERRY_OK) return st;
   transfer_job job = {.db = db, .batch = batch, .options = o,
                       .src_on_host = ferry__batch_bytes_on_host(batch)};
   job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
-  st = queue_copies(&job, image_field);
+  if (stage) st = ferry__jpeg_stage_images(stage, db, batch, o);
+  if (st == FERRY_OK) st = queue_copies(&job, stage ? -1 : image_field);
   /* Whatever was queued reads the batch: hold it until that has run, even on failure.
    * The hold comes before the hooks: the source batch need not wait for them. */
   hold_batch(batch, stream);
@@ -327,6 +350,9 @@ static ferry_status transfer_previous(ferry_device *device, ferry_stream *stream
                                       ferry_device_batch **out) {
   if (batch->storage == STORAGE_UNPACKED)
     return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the previous path needs a packed batch");
+  if (images_stage(batch, o))
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch of the GPU decoder takes the direct path "
+                       "(nvJPEG reads its compressed bytes from the pinned arena)");
   if (batch_is_on(batch, device)) return transfer_direct(device, stream, batch, o, out);
   ferry_batch *packed = NULL;
   ferry_status st = pack_onto(batch, device, stream, &packed);

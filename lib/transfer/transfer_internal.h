@@ -31,10 +31,11 @@ struct ferry_device_batch {
   char hook_message[FERRY_ERROR_MAX];
 };
 
-/* An empty device batch with a record slot for every field of `batch` but the one at
- * index `image_field` (-1: none). */
+/* An empty device batch with a record slot for every field of `batch` but those whose
+ * bit is set in `not_records` (bit f: field f; the image field, or a GPU-decoded
+ * batch's compressed and fallback pixels). */
 ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
-                                    const ferry_batch *batch, int image_field,
+                                    const ferry_batch *batch, uint32_t not_records,
                                     ferry_device_batch **out);
 /* Run a hook and remember its failure (the first one wins). */
 void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);

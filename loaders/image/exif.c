@@ -3,6 +3,17 @@
  * Only IFD0's tag 0x0112 matters here. Every offset is checked against the
  * block's length: EXIF comes from arbitrary files, and a bad block means
  * "no orientation", never an error (Pillow's exif_transpose ignores it too).
+ *
+ * Callers: jpeg.c (the APP1 "Exif" payload) and png.c (the eXIf chunk) read the tag
+ * when ferry_image_options.apply_exif is set; image.c's apply_orientation sizes the
+ * result and transposes into the decoder's scratch. All three run on the thread that
+ * owns the decoder; nothing here keeps state, so any number of threads at once.
+ * Invariants: ferry__exif_orientation returns 1..8 whatever the bytes; every read is
+ * bounds-checked before it is made, so a block can be cut anywhere; the transpose
+ * reads each source pixel and writes each output pixel exactly once (a bijection),
+ * and never works in place.
+ * Not done here: any other tag (no thumbnail, no resolution, no colour space), EXIF
+ * in PNG text chunks, writing EXIF back.
  */
 #include <string.h>
 
@@ -18,6 +29,7 @@ static uint32_t read32(const uint8_t *p, int big_endian) {
 }
 
 int ferry__exif_orientation(const uint8_t *tiff, size_t len) {
+  /* the TIFF header: byte order mark, 42, offset of IFD0 */
   if (len < 8) return 1;
   int big_endian;
   if (memcmp(tiff, "MM", 2) == 0)
@@ -28,8 +40,10 @@ int ferry__exif_orientation(const uint8_t *tiff, size_t len) {
     return 1;
   if (read16(tiff + 2, big_endian) != 42) return 1;
   uint32_t ifd = read32(tiff + 4, big_endian);
+  /* len >= 8: no underflow; room for the entry count */
   if (ifd > len - 2) return 1;
   unsigned entries = read16(tiff + ifd, big_endian);
+  /* 12-byte entries: tag, type, count, value or offset. The first 0x0112 decides. */
   for (unsigned i = 0; i < entries; i++) {
     size_t at = (size_t)ifd + 2 + (size_t)i * 12;
     if (at + 12 > len) return 1;
@@ -42,7 +56,7 @@ int ferry__exif_orientation(const uint8_t *tiff, size_t len) {
   return 1;
 }
 
-/* Orientations 5..8 swap the axes. */
+/* Orientations 5..8 swap the axes (transposes and quarter turns). */
 static int swaps_axes(int o) { return o >= 5 && o <= 8; }
 
 void ferry__exif_oriented_size(int o, int width, int height, int *out_w, int *out_h) {
@@ -66,6 +80,8 @@ static void source_of(int o, int x, int y, int ow, int oh, int *sx, int *sy) {
   }
 }
 
+/* One pixel at a time through source_of: simple rather than fast, and it runs only
+ * for photos that carry an orientation other than 1 with apply_exif set. */
 void ferry__exif_transpose(int o, const uint8_t *src, int width, int height, uint8_t *dst) {
   int ow, oh;
   ferry__exif_oriented_size(o, width, height, &ow, &oh);

@@ -1,5 +1,27 @@
 /* loaders/image/image.c - the decoder object, format dispatch, files, and the
- * decode -> orient -> resize path the loader calls once per sample. */
+ * decode -> orient -> resize path the loader calls once per sample.
+ *
+ * Owns the ferry_decoder (a TurboJPEG handle and the scratch buffers every part
+ * of a decode writes into) and the public calls of ferry/image.h but the resize
+ * (resize.c): options, decode modes, probing a header, decoding, loading a file.
+ * Callers: a decoder is used by one thread at a time (the loader gives each worker
+ * its own, workers.c); the calls that take none (probe, options, mode names,
+ * scale_box) may run on any threads at once.
+ *
+ * Invariants:
+ *   - a decoder's scratch only grows (scratch.c), so a worker stops allocating once
+ *     it has seen its largest image; what decode_rgb and load_rgb return points into
+ *     d->pixels and stays valid until the next decode on the same decoder;
+ *   - after a decode, d->pixels holds the image as it is returned: oriented when
+ *     apply_exif asked for it (the buffers are swapped, not copied);
+ *   - the format is chosen by the file's signature, never by its name;
+ *   - every failure's message starts with the file name, or "(memory)" for bytes
+ *     given without one.
+ * Not done here: the codecs (jpeg.c, png.c), the pixel limit (limits.c, which the
+ * codecs apply to the header before decoding), EXIF parsing and rotation (exif.c),
+ * resampling (resize.c). No limit on a file's size: an image file is read whole,
+ * and only its pixel count is bounded.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -17,6 +39,7 @@ void ferry_image_options_default(ferry_image_options *o) {
   o->decode = FERRY_DECODE_CPU;
 }
 
+/* Indexed by ferry_decode_mode (CPU 0, GPU 1, AUTO 2). */
 static const char *const decode_mode_names[] = {"cpu", "gpu", "auto"};
 
 ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out) {
@@ -32,6 +55,8 @@ const char *ferry_decode_mode_name(ferry_decode_mode mode) {
   return mode >= 0 && mode < 3 ? decode_mode_names[mode] : "?";
 }
 
+/* Only the TurboJPEG handle is made here; the buffers start empty and grow on first
+ * use. */
 ferry_status ferry_decoder_open(ferry_decoder **out) {
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
   *out = NULL;
@@ -60,7 +85,9 @@ void ferry_decoder_close(ferry_decoder *d) {
 
 /* ---- header-only size ---- */
 
-/* FERRY_EAGAIN while the header is incomplete in data[0..len). */
+/* FERRY_EAGAIN while the header is incomplete in data[0..len). Fewer than 8 bytes
+ * that match neither signature may still be the start of one, hence EAGAIN rather
+ * than "not a JPEG or PNG file". */
 static ferry_status probe_prefix(const uint8_t *data, size_t len, const char *name, int *width,
                                  int *height) {
   if (ferry__jpeg_signature(data, len)) {
@@ -98,7 +125,9 @@ static ferry_status open_file(const char *path, int *fd) {
                     strerror(errno));
 }
 
-/* Append up to `want` bytes from fd to buf[*len..]; 0 bytes read means end of file. */
+/* Append up to `want` bytes from fd to buf[*len..]; 0 bytes read means end of file.
+ * A read interrupted by a signal is retried, so a signal the process handles does
+ * not fail a sample. */
 static ferry_status read_more(int fd, const char *path, uint8_t *buf, size_t *len, size_t want,
                               size_t *got) {
   ssize_t n;
@@ -122,6 +151,7 @@ static ferry_status probe_fd(int fd, const char *path, int *width, int *height) 
       break;
     }
     buf = grown;
+    /* A short read leaves room: the buffer doubles only once it is full. */
     st = read_more(fd, path, buf, &len, cap - len, &got);
     if (st < 0) break;
     st = probe_prefix(buf, len, path, width, height);
@@ -149,6 +179,10 @@ ferry_status ferry_image_probe_file(const char *path, int *width, int *height) {
 
 /* ---- decode ---- */
 
+/* Orientation 1 costs nothing. Otherwise the image is transposed into d->aux and the
+ * two buffers swap roles, so no copy back is made and both stay with the decoder for
+ * the next image. The full (header) size is oriented too: the loader compares it with
+ * the annotations (fill.c). */
 static ferry_status apply_orientation(ferry_decoder *d, const char *name, ferry_decoded *img) {
   if (img->orientation == 1) return FERRY_OK;
   ferry_status st = ferry__scratch_reserve(&d->aux, (size_t)img->width * img->height * 3, name);
@@ -172,6 +206,9 @@ static int signature_prefix(const uint8_t *data, size_t len) {
          (len < sizeof png && memcmp(data, png, len) == 0);
 }
 
+/* Dispatch on the signature, then orient. An empty file and one cut inside a
+ * signature are told apart from other bytes, so that they say "empty" or
+ * "truncated", not "not a JPEG or PNG file". */
 static ferry_status decode_any(ferry_decoder *d, const void *data, size_t len, const char *name,
                                const ferry_decode_request *req, ferry_decoded *img) {
   if (len == 0) return truncated_header(name, 0); /* "empty file" */
@@ -205,6 +242,7 @@ ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, co
   if (!out || !width || !height)
     return ferry__fail(FERRY_EINVAL, "%s: ferry_decode_rgb: NULL output", name);
   if (!opts) ferry_image_options_default(&defaults);
+  /* target_size 0: the full image is asked for, so no DCT-scaled decode. */
   ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = 0};
   ferry_decoded img;
   st = decode_any(d, data, len, name, &req, &img);
@@ -224,6 +262,8 @@ ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size
   ferry_status st = check_decode_args(d, data, len, name);
   if (st < 0) return st;
   if (!opts) ferry_image_options_default(&defaults);
+  /* The size the resize will make, so that with dct_scaling a JPEG may be decoded
+   * smaller (jpeg.c picks the scale); the reported size stays the full one. */
   ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = size};
   ferry_decoded img;
   st = decode_any(d, data, len, name, &req, &img);
@@ -235,7 +275,10 @@ ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size
   return FERRY_OK;
 }
 
-/* The whole file into d->file. */
+/* The whole file into d->file. fstat on the open descriptor, not stat on the path,
+ * so the size and the type are those of the file being read. A file that shrinks
+ * meanwhile gives fewer bytes (*len < size), which the codecs report as truncated; one
+ * that grows is read up to its size at fstat. */
 static ferry_status read_file(ferry_decoder *d, const char *path, size_t *len) {
   int fd;
   *len = 0;

@@ -4,7 +4,9 @@
  * format into the decoder's scratch; exif.c finds and applies the orientation;
  * resize.c is the Pillow-compatible resampler writing the output layouts, its
  * inner loops in kernel sets (resize_kernels.h: portable, resize_avx2.c,
- * resize_avx512.c); normalize.c holds the f32 normalisation table.
+ * resize_avx512.c, resize_vbmi.c); normalize.c holds the f32 normalisation table;
+ * scratch.c the growable buffers and limits.c the pixel limit, which every other
+ * file uses and which call nothing back.
  */
 #ifndef FERRY_LOADERS_IMAGE_INTERNAL_H
 #define FERRY_LOADERS_IMAGE_INTERNAL_H

@@ -1,4 +1,19 @@
-/* loaders/image/jpeg.c - JPEG through TurboJPEG (2.x tj* API, or tj3* when >= 3). */
+/* loaders/image/jpeg.c - JPEG through TurboJPEG (2.x tj* API, or tj3* when >= 3).
+ *
+ * Owns: the TurboJPEG handle's life (open/close, called by image.c for each
+ * decoder), the header walk, and the decode into the decoder's scratch: RGB8 in
+ * d->pixels, with d->aux for CMYK samples on the way.
+ * Callers: image.c, on the thread that owns the decoder (a TurboJPEG handle is not
+ * shared between threads), and the header-only probe, on any thread (it needs no
+ * handle).
+ * Invariants: the size is read and checked against max_pixels before anything is
+ * allocated for the pixels (limits.c); the output is as Pillow's convert("RGB") of
+ * the same file (docs/images.md: accurate IDCT, fancy upsampling, Pillow's CMYK rule
+ * and its tolerance of warnings), but for the DCT scaling a caller may ask for; the
+ * header walk reads no byte past `len` and says FERRY_EAGAIN when it needs more.
+ * Not done here: EXIF is located, not parsed (exif.c), nor applied (image.c); no ICC
+ * colour management (Pillow's convert ignores it too).
+ */
 #include <string.h>
 #include <turbojpeg.h>
 
@@ -14,6 +29,7 @@ void ferry__jpeg_handle_close(void *tj) { tj3Destroy(tj); }
 static const char *tj_message(void *tj) { return tj3GetErrorStr(tj); }
 static int tj_error_code(void *tj) { return tj3GetErrorCode(tj); }
 static const tjscalingfactor *tj_factors(int *count) { return tj3GetScalingFactors(count); }
+/* The scale is set on the handle; rows are tight (pitch = width * pixel size). */
 static int tj_decode(void *tj, const uint8_t *data, size_t len, tjscalingfactor sf, uint8_t *dst,
                      int width, int height, int pixel_format) {
   (void)height;
@@ -57,6 +73,9 @@ static int decoded_despite_warning(void *tj) {
 }
 
 /* ---- header walk ----
+ * Markers up to the first frame header (SOFn), skipping each segment by its length
+ * and noting the first APP1 "Exif" payload on the way. SOS, EOI or a second SOI
+ * before any frame header is an error: that image has no frame to decode.
  * Our own parser rather than tjDecompressHeader3: it needs no handle, it can say
  * "need more bytes" (for probing files), and TurboJPEG 2.x refuses the header of
  * valid images whose subsampling it cannot name (4:1:0, 2x4) that it decodes fine. */
@@ -67,14 +86,19 @@ int ferry__jpeg_signature(const uint8_t *data, size_t len) {
 
 static unsigned be16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
 
+/* SOF0..SOF15, but not C4 (DHT), C8 (JPG, reserved) or CC (DAC), which share the
+ * range. */
 static int is_frame_marker(unsigned m) {
   return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
+/* TEM and RST0..7 carry no length field. */
 static int is_standalone_marker(unsigned m) {
   return m == 0x01 || (m >= 0xD0 && m <= 0xD7);
 }
 
+/* The first APP1 that starts "Exif\0\0" wins; the TIFF structure follows the six
+ * bytes. Other APP1 segments (XMP) are not EXIF. */
 static void note_exif(const uint8_t *seg, size_t seg_len, ferry_jpeg_info *info) {
   if (info->exif || seg_len < 6 || memcmp(seg, "Exif\0\0", 6) != 0) return;
   info->exif = seg + 6;
@@ -84,6 +108,7 @@ static void note_exif(const uint8_t *seg, size_t seg_len, ferry_jpeg_info *info)
 ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
                                ferry_jpeg_info *info) {
   memset(info, 0, sizeof *info);
+  /* past SOI (the caller checked the signature) */
   size_t pos = 2;
   for (;;) {
     if (pos + 2 > len) return FERRY_EAGAIN;
@@ -104,6 +129,7 @@ ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *nam
     if (seg_len < 2)
       return ferry__fail(FERRY_EFORMAT, "%s: JPEG: bad segment length at byte %zu", name, pos);
     if (is_frame_marker(marker)) {
+      /* length(2), precision(1), height(2), width(2), components(1) */
       if (pos + 8 > len) return FERRY_EAGAIN;
       info->height = (int)be16(data + pos + 3);
       info->width = (int)be16(data + pos + 5);
@@ -113,6 +139,8 @@ ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *nam
                           name);
       return FERRY_OK;
     }
+    /* only a segment wholly inside the buffer: a probe's partial read may cut one
+     * (the probe does not need EXIF; a decode has the whole file) */
     if (marker == 0xE1 && pos + seg_len <= len)
       note_exif(data + pos + 2, seg_len - 2, info);
     pos += seg_len;
@@ -121,7 +149,10 @@ ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *nam
 
 /* ---- decode ---- */
 
-/* The smallest TurboJPEG scale below 1 that keeps both sides >= target; 1/1 if none. */
+/* The smallest TurboJPEG scale below 1 that keeps both sides >= target; 1/1 if none.
+ * Both sides, so the choice does not depend on an EXIF rotation applied afterwards
+ * (the target is square). The resize that follows then still downscales, from a
+ * smaller source: a deliberate difference from Pillow, taken only with dct_scaling. */
 static tjscalingfactor pick_scale(int width, int height, int target) {
   tjscalingfactor best = {1, 1};
   int count = 0;
@@ -187,6 +218,7 @@ ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t le
   tjscalingfactor sf = {1, 1};
   if (req->opts->dct_scaling && req->target_size > 0)
     sf = pick_scale(hdr.width, hdr.height, req->target_size);
+  /* TurboJPEG 2.x derives the same scale from these sizes (tj_decode) */
   int w = TJSCALED(hdr.width, sf), h = TJSCALED(hdr.height, sf);
   if (hdr.components == 4) /* CMYK or YCCK: libjpeg gives CMYK for both */
     st = decode_cmyk(d, data, len, name, sf, w, h);
@@ -196,6 +228,8 @@ ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t le
   out->rgb = d->pixels.data;
   out->width = w;
   out->height = h;
+  /* the stored size, not w x h: what *orig_w and *orig_h report (the loader checks
+   * it against the annotations) */
   out->full_width = hdr.width;
   out->full_height = hdr.height;
   out->orientation =

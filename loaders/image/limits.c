@@ -1,9 +1,11 @@
 /* loaders/image/limits.c - the pixel limit, checked from a header before decoding.
  *
- * Every decoder path (jpeg.c, png.c, and the header-only probe in image.c) checks
- * width x height against ferry_image_options.max_pixels BEFORE it allocates or
- * decodes, so a small file that declares a huge image (a decompression bomb) costs
- * nothing. The product is taken in 64 bits: two int dimensions cannot overflow it.
+ * Both decoders (jpeg.c after its header walk, png.c right after png_read_info) check
+ * width x height against ferry_image_options.max_pixels BEFORE they allocate for the
+ * pixels or decode, so a small file that declares a huge image (a decompression bomb)
+ * costs nothing. The header-only probe in image.c decodes nothing and does not check:
+ * it reports the size as stored. The product is taken in 64 bits: two int dimensions
+ * cannot overflow it.
  */
 #include "lib/status.h"
 #include "loaders/image/image_internal.h"

@@ -5,6 +5,22 @@
  * composited; palette and 1/2/4-bit gray expand to 0..255; 16-bit colour keeps the
  * high byte; 16-bit gray clamps to 255 (Pillow opens it as I;16, whose conversion
  * to 8 bits clips instead of scaling).
+ *
+ * Owns: one libpng read struct per decode, created and destroyed inside
+ * ferry__png_decode; the RGB8 result goes to the decoder's scratch (d->pixels).
+ * Callers: image.c, on the thread that owns the decoder; the IHDR parser also for the
+ * header-only probe. libpng reports errors by longjmp, so everything between
+ * png_read_info and the last row runs below one setjmp (run_decode), and nothing
+ * allocated there may be lost by the jump: libpng's own memory is freed with its
+ * struct, and the pixels live in the decoder's scratch, not on that stack.
+ * Invariants: the size is checked against max_pixels right after png_read_info,
+ * before the pixel buffer is reserved (limits.c); libpng allocates through
+ * ferry__malloc (so tests can fail its allocations, and an out-of-memory is
+ * FERRY_ENOMEM, not a format error); the input is read from memory and never past
+ * `len`.
+ * Not done here: gamma, ICC and colour chunks are ignored, as Pillow's convert
+ * ignores them; chunks after the image data are never read (png_read_end is not
+ * called), so only an eXIf chunk that precedes IDAT gives an orientation.
  */
 #include <png.h>
 #include <setjmp.h>
@@ -23,6 +39,8 @@ static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* IHDR from the bytes: the signature (8), the chunk length 13 (4) and "IHDR" (4), then
+ * width and height (4 each). PNG limits both to 2^31-1, so they fit an int. */
 ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width,
                               int *height) {
   if (len < 24) return FERRY_EAGAIN;
@@ -44,6 +62,8 @@ typedef struct png_source {
   char message[200];
 } png_source;
 
+/* libpng's read callback over the buffer: a file that ends early is libpng's error,
+ * so it longjmps out like any other. */
 static void read_bytes(png_structp png, png_bytep out, size_t n) {
   png_source *src = png_get_io_ptr(png);
   if (n > src->len - src->pos) png_error(png, "file is truncated");
@@ -51,6 +71,9 @@ static void read_bytes(png_structp png, png_bytep out, size_t n) {
   src->pos += n;
 }
 
+/* The message is copied before the jump: libpng may have formatted it in a frame
+ * that the jump unwinds (png_chunk_error does, on its stack). It is reported, with
+ * the file's name, back at the setjmp. */
 static void on_error(png_structp png, png_const_charp msg) {
   png_source *src = png_get_error_ptr(png);
   snprintf(src->message, sizeof src->message, "%s", msg);
@@ -63,6 +86,8 @@ static void on_warning(png_structp png, png_const_charp msg) {
   (void)msg;
 }
 
+/* Inside libpng a NULL becomes a png_error (or a warning and a fallback); the flag
+ * lets run_decode report an error after it as out of memory, not as bad data. */
 static png_voidp on_malloc(png_structp png, png_alloc_size_t size) {
   void *p = ferry__malloc(size);
   if (!p) ((png_source *)png_get_mem_ptr(png))->out_of_memory = 1;
@@ -74,7 +99,10 @@ static void on_free(png_structp png, png_voidp p) {
   ferry__free(p);
 }
 
-/* Ask libpng for 8-bit RGB (or 16-bit RGB for 16-bit gray, clamped afterwards). */
+/* Ask libpng for 8-bit RGB (or 16-bit RGB for 16-bit gray, clamped afterwards).
+ * Palette expansion would turn a tRNS chunk into alpha; strip_alpha drops it, with
+ * any alpha channel, uncomposited. libpng's strip_16 keeps the high byte, as
+ * Pillow's RGB;16B unpacker does; only 16-bit gray cannot use it (Pillow clips). */
 static int request_rgb(png_structp png, png_infop info) {
   int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
   int gray16 = color == PNG_COLOR_TYPE_GRAY && depth == 16;
@@ -86,7 +114,9 @@ static int request_rgb(png_structp png, png_infop info) {
   return gray16;
 }
 
-/* In place: 16-bit big-endian samples to 8 bits, clamping as Pillow's I;16 -> L. */
+/* In place: 16-bit big-endian samples to 8 bits, clamping as Pillow's I;16 -> L.
+ * Sample i is read from bytes 2i and 2i+1 and written to byte i <= 2i, so no write
+ * lands on a byte still to be read. */
 static void clamp16_to_8(uint8_t *buf, size_t samples) {
   for (size_t i = 0; i < samples; i++) buf[i] = buf[2 * i] ? 255 : buf[2 * i + 1];
 }
@@ -111,12 +141,17 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
   png_read_update_info(png, info);
   size_t row_bytes = png_get_rowbytes(png, info);
   size_t want = (size_t)w * 3 * (gray16 ? 2 : 1);
+  /* What the transforms above promise for every valid colour type and depth; were
+   * libpng to give anything else, rows would not fit the buffer below. */
   if (png_get_channels(png, info) != 3 || row_bytes != want)
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: PNG: cannot convert this colour type to RGB",
                       name);
   st = ferry__scratch_reserve(&d->pixels, row_bytes * (size_t)h, name);
   if (st < 0) return st;
   uint8_t *pixels = d->pixels.data;
+  /* Every pass over the whole image in place: libpng fills in each pass's pixels of
+   * a row and keeps what earlier passes wrote, so the last pass leaves the full
+   * image. */
   for (int pass = 0; pass < passes; pass++)
     for (int y = 0; y < h; y++) png_read_row(png, pixels + (size_t)y * row_bytes, NULL);
   if (gray16) clamp16_to_8(pixels, (size_t)w * (size_t)h * 3);
@@ -142,6 +177,8 @@ static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info
 
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                               const ferry_decode_request *req, ferry_decoded *out) {
+  /* src outlives every callback: it is on this frame, which the jump back into
+   * run_decode leaves intact */
   png_source src = {.data = data, .len = len};
   png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, on_error, on_warning,
                                              &src, on_malloc, on_free);

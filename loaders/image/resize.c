@@ -12,6 +12,25 @@
  * intermediate copy of the output. This file plans a resize (filters, pass order,
  * scratch, the row window) and holds the portable kernels; the vector kernel sets
  * (resize_kernels.h) compute the same bytes faster.
+ *
+ * Callers: image.c (ferry_image_decode_resized, once per sample on a worker's own
+ * decoder) and users of ferry_image_resize; a decoder is used by one thread at a time,
+ * and every buffer here is that decoder's scratch, so resizes on different decoders
+ * share nothing but the read-only normalisation table (built once, normalize.c).
+ * The GPU resize (lib/resize_cuda.h) takes filters made by ferry__resize_axis_build
+ * and this file's pass order (handed to it by gpu_fill.c), so that it agrees with
+ * this file byte for byte.
+ * Invariants:
+ *   - d->taps holds the filters of d->taps_shape, tagged right after a build (which
+ *     cannot fail halfway); d->plan holds the horizontal plan of (d->plan_kernels,
+ *     d->plan_shape), untagged while it is rewritten; each is reused only when the
+ *     shape (and for the plan the kernel set) matches;
+ *   - the vertical filter's first rows never decrease with y, which lets the row
+ *     window only drop rows from its top and resample below;
+ *   - nothing is allocated outside the decoder's scratch, so once the scratch has
+ *     grown to a shape, resizing that shape again allocates nothing.
+ * Not done here: cropping or keeping the aspect ratio (the output is always square),
+ * other filters than BILINEAR, and any resampling of masks (coco/ makes them at R).
  */
 #include <math.h>
 #include <string.h>
@@ -81,7 +100,10 @@ static void layout_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   t->weights = (int32_t *)(t->by_count + out_size);
 }
 
-/* Lay the axis out in mem and fill it. */
+/* Lay the axis out in mem and fill it. Each step is Pillow's precompute_coeffs: the
+ * window [lo, hi) rounds centre -/+ support to the nearest input and is clipped to
+ * the image; the weights are normalised by their sum (left as 0 when it is 0, as
+ * Pillow does) and rounded half away from zero. */
 static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   double scale = (double)in_size / out_size;
   double support = filter_scale(in_size, out_size); /* triangle support 1, widened */
@@ -112,6 +134,8 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
   order_by_count(t, out_size);
 }
 
+/* The accumulators start at half a unit (1 << (WEIGHT_BITS - 1)), so this shift
+ * rounds to nearest, as Pillow's clip8 does. */
 static uint8_t clip8(int32_t acc) {
   int32_t v = acc >> WEIGHT_BITS;
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
@@ -138,6 +162,8 @@ static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, i
     }
 }
 
+/* A short last block repeats its last row rather than reading past the image; only
+ * its `n` real rows are written back. */
 void ferry__resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
                                     size_t in_stride, int rows, int in_w,
                                     const axis_taps *h, int out_w, uint8_t *out,
@@ -166,6 +192,9 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
 const ferry_resize_kernels ferry__resize_portable = {horizontal_portable, vertical_portable,
                                                     ferry__resize_normalize_portable, 1, NULL, NULL};
 
+/* Most capable first; each set needs every feature its file is compiled for (the
+ * build leaves out a set its compiler cannot make). Asked on every resize: the
+ * answer is a few cached CPUID bits. */
 const ferry_resize_kernels *ferry__resize_best_kernels(void) {
 #if FERRY_HAVE_VBMI_KERNELS
   if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw") &&
@@ -206,7 +235,8 @@ static uint8_t *out_rows(const resize_job *j, int y) {
   return j->staging;
 }
 
-/* Output rows y .. y+n are in out_rows(j, y): finish them in the layout. */
+/* Output rows y .. y+n are in out_rows(j, y): finish them in the layout. F32_CHW is
+ * three planes of size*size floats; staging row r is output row y + r of each. */
 static void rows_done(const resize_job *j, int y, int n) {
   if (j->layout == FERRY_LAYOUT_U8_HWC) return;
   size_t px = (size_t)j->size;
@@ -297,7 +327,9 @@ static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int
   }
 }
 
-/* Vertical over the full width, then horizontal, a block of rows at a time. */
+/* Vertical over the full width, then horizontal, a block of rows at a time. tmp
+ * holds size rows of the source width: every source row may be read, so there is no
+ * window to slide. */
 static void resize_vertical_first(const resize_job *j, const uint8_t *src, int width,
                                   uint8_t *tmp) {
   int size = j->size;
@@ -375,6 +407,7 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
   if (!k->plan_horizontal) return FERRY_OK;
   const int shape[2] = {width, size};
   if (d->plan_kernels != k || memcmp(shape, d->plan_shape, sizeof shape) != 0) {
+    /* Invalid until rebuilt, so a failed reserve leaves no stale plan marked good. */
     d->plan_kernels = NULL;
     size_t bytes = k->plan_horizontal(h, width, size, NULL) + FERRY_RESIZE_PLAN_ALIGN;
     ferry_status st = ferry__scratch_reserve(&d->plan, bytes, "image resize");
@@ -429,6 +462,8 @@ ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decod
     resize_vertical_first(&j, src, width, d->rows.data);
   else
     resize_horizontal_first(&j, src, width, d->rows.data);
+  /* The non-temporal stores reach memory before the caller hands dst to another
+   * thread (the loader does, through its lock). */
   if (k->drain) k->drain();
   return FERRY_OK;
 }

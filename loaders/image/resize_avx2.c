@@ -6,6 +6,20 @@
  * change it), shifted, and clipped by saturating packs, which clamp any int32 to
  * 0..255 just as clip8 does. Pillow-SIMD gets its speed by cutting the weights to
  * 16 bits; that changes pixels, so these keep all 22 and pay with vpmulld.
+ *
+ * Callers: resize.c, through the kernel set ferry__resize_best_kernels picks (this
+ * one, or the AVX-512 sets that borrow its normalise, vertical tail and drain), on
+ * the worker threads, each with its own decoder's scratch. No state: any number of
+ * threads at once.
+ * Invariants:
+ *   - a sum cannot overflow int32: BILINEAR's weights are nonnegative and sum to
+ *     2^22 give or take their rounding, so a sum stays near 255 * 2^22 < 2^30;
+ *   - loads and stores stay inside the rows, words and planes the caller hands in
+ *     (bytes past the last whole 16 go one at a time; the normalise's last load of
+ *     a step ends at byte 3x + 23 < 3n, so it needs no slack);
+ *   - every byte written equals the portable kernel's (test_image_resize).
+ * Not done here: choosing the set (resize.c checks the CPU), planning the filters,
+ * the pass order.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -127,12 +141,15 @@ static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int 
   _mm_storel_epi64((__m128i *)(u + 3 * (size_t)x + 2), _mm256_extracti128_si256(bytes, 1));
 }
 
+/* Outputs in by_count order: each is written to its own words, so the order changes
+ * no byte, only how often the tap loop's trip count changes. */
 static void convolve_block(const void *words, const ferry_resize_axis *h, int out_w, void *out_words) {
   for (int i = 0; i < out_w; i++) convolve_columns(words, h, h->by_count[i], out_words);
 }
 
 static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
 
+/* `plan` is unused: this set has no plan_horizontal. */
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
                             const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                             void *scratch, const void *plan) {
@@ -191,7 +208,7 @@ static __m256i channel_of_8(__m128i lo, __m128i hi, int c) {
   return _mm256_cvtepu8_epi32(bytes);
 }
 
-/* a / b, as divide_by_fma in resize.c: exact where norm->fma_exact says so. */
+/* a / b, as divide_by_fma in normalize.c: exact where norm->fma_exact says so. */
 static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
   __m256 q = _mm256_mul_ps(a, recip);
   return _mm256_fmadd_ps(_mm256_fnmadd_ps(q, b, a), recip, q);
@@ -235,6 +252,8 @@ void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resi
   if (vec < n) ferry__resize_portable.normalize(rgb + 3 * vec, n - vec, norm, dst + vec, plane_stride);
 }
 
+/* Non-temporal stores are weakly ordered, outside x86's usual store order; the
+ * sfence puts them before every store that follows it. */
 void ferry__resize_drain_avx2(void) { _mm_sfence(); }
 
 const ferry_resize_kernels ferry__resize_avx2 = {horizontal_avx2, vertical_avx2,

@@ -6,6 +6,15 @@
  * rows, so a source column is one 16-byte word, and the vertical pass takes 16
  * outputs per multiply. Results are clamped at 0 and narrowed with unsigned
  * saturation, which is clip8. Normalisation is the AVX2 kernel's.
+ *
+ * Callers: resize.c, through ferry__resize_best_kernels (only where the CPU has
+ * AVX-512F, AVX2 and FMA: this set runs AVX2 code for the normalise, the vertical
+ * tail and the drain), and resize_vbmi.c, whose set uses this vertical pass and
+ * falls back to this horizontal one. Worker threads, no state.
+ * Invariants: the same bytes as the portable kernels; loads and stores stay inside
+ * the rows, words and outputs handed in; the word arrays are 16-byte aligned (the
+ * scratch is 32-byte aligned and every word is 16 bytes), which the aligned loads
+ * and stores of words rely on.
  */
 #include <immintrin.h>
 
@@ -15,7 +24,8 @@ enum { BIAS = 1 << (FERRY_RESIZE_WEIGHT_BITS - 1), ROWS = 16 };
 
 #define UNROLL _Pragma("GCC unroll 16") /* register arrays must become registers */
 
-/* Sixteen int32 sums -> sixteen bytes as clip8 makes them. */
+/* Sixteen int32 sums -> sixteen bytes as clip8 makes them. The max with 0 first:
+ * vpmovusdb saturates unsigned, so a negative int32 would come out as 255. */
 static __m128i finish16(__m512i acc) {
   __m512i v = _mm512_srai_epi32(acc, FERRY_RESIZE_WEIGHT_BITS);
   return _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
@@ -65,6 +75,8 @@ static void transpose_in(const uint8_t *const *row, size_t bytes, void *words) {
 }
 
 /* Words u -> the first `rows` output rows. */
+/* A short block writes only its `rows` rows: the repeated rows transpose_in made up
+ * are computed but never stored. */
 static void transpose_out(const void *words, size_t bytes, uint8_t *out, size_t stride, int rows) {
   const __m128i *u = words;
   size_t j = 0;

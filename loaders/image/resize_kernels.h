@@ -8,6 +8,9 @@
  * is an exact integer and every float step is the same IEEE operation, so all
  * sets write identical bytes; the choice is speed only, and test_image_resize
  * holds them to that.
+ * A kernel set is a table of plain functions with no state of its own: whatever
+ * memory a call needs (scratch, plan) is the caller's (the decoder's, resize.c), so
+ * one set serves every thread at once.
  */
 #ifndef FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H
 #define FERRY_LOADERS_IMAGE_RESIZE_KERNELS_H

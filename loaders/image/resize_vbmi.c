@@ -16,6 +16,18 @@
  * filter, so they are laid out once per shape (the plan) rather than per row.
  * A filter so wide that one output's taps leave the window (downscales of ten
  * or more) falls back to the AVX-512 kernel.
+ *
+ * Callers: resize.c, through ferry__resize_best_kernels (where the CPU has VBMI, BW,
+ * AVX-512F, AVX2 and FMA); it lays the plan out with plan_vbmi once per filter shape
+ * and keeps it in the decoder, then calls horizontal_vbmi with it for every block of
+ * rows. Worker threads, no state beyond the plan, which is read-only once laid out.
+ * Invariants:
+ *   - every byte index in the plan is < WINDOW (a group is made only if its span
+ *     fits), so vpermb never needs the index bits it ignores;
+ *   - the window load is masked to the bytes inside the row, and the store to the
+ *     group's 3n output bytes, so neither touches memory past the row or the
+ *     neighbouring group's output;
+ *   - lanes and taps a pixel does not have carry weight 0: they add nothing.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -68,6 +80,7 @@ static int group_span(const ferry_resize_axis *h, int x0, int n, int *most) {
 /* The most pixels per group (down to 1) for which every group's taps fit the
  * window; 0 if not even single pixels do. */
 static int pick_group_pixels(const ferry_resize_axis *h, int out_w) {
+  /* most pixels first: fewer groups, fewer windows and vpermbs per row */
   for (int p = MAX_GROUP_PIXELS; p >= 1; p--) {
     int fits = 1, most;
     for (int x0 = 0; x0 < out_w && fits; x0 += p)
@@ -92,6 +105,9 @@ static void fill_pair(const ferry_resize_axis *h, int x0, int n, int base, int p
       if (t >= h->count[x]) continue;
       int32_t w = h->weights[h->offset[x] + t];
       v[0].bytes[4 * j + 2 * s] = (uint8_t)(3 * (h->first[x] + t) + j % 3 - base);
+      /* floor division by 2^15 (>> on int32 is arithmetic with GCC), so
+       * 0 <= lo < 2^15 fits a signed 16-bit factor, and hi = w >> 15 does too
+       * (|w| <= 2^22) */
       v[1].words[2 * j + s] = (int16_t)(w - (w >> LO_BITS) * (1 << LO_BITS));
       v[2].words[2 * j + s] = (int16_t)(w >> LO_BITS);
     }
@@ -112,6 +128,7 @@ static size_t plan_vbmi(const ferry_resize_axis *h, int in_w, int out_w, void *m
     if (line) {
       plan_line *info = line + lines;
       memset(info, 0, sizeof *info);
+      /* a shift by 64 would be undefined: the full mask is spelled out */
       uint64_t mask = left >= WINDOW ? ~0ull : left > 0 ? (1ull << left) - 1 : 0;
       info->info = (group_info){mask, base, pairs, 3 * n, 3 * x0};
       for (int q = 0; q < pairs; q++) fill_pair(h, x0, n, base, q, info + 1 + 3 * q);
@@ -137,16 +154,19 @@ __attribute__((always_inline)) static inline void group_rows(const plan_line *g,
                                                             int rows, uint8_t *out,
                                                             size_t out_stride) {
   const group_info *info = &g->info;
+  /* the group's bytes only; out_bytes <= 15, so the shift is defined */
   __mmask16 store = (__mmask16)((1u << info->out_bytes) - 1);
   in += info->base;
   out += info->first_out;
   for (int y = 0; y < rows; y++, in += in_stride, out += out_stride) {
     /* going down the rows, the hardware prefetcher misses where the next groups'
      * windows lie; the decoded image is no longer all in L2 by now */
+    /* a prefetch past the end of the image is harmless: it never faults */
     _mm_prefetch((const char *)in + 2 * WINDOW, _MM_HINT_T0);
     __m512i window = _mm512_maskz_loadu_epi8(info->window_mask, in);
     __m512i lo = _mm512_set1_epi32(BIAS), hi = _mm512_setzero_si512();
     for (int q = 0; q < pairs; q++) add_pair(window, g + 1 + 3 * q, &lo, &hi);
+    /* hi_sum * 2^15 + lo_sum, the sum the other kernels make; BIAS went into lo */
     __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(hi, LO_BITS), lo);
     sum = _mm512_max_epi32(_mm512_srai_epi32(sum, FERRY_RESIZE_WEIGHT_BITS), _mm512_setzero_si512());
     _mm_mask_storeu_epi8(out, store, _mm512_cvtusepi32_epi8(sum));

@@ -73,7 +73,9 @@ class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
                 ("arenas", c_size_t), ("rank", c_int), ("world_size", c_int), ("pool", PoolStats),
                 ("prefetch", c_size_t), ("coordinator_cpu_ns", c_uint64),
                 ("coordinator_idle_cpu_ns", c_uint64), ("consumer_idle_cpu_ns", c_uint64),
-                ("peak_busy_workers", c_size_t), ("decoder", c_int)]
+                ("peak_busy_workers", c_size_t), ("decoder", c_int),
+                ("samples_gpu_decode", c_uint64),
+                ("samples_cpu_fallback", c_uint64 * 8)]  # FERRY_FALLBACK_REASONS
 
 
 class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h

@@ -81,7 +81,11 @@ def _struct_dict(struct):
     out = {}
     for name, _ in struct._fields_:
         value = getattr(struct, name)
-        out[name] = _struct_dict(value) if hasattr(value, "_fields_") else value
+        if hasattr(value, "_fields_"):
+            value = _struct_dict(value)
+        elif hasattr(value, "_length_"):  # a C array: samples_cpu_fallback
+            value = list(value)
+        out[name] = value
     return out
 
 

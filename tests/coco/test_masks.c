@@ -254,6 +254,19 @@ Test(masks, merge_rejects_different_sizes) {
   ferry_rle_free(&rles[1]);
 }
 
+/* h*w past 2^32-1: maskApi.c's uint run lengths cannot describe it. Merging two used to
+ * wrap a run and return a wrong 1-run mask with FERRY_OK. */
+Test(masks, oversized_hand_built_rles_are_refused) {
+  uint32_t counts[3] = {4294967295u, 0, 65537};
+  ferry_rle big = {.h = 65536, .w = 65537, .m = 3, .counts = counts}, pair[2] = {big, big}, out = {0};
+  cr_expect_eq(ferry_rle_merge(pair, 2, 0, &out), FERRY_ELIMIT);
+  cr_expect(strstr(ferry_last_error(), "ferry_rle_merge") && strstr(ferry_last_error(), "2^32-1"), "%s",
+            ferry_last_error());
+  cr_expect_eq(out.counts, NULL);
+  double iou = 0;
+  cr_expect_eq(ferry_rle_iou(pair, 1, pair, 1, NULL, &iou), FERRY_ELIMIT);
+}
+
 Test(masks, iou_matches_pixel_counts) {
   for (int t = 0; t < 300; t++) {
     uint32_t h = 1 + next_u32() % 20, w = 1 + next_u32() % 20;

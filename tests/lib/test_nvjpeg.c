@@ -345,10 +345,10 @@ Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) 
   ferry_nvjpeg_decoder d = open_decoder();
   fake.info_width = 641, fake.info_height = 427;
   int w = 0, h = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", &w, &h), FERRY_OK);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", &w, &h), FERRY_OK);
   cr_expect(w == 641 && h == 427, "%dx%d", w, h);
   fake.info_width = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", &w, &h), FERRY_EFORMAT);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", &w, &h), FERRY_EFORMAT);
   cr_expect(strstr(ferry_last_error(), "b.jpg"), "%s", ferry_last_error());
   ferry__nvjpeg_decoder_close(&d);
 }

@@ -341,21 +341,28 @@ Test(loader, bad_configs_and_files_are_explained) {
 
 static void count_progress(const ferry_loader_progress *p, void *user) {
   int *calls = user;
-  (*calls)++;
-  cr_assert_eq(p->batches_delivered, (uint64_t)*calls);
+  cr_assert_eq(calls[1], 0, "nothing after the end of the epoch");
+  if (p->epoch_ended) {
+    calls[1]++;
+    cr_assert_eq(p->batches_delivered, (uint64_t)calls[0], "the end repeats the final count");
+  } else {
+    calls[0]++;
+    cr_assert_eq(p->batches_delivered, (uint64_t)calls[0]);
+  }
   cr_assert_eq(p->batches_per_epoch, NBATCH);
 }
 
 Test(loader, progress_is_reported_per_batch) {
   ferry_loader_config c;
   test_config(&c);
-  int calls = 0;
+  int calls[2] = {0, 0}; /* batches, epoch ends */
   c.progress = count_progress;
-  c.progress_user = &calls;
+  c.progress_user = calls;
   ferry_loader *l = open_loader(&c);
   uint64_t d[MAXB];
   epoch_digests(l, d, MAXB);
-  cr_assert_eq(calls, NBATCH);
+  cr_assert_eq(calls[0], NBATCH);
+  cr_assert_eq(calls[1], 1, "one call when the epoch ends");
   ferry_loader_close(l);
 }
 

@@ -1,0 +1,233 @@
+/* loaders/gpu_fill.c - the GPU decoder's side of the workers and of the layout.
+ *
+ * Owns: the per-image facts a batch is laid out from (the file's size, stat'ed at
+ * open; where its pixels go, learnt by the first worker that reads it), each worker's
+ * nvJPEG parser, and the fill of a sample laid out for the GPU decoder.
+ * Invariants: a sample has exactly one of (jpeg rows = its file's size, no cpu_images
+ * row) while its route is 0, or (no jpeg rows, one cpu_images row) once a worker has
+ * recorded a CPU route; a route only ever goes from 0 to a CPU route, so a sample is
+ * laid out again at most once per loader (FERRY_EAGAIN, see loader_internal.h). No
+ * pixel of a sample nvJPEG takes is decoded here: the transfer stage decodes the
+ * jpeg rows on the device. Masks, boxes and every other target are written by the
+ * CPU path's code (fill.c), so they are the CPU decoder's bit for bit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/alloc.h"
+#include "lib/nvjpeg_table.h"
+#include "lib/transfer/jpeg_stage.h"
+#include "loaders/image/resize_kernels.h"
+#include "loaders/loader_internal.h"
+
+static unsigned route_of(const fill_context *ctx, size_t index) {
+  return __atomic_load_n(&ctx->gpu.route[index], __ATOMIC_RELAXED);
+}
+
+void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
+                         int64_t *rows) {
+  int64_t *jpeg = rows + (size_t)ctx->slots.jpeg * count;
+  int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
+  for (size_t i = 0; i < count; i++) {
+    size_t index = dataset_index[i];
+    int on_cpu = route_of(ctx, index) != 0;
+    int64_t bytes = ctx->gpu.file_bytes[index];
+    jpeg[i] = on_cpu || bytes < 0 ? 0 : bytes;
+    cpu[i] = on_cpu;
+  }
+}
+
+/* ---- the transfer stage's filter tables: the CPU resize's own ---- */
+
+static void axis_build(ferry_resize_filter *out, int in_size, int out_size, void *mem) {
+  ferry_resize_axis axis;
+  ferry__resize_axis_build(&axis, in_size, out_size, mem);
+  *out = (ferry_resize_filter){axis.first, axis.count, axis.offset, axis.weights};
+}
+
+static const ferry_resize_tables cpu_resize_tables = {ferry__resize_axis_bytes, axis_build,
+                                                      ferry__resize_vertical_first};
+
+ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
+  return ferry__jpeg_stage_open(ctx->gpu.api, &cpu_resize_tables, ctx->resolution, out);
+}
+
+/* ---- the stat at open ---- */
+
+typedef struct stat_range {
+  fill_context *ctx;
+  size_t begin, end;
+} stat_range;
+
+/* -1 where the name is refused or the file is missing or not a regular file: the
+ * sample is laid out with no bytes and its fill fails naming the file, by the same
+ * policy as the CPU path. */
+static void *stat_files(void *arg) {
+  stat_range *r = arg;
+  for (size_t i = r->begin; i < r->end; i++) {
+    ferry_coco_image img;
+    char path[4096];
+    struct stat st;
+    int ok = ferry__loader_image_file(r->ctx, i, &img, path, sizeof path) == FERRY_OK &&
+             stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    r->ctx->gpu.file_bytes[i] = ok ? (int64_t)st.st_size : -1;
+  }
+  return NULL;
+}
+
+/* Images per thread at least: below this a thread costs more than the stats it saves. */
+enum { STAT_CHUNK = 2048, STAT_MAX_THREADS = 32 };
+
+ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
+  size_t n = ferry_coco_num_images(ctx->coco);
+  ctx->gpu.file_bytes = ferry__calloc(n ? n : 1, sizeof *ctx->gpu.file_bytes);
+  ctx->gpu.route = ferry__calloc(n ? n : 1, 1);
+  if (!ctx->gpu.file_bytes || !ctx->gpu.route)
+    return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
+  size_t want = n / STAT_CHUNK + 1;
+  if (threads > want) threads = want;
+  if (threads > STAT_MAX_THREADS) threads = STAT_MAX_THREADS;
+  if (threads < 1) threads = 1;
+  stat_range ranges[STAT_MAX_THREADS];
+  pthread_t ids[STAT_MAX_THREADS];
+  size_t started = 0;
+  for (size_t t = 0; t < threads; t++) {
+    ranges[t] = (stat_range){ctx, n * t / threads, n * (t + 1) / threads};
+    /* The last range runs here; a thread that cannot start has its range run here too. */
+    if (t + 1 < threads && pthread_create(&ids[started], NULL, stat_files, &ranges[t]) == 0) started++;
+    else stat_files(&ranges[t]);
+  }
+  for (size_t t = 0; t < started; t++) pthread_join(ids[t], NULL);
+  return FERRY_OK;
+}
+
+/* ---- the workers' side ---- */
+
+_Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
+               "ferry_decode_fallback lists every CPU route of ferry_nvjpeg_route, in order");
+
+#if FERRY_HAVE_NVJPEG
+
+/* A CPU-planned sample: the CPU path's decode and resize, as u8 [R,R,3] (the transfer
+ * stage normalises it on the device as it does nvJPEG's pixels). */
+static ferry_status fill_on_cpu(const fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
+                                size_t slot, const char *path, const ferry_coco_image *img) {
+  int w = 0, h = 0;
+  ferry_status st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution,
+                                             FERRY_LAYOUT_U8_HWC,
+                                             ferry__loader_slice(batch, ctx->slots.cpu_images, slot), &w, &h);
+  return st == FERRY_OK ? ferry__loader_check_size(path, w, h, img) : st;
+}
+
+/* Exactly the `want` bytes stat'ed at open into dst; a file that changed since is
+ * refused (its rows were laid out for the old size). */
+static ferry_status read_exact(const char *path, uint8_t *dst, int64_t want) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return ferry__fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+  struct stat st;
+  ferry_status status = FERRY_OK;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (int64_t)st.st_size != want)
+    status = ferry__fail(FERRY_EIO, "%s: %lld bytes now, %lld when the loader opened (the file "
+                         "changed, or is not a regular file)", path,
+                         (long long)(fstat(fd, &st) == 0 ? st.st_size : -1), (long long)want);
+  for (int64_t done = 0; status == FERRY_OK && done < want;) {
+    ssize_t n = read(fd, dst + done, (size_t)(want - done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) status = ferry__fail(FERRY_EIO, "%s: read failed after %lld of %lld bytes: %s", path,
+                                     (long long)done, (long long)want, n ? strerror(errno) : "end of file");
+    else done += n;
+  }
+  close(fd);
+  return status;
+}
+
+struct gpu_worker {
+  ferry_nvjpeg_parser parser;
+};
+
+ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+  *out = ferry__calloc(1, sizeof **out);
+  if (!*out) return ferry__fail(FERRY_ENOMEM, "worker: out of memory for an nvJPEG parser");
+  ferry_status st = ferry__nvjpeg_parser_open(ctx->gpu.api, &(*out)->parser);
+  if (st != FERRY_OK) {
+    ferry__free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+void ferry__gpu_worker_close(gpu_worker *w) {
+  if (!w) return;
+  ferry__nvjpeg_parser_close(&w->parser);
+  ferry__free(w);
+}
+
+/* A sample laid out for nvJPEG: its bytes into the jpeg rows, then the routing rules.
+ * One nvJPEG takes is checked against the annotations' size as the CPU path checks
+ * its decode; one it does not is recorded for the next layout (FERRY_EAGAIN). */
+static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_batch *batch, size_t slot,
+                                 size_t index, const char *path, const ferry_coco_image *img,
+                                 int *fallback) {
+  int64_t bytes = ctx->gpu.file_bytes[index];
+  size_t len = bytes < 0 ? 0 : (size_t)bytes;
+  uint8_t *data = ferry__loader_slice(batch, ctx->slots.jpeg, slot);
+  ferry_status st = read_exact(path, data, (int64_t)len);
+  if (st != FERRY_OK) return st;
+  ferry_nvjpeg_route route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
+  if (route != FERRY_NVJPEG_ROUTE_GPU) {
+    __atomic_store_n(&ctx->gpu.route[index], (unsigned char)route, __ATOMIC_RELAXED);
+    return ferry__fail(FERRY_EAGAIN, "%s: goes to the CPU decoder (%s); laid out again", path,
+                       ferry__nvjpeg_route_name(route));
+  }
+  int width = 0, height = 0;
+  st = ferry__nvjpeg_image_size(&w->parser, data, len, path, &width, &height);
+  if (st == FERRY_OK) st = ferry__loader_check_size(path, width, height, img);
+  *fallback = -1;
+  return st;
+}
+
+ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+                                   ferry_batch *batch, size_t slot, size_t index, int *fallback) {
+  ferry_coco_image img;
+  char path[4096];
+  *fallback = -1;
+  ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
+  if (st != FERRY_OK) return st;
+  unsigned route = route_of(ctx, index);
+  if (route) {
+    *fallback = (int)route - 1;
+    st = fill_on_cpu(ctx, decoder, batch, slot, path, &img);
+  } else {
+    st = fill_for_gpu(ctx, w, batch, slot, index, path, &img, fallback);
+  }
+  if (st == FERRY_OK) st = ferry__loader_write_targets(ctx, batch, slot, index, &img);
+  if (st != FERRY_OK && st != FERRY_EAGAIN)
+    return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
+                               (long long)img.id, img.file_name);
+  return st;
+}
+
+#else /* !FERRY_HAVE_NVJPEG: the loader never selects the GPU decoder */
+
+ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+  (void)ctx;
+  *out = NULL;
+  return ferry__fail(FERRY_ENODEV, "worker: ferry was built without nvJPEG");
+}
+
+void ferry__gpu_worker_close(gpu_worker *w) { (void)w; }
+
+ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+                                   ferry_batch *batch, size_t slot, size_t index, int *fallback) {
+  *fallback = -1;
+  return ferry__fail(FERRY_EUNSUPPORTED, "dataset index %zu: ferry was built without nvJPEG", index);
+}
+
+#endif
