@@ -6,16 +6,19 @@
 
 #include "ferry/coco.h"
 
+/* The records below hold no pointers (strings are offsets into ferry_coco.strings) and
+ * no padding that parse.c leaves uninitialised: a binary index (coco/index_format.h)
+ * stores them as they are, and an index-backed ferry_coco points into the mapping. */
 typedef struct coco_image {
   int64_t id;
-  const char *file_name;  /* points into the JSON tree (or "") */
+  uint64_t file_name;     /* offset in ferry_coco.strings (0: "") */
   int64_t width, height;
   size_t first_ann, num_anns;  /* slice of ferry_coco.image_anns */
 } coco_image;
 
 typedef struct coco_category {
   int64_t id;
-  const char *name;
+  uint64_t name;          /* offset in ferry_coco.strings */
   size_t num_keypoints;
 } coco_category;
 
@@ -24,7 +27,7 @@ typedef struct coco_ann {
   uint32_t seg_h, seg_w;      /* the RLE dict's own "size" */
   size_t seg_first;           /* polygons: first part in ferry_coco.parts; counts: offset in .counts */
   size_t seg_len;             /* counts: number of runs; string: bytes */
-  const char *rle_string;     /* points into the JSON tree */
+  uint64_t rle_string;        /* compressed counts: offset in ferry_coco.strings */
   size_t kp_first;            /* offset of its keypoints in ferry_coco.keypoints (3 floats each) */
 } coco_ann;
 
@@ -47,9 +50,13 @@ typedef struct coco_vec {
 
 struct ferry_coco {
   char *name;
-  json_t *root;                /* kept: file names and RLE strings point into it */
+  json_t *root;                /* the JSON tree while parsing; released after */
+  void *backing;               /* an index's bytes: a mapping (backing_mapped) or a copy */
+  size_t backing_len;
+  int backing_mapped;
   ferry_coco_options opts;
   int result_list;
+  int any_category_id;         /* some annotation gives a category_id */
   coco_vec images;             /* coco_image */
   coco_vec categories;         /* coco_category */
   coco_vec anns;               /* coco_ann, file order */
@@ -57,6 +64,7 @@ struct ferry_coco {
   coco_vec coords;             /* double */
   coco_vec counts;             /* uint32_t */
   coco_vec keypoints;          /* float */
+  coco_vec strings;            /* char: NUL-terminated strings, "" at offset 0 */
   id_entry *image_ids, *category_ids;  /* sorted */
   size_t *image_anns;          /* annotation indices grouped by image, file order within */
   size_t num_keypoints;        /* K */
@@ -68,8 +76,26 @@ ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
 void ferry__coco_vec_free(coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
+/* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
+ * allocations failed (jansson may otherwise return a tree missing what it could not
+ * store). */
+json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory);
+
+/* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */
+ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uint64_t *offset);
+#define COCO_STRING(coco, offset) ((const char *)(coco)->strings.data + (offset))
+
+/* The label an annotation gets: its category_id, or the category's position when the
+ * options remap categories. Computed on access so that an index serves both. */
+int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
+
 /* Parse the JSON root into coco (coco/parse.c). */
 ferry_status ferry__coco_parse(ferry_coco *coco);
+/* The same in steps, for a root object whose "annotations" come one by one
+ * (coco/json_stream.c): categories and images, each annotation, the per-image index. */
+ferry_status ferry__coco_parse_head(ferry_coco *coco);
+ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i);
+ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
 size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);

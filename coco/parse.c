@@ -78,13 +78,12 @@ static ferry_status get_integer(const parser *p, const char *elem, const json_t 
 }
 
 static ferry_status get_optional_string(const parser *p, const char *elem, const json_t *obj, const char *key,
-                                        const char **out) {
+                                        uint64_t *out) {
   const json_t *v = json_object_get(obj, key);
-  *out = "";
+  *out = 0;
   if (!v || json_is_null(v)) return FERRY_OK;
   if (!json_is_string(v)) return bad(p, elem, key, "expected a string, got %s", json_kind(v));
-  *out = json_string_value(v);
-  return FERRY_OK;
+  return ferry__coco_intern(p->coco, json_string_value(v), strlen(json_string_value(v)), out);
 }
 
 static ferry_status get_image_side(const parser *p, const char *elem, const json_t *obj, const char *key,
@@ -236,9 +235,8 @@ static ferry_status parse_segmentation(const parser *p, const char *elem, const 
   const json_t *counts = json_object_get(seg, "counts");
   if (json_is_string(counts)) {
     ann->pub.segm = FERRY_SEGM_RLE;
-    ann->rle_string = json_string_value(counts);
     ann->seg_len = json_string_length(counts);
-    return FERRY_OK;
+    return ferry__coco_intern(p->coco, json_string_value(counts), ann->seg_len, &ann->rle_string);
   }
   if (json_is_array(counts)) return parse_rle_counts(p, elem, counts, ann);
   return bad(p, elem, "segmentation.counts", "expected a string or an array of run lengths");
@@ -283,7 +281,8 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
       return bad(p, elem, "image_id", "no image %lld", (long long)ann->pub.image_id);
   }
   if ((st = get_integer(p, elem, obj, "category_id", !result, &ann->pub.category_id, &present)) < 0) return st;
-  ann->pub.label = ann->pub.category_id;
+  ann->pub.label = ann->pub.category_id;  /* remapped on access: ferry__coco_label */
+  if (present) coco->any_category_id = 1;
   if (!present || coco->categories.n == 0) {
     if (coco->opts.remap_categories && present)
       return bad(p, elem, "category_id", "cannot remap category ids: the file has no categories");
@@ -291,7 +290,6 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   }
   size_t cat = ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
   if (cat == SIZE_MAX) return bad(p, elem, "category_id", "no category %lld", (long long)ann->pub.category_id);
-  if (coco->opts.remap_categories) ann->pub.label = (int64_t)cat;
   return FERRY_OK;
 }
 
@@ -416,28 +414,35 @@ static ferry_status parse_images(const parser *p) {
                         &coco->image_ids);
 }
 
-static ferry_status parse_annotations(const parser *p, const json_t *arr) {
+/* Annotation i of the file: appended, or (collecting) reported and left out. */
+static ferry_status add_annotation(const parser *p, const json_t *obj, size_t i) {
   ferry_coco *coco = p->coco;
+  char elem[PATH_MAX_LEN];
+  snprintf(elem, sizeof elem, "%s[%zu]", ferry__coco_ann_array_name(coco), i);
+  coco_ann ann;
+  memset(&ann, 0, sizeof ann);
+  ann.pub.json_index = i;
+  size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
+  ferry_status st = parse_annotation(p, obj, elem, &ann);
+  if (st == FERRY_OK) return ferry__coco_vec_push(&coco->anns, &ann);
+  coco->parts.n = marks[0];  /* drop what the faulty annotation appended */
+  coco->coords.n = marks[1];
+  coco->counts.n = marks[2];
+  coco->keypoints.n = marks[3];
+  coco->strings.n = marks[4];
+  return element_problem(p, st);
+}
+
+static ferry_status parse_annotations(const parser *p, const json_t *arr) {
   ferry_status st;
-  for (size_t i = 0; arr && i < json_array_size(arr); i++) {
-    char elem[PATH_MAX_LEN];
-    snprintf(elem, sizeof elem, "%s[%zu]", ferry__coco_ann_array_name(coco), i);
-    coco_ann ann;
-    memset(&ann, 0, sizeof ann);
-    ann.pub.json_index = i;
-    size_t marks[4] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n};
-    st = parse_annotation(p, json_array_get(arr, i), elem, &ann);
-    if (st == FERRY_OK) {
-      if ((st = ferry__coco_vec_push(&coco->anns, &ann)) < 0) return st;
-    } else {
-      coco->parts.n = marks[0];  /* drop what the faulty annotation appended */
-      coco->coords.n = marks[1];
-      coco->counts.n = marks[2];
-      coco->keypoints.n = marks[3];
-      if ((st = element_problem(p, st)) < 0) return st;
-    }
-  }
+  for (size_t i = 0; arr && i < json_array_size(arr); i++)
+    if ((st = add_annotation(p, json_array_get(arr, i), i)) < 0) return st;
   return FERRY_OK;
+}
+
+ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i) {
+  parser p = {.coco = coco, .name = coco->name};
+  return add_annotation(&p, obj, i);
 }
 
 /* Group annotation indices by image (a counting sort keeps file order within each). */
@@ -463,6 +468,16 @@ static ferry_status build_image_index(ferry_coco *coco) {
   return FERRY_OK;
 }
 
+ferry_status ferry__coco_parse_head(ferry_coco *coco) {
+  parser p = {.coco = coco, .name = coco->name};
+  ferry_status st;
+  if (!json_is_object(coco->root)) return ferry__fail(FERRY_EFORMAT, "%s: expected a COCO object at the top level", coco->name);
+  if ((st = parse_categories(&p)) < 0) return st;
+  return parse_images(&p);
+}
+
+ferry_status ferry__coco_parse_finish(ferry_coco *coco) { return build_image_index(coco); }
+
 ferry_status ferry__coco_parse(ferry_coco *coco) {
   parser p = {.coco = coco, .name = coco->name};
   ferry_status st;
@@ -470,13 +485,12 @@ ferry_status ferry__coco_parse(ferry_coco *coco) {
     coco->result_list = 1;
     if ((st = parse_annotations(&p, coco->root)) < 0) return st;
   } else if (json_is_object(coco->root)) {
-    if ((st = parse_categories(&p)) < 0) return st;
-    if ((st = parse_images(&p)) < 0) return st;
+    if ((st = ferry__coco_parse_head(coco)) < 0) return st;
     const json_t *anns = top_array(&p, "annotations", 0, &st);
     if (st < 0 && (st = element_problem(&p, st)) < 0) return st;
     if ((st = parse_annotations(&p, anns)) < 0) return st;
   } else {
     return ferry__fail(FERRY_EFORMAT, "%s: expected a COCO object or a result list (array) at the top level", coco->name);
   }
-  return build_image_index(coco);
+  return ferry__coco_parse_finish(coco);
 }

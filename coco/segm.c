@@ -44,7 +44,7 @@ ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, fe
     case FERRY_SEGM_POLYGONS:
       return polygons_rle(coco, ann, out);
     case FERRY_SEGM_RLE:
-      st = ferry_rle_from_string(ann->rle_string, ann->seg_len, ann->seg_h, ann->seg_w, out);
+      st = ferry_rle_from_string(COCO_STRING(coco, ann->rle_string), ann->seg_len, ann->seg_h, ann->seg_w, out);
       if (st < 0) st = ferry__error_prefix(st, "%s: %s[%zu].segmentation.counts: ", coco->name, array, idx);
       return st;
     case FERRY_SEGM_RLE_COUNTS:

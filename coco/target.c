@@ -92,10 +92,10 @@ static void write_keypoints(const ferry_coco *coco, const coco_ann *ann, float *
 }
 
 /* Say which image the failing annotation belongs to, after the rest of the message. */
-static ferry_status with_image(ferry_status st, const coco_image *img) {
+static ferry_status with_image(const ferry_coco *coco, ferry_status st, const coco_image *img) {
   char msg[FERRY_ERROR_MAX];
   snprintf(msg, sizeof msg, "%s", ferry_last_error());
-  return ferry__fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, img->file_name);
+  return ferry__fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, COCO_STRING(coco, img->file_name));
 }
 
 ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
@@ -117,12 +117,12 @@ ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const
     if ((st = kept_box(coco, img, ann, opts, box, &keep)) < 0) return st;
     if (!keep) continue;
     if (out->boxes) memcpy(out->boxes + slot * 4, box, sizeof box);
-    if (out->labels) out->labels[slot] = ann->pub.label;
+    if (out->labels) out->labels[slot] = ferry__coco_label(coco, ann);
     if (out->area) out->area[slot] = (float)ann->pub.area;
     if (out->iscrowd) out->iscrowd[slot] = ann->pub.iscrowd;
     if (out->keypoints) write_keypoints(coco, ann, out->keypoints + slot * K * 3);
     if (out->masks && (st = write_mask(coco, img, ann, out->masks + slot * mask_bytes, mh, mw)) < 0)
-      return with_image(st, img);
+      return with_image(coco, st, img);
     slot++;
   }
   return FERRY_OK;

@@ -1,6 +1,7 @@
 /* repro/synth_coco.c - a synthetic, deterministic, COCO val2017-shaped data set.
  *
  *   synth_coco --out DIR [--images N] [--seed S] [--threads T] [--max-side M]
+ *   synth_coco --out DIR --annotations-only [--images N] [--instances N] [--seed S]
  *
  * writes DIR/val2017/000000xxxxxx.jpg (quality 90, 4:2:0) and
  * DIR/annotations/instances_val2017.json. Benchmarks and parity checks need a full
@@ -16,6 +17,9 @@
  * match the pixels exactly. Object radii keep their pixel floor (MIN_RADIUS in
  * synth_scene.c), so tiny images hold relatively larger objects than val2017. Without
  * the option the plan, hence every byte, is what it was before the option existed.
+ *
+ * --annotations-only writes only DIR/annotations/instances_train2017.json, a
+ * train2017-sized file (repro/synth_annotations.c): --images 118287 --instances 860001.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -29,6 +33,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
+#include "repro/synth_annotations.h"
 #include "repro/synth_paint.h"
 #include "repro/synth_rng.h"
 #include "repro/synth_scene.h"
@@ -60,6 +65,9 @@ static const char usage_text[] =
   "                 longer side of at most M pixels, 16 to 4096 (640x480 becomes 80x60\n"
   "                 with 80); the annotations are drawn at that size (default: none,\n"
   "                 val2017's sizes)\n"
+  "  --annotations-only  no images: a train2017-shaped instances file of polygons,\n"
+  "                 DIR/annotations/instances_train2017.json (images default 118287)\n"
+  "  --instances N  with --annotations-only: annotations (default 860001)\n"
   "  --help         this text\n"
   "\n"
   "Prints a summary: images, annotations, crowd, instances per image (mean, median,\n"
@@ -70,6 +78,9 @@ typedef struct options {
   const char *out;
   uint64_t images, seed, threads;
   uint64_t max_side; /* 0: val2017's sizes */
+  int annotations_only;
+  uint64_t instances;
+  int images_given;
 } options;
 
 /* What the main thread decides for each image before the workers start. */
@@ -113,15 +124,19 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 
 /* Returns 0 to run, 1 after --help, 2 on a bad argument (message printed). */
 static int parse_args(int argc, char **argv, options *opt) {
-  *opt = (options){NULL, 5000, 1, 2, 0};
+  *opt = (options){NULL, 5000, 1, 2, 0, 0, 860001, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage_text, stdout);
       return 1;
     }
+    if (!strcmp(a, "--annotations-only")) {
+      opt->annotations_only = 1;
+      continue;
+    }
     int known = !strcmp(a, "--out") || !strcmp(a, "--images") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--threads") || !strcmp(a, "--max-side");
+                !strcmp(a, "--threads") || !strcmp(a, "--max-side") || !strcmp(a, "--instances");
     if (!known) {
       fprintf(stderr, "synth_coco: unknown argument '%s' (see --help)\n", a);
       return 2;
@@ -135,7 +150,9 @@ static int parse_args(int argc, char **argv, options *opt) {
     if (!strcmp(a, "--out"))
       opt->out = v;
     else if (!strcmp(a, "--images"))
-      bad = parse_u64(v, 1, MAX_IMAGES, &opt->images);
+      bad = parse_u64(v, 1, MAX_IMAGES, &opt->images), opt->images_given = 1;
+    else if (!strcmp(a, "--instances"))
+      bad = parse_u64(v, 0, 100 * (uint64_t)MAX_IMAGES, &opt->instances);
     else if (!strcmp(a, "--seed"))
       bad = parse_u64(v, 0, UINT64_MAX, &opt->seed);
     else if (!strcmp(a, "--threads"))
@@ -648,5 +665,7 @@ int main(int argc, char **argv) {
     return 0;
   if (parsed != 0)
     return 2;
+  if (opt.annotations_only)
+    return synth_annotations_only(opt.out, opt.images_given ? opt.images : 118287, opt.instances, opt.seed) == 0 ? 0 : 1;
   return generate(&opt) == 0 ? 0 : 1;
 }

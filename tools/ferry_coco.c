@@ -4,6 +4,10 @@
  *   ferry-coco rle FILE
  *   ferry-coco validate FILE [--images DIR [--decode] [--threads N]]
  *   ferry-coco bench FILE [--size R] [--repeat N] [--keep-crowd]
+ *   ferry-coco index FILE.json [--out FILE.ferryidx]
+ *   ferry-coco index --verify FILE.ferryidx [--source FILE.json]
+ *
+ * FILE may be a COCO JSON file or its binary index everywhere.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +60,8 @@ static int cmd_stats(int argc, char **argv) {
     ferry_coco_image_at(coco, i, &img);
     hist[hist_bin(img.num_annotations)]++;
   }
-  printf("file: %s%s\n", argv[0], ferry_coco_is_result_list(coco) ? " (result list)" : "");
+  printf("file: %s%s%s\n", argv[0], ferry_coco_is_result_list(coco) ? " (result list)" : "",
+         ferry_coco_is_index(coco) ? " (binary index)" : "");
   printf("images: %zu\nannotations: %zu\ncrowd: %zu\ncategories: %zu\nkeypoints per instance: %zu\n",
          ferry_coco_num_images(coco), n, crowd, ferry_coco_num_categories(coco), ferry_coco_num_keypoints(coco));
   printf("segmentations: polygons %zu (%zu parts), compressed RLE %zu, uncompressed RLE %zu, none %zu\n",
@@ -246,6 +251,7 @@ static int cmd_validate(int argc, char **argv) {
     printf("%s\n", ferry_last_error());
     return 1;
   }
+  if (ferry_coco_is_index(coco) && ferry_coco_index_verify(argv[0]) < 0) report_problem(&problems, ferry_last_error());
   for (size_t i = 0; i < ferry_coco_num_annotations(coco); i++) {
     ferry_coco_annotation a;
     ferry_coco_annotation_at(coco, i, &a);
@@ -325,6 +331,29 @@ static int cmd_bench(int argc, char **argv) {
   return 0;
 }
 
+/* ---- index --------------------------------------------------------------------------- */
+
+static int index_verify(int argc, char **argv) {
+  const char *source = NULL;
+  if (argc == 3 && !strcmp(argv[1], "--source")) source = argv[2];
+  else if (argc != 1) return -1;
+  if (ferry_coco_index_verify(argv[0]) < 0) return fail(NULL);
+  if (source && ferry_coco_index_check(argv[0], source) < 0) return fail(NULL);
+  printf("%s: index intact%s%s\n", argv[0], source ? ", fresh for " : "", source ? source : "");
+  return 0;
+}
+
+static int cmd_index(int argc, char **argv) {
+  if (argc >= 1 && !strcmp(argv[0], "--verify")) return index_verify(argc - 1, argv + 1);
+  const char *out = NULL;
+  if (argc == 3 && !strcmp(argv[1], "--out")) out = argv[2];
+  else if (argc != 1) return -1;
+  double t0 = now_s();
+  if (ferry_coco_index_build(argv[0], out) < 0) return fail(NULL);
+  printf("%s: indexed%s%s in %.2f s\n", argv[0], out ? " to " : "", out ? out : "", now_s() - t0);
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 static const command commands[] = {
@@ -348,6 +377,13 @@ static const command commands[] = {
      "Time producing every image's instance masks at RxR (default 312) by nearest, one thread,\n"
      "best of N passes (default 3). tests/coco/bench_masks.py compares it with pycocotools.",
      cmd_bench},
+    {"index", "index FILE.json [--out FILE.ferryidx] | index --verify FILE.ferryidx [--source FILE.json]",
+     "Parse FILE.json once and write its binary index (default FILE.json.ferryidx, where\n"
+     "ferry_coco_open looks for it), atomically. Every command, the loader and coco_parity\n"
+     "accept the index in place of the JSON and open it in milliseconds.\n"
+     "--verify checks an index completely (every checksum); with --source, also that it\n"
+     "was built from FILE.json as that file is now.",
+     cmd_index},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 

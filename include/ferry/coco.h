@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/export.h"
 #include "ferry/mask.h"
 #include "ferry/export.h"
 
@@ -48,16 +49,36 @@ typedef struct ferry_coco_options {
 FERRY_API void ferry_coco_options_default(ferry_coco_options *o);
 
 /* Read and index the file at `path`; `opts` may be NULL. FERRY_EIO if it cannot be read,
- * FERRY_EFORMAT for invalid JSON or content (with the JSON path). */
+ * FERRY_EFORMAT for invalid JSON or content (with the JSON path).
+ *
+ * `path` may also be a binary index (ferry_coco_index_build; recognised by its first
+ * bytes): it is mapped read-only and shared, checked, and used in place. For a JSON
+ * path, a fresh index of it is used instead of parsing when there is one (beside it as
+ * PATH.ferryidx, or in $FERRY_COCO_INDEX_DIR); FERRY_COCO_INDEX=auto builds it first,
+ * =off never uses it. docs/coco.md has the rules. */
 FERRY_API ferry_status ferry_coco_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
 
-/* Same from a buffer of `len` bytes (need not be NUL-terminated); `name` stands for the
- * file in error messages. For fuzzers and tests. */
+/* Same from a buffer of `len` bytes (need not be NUL-terminated; JSON or an index, which
+ * is copied); `name` stands for the file in error messages. For fuzzers and tests. */
 FERRY_API ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *name,
                                               const ferry_coco_options *opts, ferry_coco **out);
 
 /* Release everything; NULL is a no-op. */
 FERRY_API void ferry_coco_close(ferry_coco *coco);
+
+/* ---- binary index ------------------------------------------------------------------ */
+
+/* Parse the JSON at `json_path` and write its binary index to `index_path` (NULL: where
+ * ferry_coco_open looks for it), atomically: a temporary file renamed into place. */
+FERRY_API ferry_status ferry_coco_index_build(const char *json_path, const char *index_path);
+
+/* Check an index completely: what an open checks plus every section's checksum.
+ * FERRY_EFORMAT, naming the file, when it is damaged. */
+FERRY_API ferry_status ferry_coco_index_verify(const char *index_path);
+
+/* FERRY_OK when the index at `index_path` was built from `json_path` as that file is now
+ * (size, modification time and hash of its bytes); FERRY_EFORMAT "stale: ..." if not. */
+FERRY_API ferry_status ferry_coco_index_check(const char *index_path, const char *json_path);
 
 /* Number of entries of "images" (0 for a result list). */
 FERRY_API size_t ferry_coco_num_images(const ferry_coco *coco);
@@ -84,6 +105,9 @@ FERRY_API ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t ind
 
 /* 1 when the file was a result list (top-level array). */
 FERRY_API int ferry_coco_is_result_list(const ferry_coco *coco);
+
+/* 1 when coco was opened from a binary index (given, or the fresh cache of a JSON path). */
+FERRY_API int ferry_coco_is_index(const ferry_coco *coco);
 
 /* ---- annotations ---------------------------------------------------------------- */
 

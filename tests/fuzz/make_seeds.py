@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Seed corpora for ferry's fuzzers, made at test time (nothing is copied into the repo).
 
-    make_seeds.py KIND OUT_DIR
+    make_seeds.py KIND OUT_DIR [FERRY_COCO]
 
-KIND is rle, polygon, coco, jpeg or png. Seeds come from $FERRY_SHARED/realdata (real
+KIND is rle, polygon, coco, jpeg, png or index. Index seeds are the coco seeds turned
+into binary indexes by FERRY_COCO (the ferry-coco tool: `ferry-coco index`). Seeds come from $FERRY_SHARED/realdata (real
 COCO files and photos, see its README) when it is there, plus a few hand-written
 edge cases defined below. Without the real data only the hand-written seeds are made.
 """
@@ -15,6 +16,7 @@ import struct
 import sys
 
 MAX_SEED = 64 * 1024
+MAX_INDEX_SEED = 128 * 1024  # fuzz_index's -max_len
 
 
 def realdata():
@@ -33,10 +35,10 @@ def files(exts):
     return sorted(found)
 
 
-def write(out, data):
+def write(out, data, limit=MAX_SEED):
     if isinstance(data, str):
         data = data.encode()
-    if len(data) > MAX_SEED:
+    if len(data) > limit:
         return
     with open(os.path.join(out, hashlib.sha1(data).hexdigest()[:16]), "wb") as f:
         f.write(data)
@@ -165,6 +167,23 @@ def coco_seeds(out):
         write(out, text)
 
 
+def index_seeds(out, tool):
+    """The coco seeds that parse, as binary indexes (what fuzz_index reads)."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        json_dir = os.path.join(tmp, "json")
+        os.makedirs(json_dir)
+        coco_seeds(json_dir)
+        for name in sorted(os.listdir(json_dir)):
+            dest = os.path.join(tmp, name + ".ferryidx")
+            done = subprocess.run([tool, "index", os.path.join(json_dir, name), "--out", dest],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if done.returncode == 0:
+                with open(dest, "rb") as f:
+                    write(out, f.read(), MAX_INDEX_SEED)
+
+
 # ---- images: small real files, and small re-encodings of real photos --------------
 
 def photo_sources():
@@ -223,11 +242,15 @@ def image_seeds(out, fmt):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     kind, out = sys.argv[1], sys.argv[2]
+    tool = sys.argv[3] if len(sys.argv) == 4 else None
+    if kind == "index" and not tool:
+        sys.exit("make_seeds: index seeds need the ferry-coco tool")
     os.makedirs(out, exist_ok=True)
     makers = {"rle": rle_seeds, "polygon": polygon_seeds, "coco": coco_seeds,
+              "index": lambda o: index_seeds(o, tool),
               "jpeg": lambda o: image_seeds(o, "jpeg"), "png": lambda o: image_seeds(o, "png")}
     if kind not in makers:
         sys.exit("unknown kind %r" % kind)

@@ -2,13 +2,14 @@
  *
  * Every row goes through a public API (ferry_coco_open_buffer and the target/mask
  * calls, ferry_image_load_resized / ferry_image_decode_resized, the mask API,
- * ferry_loader_open/next) on data made here at test time (in a scratch folder) from
+ * ferry_loader_open/next, ferry_coco_index_*) on data made here at test time (in a scratch folder) from
  * hand-written JSON and the real files of ../shared/realdata. A row states the status
  * the call must return and a substring its message must contain; every row is printed
  * as a line of the table in docs/reliability.md, and all mismatches are listed before
  * the test fails.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -19,6 +20,8 @@
 #include "ferry/image.h"
 #include "ferry/loader.h"
 #include "ferry/mask.h"
+#include "coco/hash64.h"
+#include "coco/index_format.h"
 #include "tests/hardening/hardening.h"
 
 #define MASK 16
@@ -527,4 +530,199 @@ Test(hostile, loader_paths, .timeout = 120) {
                           result(ferry_loader_open(&cfg, &loader)), FERRY_EIO, "Is a directory");
   cr_assert_null(loader);
   cr_assert_eq(mismatches, 0, "%d loader rows did not give their expected error", mismatches);
+}
+
+/* ---- binary index files (issue 16) ------------------------------------------------ */
+
+/* Every record kind: polygons, uncompressed and compressed RLE, keypoints, strings. */
+static const char index_source_json[] =
+  "{\"images\": [{\"id\": 1, \"width\": 40, \"height\": 30, \"file_name\": \"a.jpg\"},"
+  " {\"id\": 2, \"width\": 2, \"height\": 2, \"file_name\": \"b.jpg\"}],"
+  " \"categories\": [{\"id\": 1, \"name\": \"thing\", \"keypoints\": [\"p\", \"q\"]}],"
+  " \"annotations\": ["
+  "  {\"id\": 5, \"image_id\": 1, \"category_id\": 1, \"bbox\": [1, 2, 10, 8],"
+  "   \"segmentation\": [[1, 2, 11, 2, 11, 10, 1, 10]], \"keypoints\": [1, 2, 2, 3, 4, 2]},"
+  "  {\"id\": 6, \"image_id\": 2, \"category_id\": 1, \"bbox\": [0, 0, 1, 1], \"iscrowd\": 1,"
+  "   \"segmentation\": {\"size\": [2, 2], \"counts\": [1, 2, 1]}},"
+  "  {\"id\": 7, \"image_id\": 2, \"category_id\": 1, \"bbox\": [0, 0, 2, 2],"
+  "   \"segmentation\": {\"size\": [2, 2], \"counts\": \"04\"}}]}";
+
+typedef struct index_bytes {
+  unsigned char *data;
+  size_t len;
+} index_bytes;
+
+static index_header *header_of(index_bytes *b) { return (index_header *)b->data; }
+static void *section_of(index_bytes *b, int id) { return b->data + header_of(b)->sections[id].offset; }
+static coco_ann *first_ann(index_bytes *b) { return section_of(b, SEC_ANNS); }
+
+/* Recompute every checksum, so that only the structural damage is left to find. */
+static void reseal(index_bytes *b) {
+  index_header *h = header_of(b);
+  for (int id = 0; id < SEC_COUNT; id++) {
+    index_section *s = &h->sections[id];
+    if (s->offset <= b->len && s->count <= (b->len - s->offset) / (s->elem_size ? s->elem_size : 1))
+      s->checksum = ferry__hash64(b->data + s->offset, s->count * s->elem_size, 0);
+  }
+  h->checksum = ferry__hash64(h, offsetof(index_header, checksum), 0);
+}
+
+static void truncate_to_8(index_bytes *b) { b->len = 8; }
+static void truncate_header(index_bytes *b) { b->len = sizeof(index_header) / 2; }
+static void truncate_data(index_bytes *b) { b->len -= 64; }
+static void extend(index_bytes *b) { b->len += 1; }  /* the buffer has room: read_whole adds one */
+static void wrong_magic(index_bytes *b) { b->data[7] = 'Y'; }
+static void wrong_version(index_bytes *b) { header_of(b)->version = 2, reseal(b); }
+static void header_damaged(index_bytes *b) { header_of(b)->num_keypoints ^= 1; }
+static void anns_damaged(index_bytes *b) { first_ann(b)->pub.bbox[0] += 1; }
+static void coords_damaged(index_bytes *b) { *(double *)section_of(b, SEC_COORDS) += 1; }
+static void unknown_flags(index_bytes *b) { header_of(b)->flags |= 0x80, reseal(b); }
+static void section_past_end(index_bytes *b) { header_of(b)->sections[SEC_COORDS].offset = (uint64_t)b->len + 64, reseal(b); }
+static void count_overflows(index_bytes *b) { header_of(b)->sections[SEC_ANNS].count = UINT64_MAX / 8, reseal(b); }
+static void misaligned(index_bytes *b) { header_of(b)->sections[SEC_PARTS].offset += 8, reseal(b); }
+static void record_size(index_bytes *b) { header_of(b)->sections[SEC_ANNS].elem_size = 160, reseal(b); }
+static void polygon_parts(index_bytes *b) { first_ann(b)->seg_first = UINT64_MAX - 1, reseal(b); }
+static void part_vertices(index_bytes *b) { ((coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b); }
+static void image_index(index_bytes *b) { first_ann(b)->pub.image_index = 2, reseal(b); }
+static void image_of_other(index_bytes *b) { first_ann(b)->pub.image_index = 1, reseal(b); }
+static void image_ids_swapped(index_bytes *b) {
+  id_entry *t = section_of(b, SEC_IMAGE_IDS);
+  t[1] = t[0];
+  reseal(b);
+}
+static void image_id_differs(index_bytes *b) { ((id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b); }
+static void image_range(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b); }
+static void file_name(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b); }
+static void rle_counts(index_bytes *b) { first_ann(b)[1].seg_len = 1000, reseal(b); }
+static void rle_string(index_bytes *b) { first_ann(b)[2].rle_string = UINT64_MAX, reseal(b); }
+static void segm_kind(index_bytes *b) { first_ann(b)->pub.segm = (ferry_segm_kind)7, reseal(b); }
+static void keypoints(index_bytes *b) { first_ann(b)->kp_first = 5, reseal(b); }
+static void image_anns(index_bytes *b) { ((size_t *)section_of(b, SEC_IMAGE_ANNS))[0] = 3, reseal(b); }
+static void category(index_bytes *b) { first_ann(b)->pub.category_id = 99, reseal(b); }
+static void keypoints_k(index_bytes *b) { header_of(b)->num_keypoints = 1u << 30, reseal(b); }
+static void strings_unterminated(index_bytes *b) {
+  index_section *s = &header_of(b)->sections[SEC_STRINGS];
+  b->data[s->offset + s->count - 1] = 'x';
+  reseal(b);
+}
+static void rle_sum(index_bytes *b) { ((uint32_t *)section_of(b, SEC_COUNTS))[0] = 2, reseal(b); }
+
+typedef enum { INDEX_OPEN, INDEX_VERIFY, INDEX_MASK } index_stage;
+
+typedef struct index_case {
+  const char *name;
+  void (*damage)(index_bytes *b);
+  index_stage stage;
+  ferry_status expected;
+  const char *substring;
+} index_case;
+
+static const index_case index_cases[] = {
+  {"index truncated to its magic", truncate_to_8, INDEX_OPEN, FERRY_EFORMAT, "truncated"},
+  {"index truncated inside the header", truncate_header, INDEX_OPEN, FERRY_EFORMAT, "truncated"},
+  {"index truncated inside the data", truncate_data, INDEX_OPEN, FERRY_EFORMAT, "truncated or extended"},
+  {"index with a byte appended", extend, INDEX_OPEN, FERRY_EFORMAT, "truncated or extended"},
+  {"index with a wrong magic (verify)", wrong_magic, INDEX_VERIFY, FERRY_EFORMAT, "wrong magic"},
+  {"index version 2", wrong_version, INDEX_OPEN, FERRY_EFORMAT, "version 2, this ferry reads version 1"},
+  {"index header changed (checksum)", header_damaged, INDEX_OPEN, FERRY_EFORMAT, "header checksum mismatch"},
+  {"index annotation changed (checksum)", anns_damaged, INDEX_OPEN, FERRY_EFORMAT, "section 2 checksum mismatch"},
+  {"index vertex changed: open (not checksummed at open)", coords_damaged, INDEX_OPEN, FERRY_OK, ""},
+  {"index vertex changed: verify", coords_damaged, INDEX_VERIFY, FERRY_EFORMAT, "section 4 checksum mismatch"},
+  {"index with unknown flags", unknown_flags, INDEX_OPEN, FERRY_EFORMAT, "unknown flags"},
+  {"index section past the end", section_past_end, INDEX_OPEN, FERRY_EFORMAT, "lies outside"},
+  {"index section count overflowing", count_overflows, INDEX_OPEN, FERRY_EFORMAT, "lies outside"},
+  {"index section misaligned", misaligned, INDEX_OPEN, FERRY_EFORMAT, "misaligned"},
+  {"index record size differs", record_size, INDEX_OPEN, FERRY_EFORMAT, "160-byte elements"},
+  {"index polygon parts out of range", polygon_parts, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: polygon parts out of bounds"},
+  {"index polygon vertices overflowing", part_vertices, INDEX_OPEN, FERRY_EFORMAT, "polygon part 0: vertices out of bounds"},
+  {"index annotation of image 2 of 2", image_index, INDEX_OPEN, FERRY_EFORMAT, "of another image"},
+  {"index annotation listed under another image", image_of_other, INDEX_OPEN, FERRY_EFORMAT, "of another image"},
+  {"index image id table naming one image twice", image_ids_swapped, INDEX_OPEN, FERRY_EFORMAT, "image id entry 1: position out of range or repeated"},
+  {"index image id table disagreeing with the images", image_id_differs, INDEX_OPEN, FERRY_EFORMAT, "image id entry 1: id differs"},
+  {"index image annotation range overflowing", image_range, INDEX_OPEN, FERRY_EFORMAT, "image 1: annotation range"},
+  {"index file name outside the strings", file_name, INDEX_OPEN, FERRY_EFORMAT, "image 0: file name outside"},
+  {"index RLE counts past their section", rle_counts, INDEX_OPEN, FERRY_EFORMAT, "annotation 1: RLE counts out of bounds"},
+  {"index RLE string offset 2^64-1", rle_string, INDEX_OPEN, FERRY_EFORMAT, "annotation 2: RLE string out of bounds"},
+  {"index segmentation kind 7", segm_kind, INDEX_OPEN, FERRY_EFORMAT, "unknown segmentation kind"},
+  {"index keypoints past their section", keypoints, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: keypoints out of bounds"},
+  {"index per-image entry out of range", image_anns, INDEX_OPEN, FERRY_EFORMAT, "per-image annotation entry 0"},
+  {"index category that does not exist", category, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: no such category"},
+  {"index claiming 2^30 keypoints per instance", keypoints_k, INDEX_OPEN, FERRY_EFORMAT, "K = 1073741824 keypoints, the categories name 2"},
+  {"index string pool not NUL-terminated", strings_unterminated, INDEX_OPEN, FERRY_EFORMAT, "string pool"},
+  {"index RLE runs not summing to h*w (mask)", rle_sum, INDEX_MASK, FERRY_EFORMAT, "annotations[1].segmentation.counts"},
+};
+
+static outcome run_index_case(const index_case *c, const index_bytes *pristine, int row) {
+  index_bytes b = {malloc(pristine->len + 1), pristine->len};
+  memcpy(b.data, pristine->data, pristine->len);
+  b.data[pristine->len] = 0;
+  c->damage(&b);
+  char name[64];
+  snprintf(name, sizeof name, "damaged-%d.ferryidx", row);
+  const char *path = write_scratch(name, b.data, b.len);
+  free(b.data);
+  ferry_coco *coco = NULL;
+  ferry_status st = c->stage == INDEX_VERIFY ? ferry_coco_index_verify(path) : ferry_coco_open(path, NULL, &coco);
+  if (st == FERRY_OK && c->stage == INDEX_MASK) {
+    ferry_rle rle = {0};
+    st = ferry_coco_annotation_rle(coco, 1, &rle);
+    ferry_rle_free(&rle);
+  }
+  outcome o = result(st);
+  ferry_coco_close(coco);
+  if (st != FERRY_OK && !strstr(o.message, name)) snprintf(o.message, sizeof o.message, "message without the file name");
+  return o;
+}
+
+/* The JSON changed after its index was built: the index is stale, and opening the
+ * JSON parses the new content instead of using it. */
+static int stale_rows(const char *json_path, const char *index_path) {
+  int mismatches = 0;
+  FILE *f = fopen(json_path, "ab");
+  cr_assert_not_null(f);
+  fputs(" ", f);
+  fclose(f);
+  mismatches += check_row("index", "JSON grown after indexing", result(ferry_coco_index_check(index_path, json_path)),
+                          FERRY_EFORMAT, "stale: built from");
+  /* same size and time, different bytes: only the hash tells */
+  struct stat before;
+  cr_assert_eq(stat(json_path, &before), 0);
+  size_t len;
+  unsigned char *text = read_whole(json_path, &len);
+  cr_assert_eq(ferry_coco_index_build(json_path, index_path), FERRY_OK, "%s", ferry_last_error());
+  char *id7 = strstr((char *)text, "\"id\": 7");
+  cr_assert_not_null(id7);
+  id7[6] = '8';
+  write_scratch("index-source.json", text, len);
+  free(text);
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  cr_assert_eq(utimensat(AT_FDCWD, json_path, times, 0), 0);
+  mismatches += check_row("index", "JSON rewritten, same size and time", result(ferry_coco_index_check(index_path, json_path)),
+                          FERRY_EFORMAT, "different bytes");
+  ferry_coco *coco = NULL;
+  cr_assert_eq(ferry_coco_open(json_path, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
+  ferry_coco_annotation ann;
+  cr_assert_eq(ferry_coco_annotation_at(coco, 2, &ann), FERRY_OK);
+  cr_assert(!ferry_coco_is_index(coco), "a stale index was used");
+  cr_assert_eq(ann.id, 8, "the JSON's new content was not read");
+  ferry_coco_close(coco);
+  return mismatches;
+}
+
+Test(hostile, index_files) {
+  char json[2 * HARD_PATH], index[2 * HARD_PATH];  /* scratch_path's buffers are reused */
+  snprintf(json, sizeof json, "%s", write_scratch_text("index-source.json", index_source_json));
+  snprintf(index, sizeof index, "%s", scratch_path("index-source.json.ferryidx"));
+  cr_assert_eq(ferry_coco_index_build(json, index), FERRY_OK, "%s", ferry_last_error());
+  index_bytes pristine;
+  pristine.data = read_whole(index, &pristine.len);
+  int mismatches = 0;
+  for (size_t i = 0; i < sizeof index_cases / sizeof index_cases[0]; i++)
+    mismatches += check_row("index", index_cases[i].name, run_index_case(&index_cases[i], &pristine, (int)i),
+                            index_cases[i].expected, index_cases[i].substring);
+  mismatches += check_row("index", "an index given to ferry_coco_index_build", result(ferry_coco_index_build(index, scratch_path("again.ferryidx"))),
+                          FERRY_EINVAL, "already a binary index");
+  free(pristine.data);
+  mismatches += stale_rows(json, index);
+  cr_assert_eq(mismatches, 0, "%d index rows did not give their expected error", mismatches);
 }

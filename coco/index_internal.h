@@ -1,0 +1,57 @@
+/* coco/index_internal.h - the binary index: build, open, cache (internal to coco/). */
+#ifndef FERRY_COCO_INDEX_INTERNAL_H
+#define FERRY_COCO_INDEX_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "coco/coco_internal.h"
+
+/* The JSON file an index was built from, as recorded in its header. */
+typedef struct ferry__index_source {
+  uint64_t size;
+  int64_t mtime_s, mtime_ns;
+  uint64_t hash;
+} ferry__index_source;
+
+/* ---- coco/coco.c ---- */
+ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, ferry_coco **out);
+ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *opts, ferry_coco **out);
+ferry_status ferry__coco_read_file(const char *path, char **data, size_t *len);
+
+/* ---- coco/json_stream.c ---- */
+/* Parse a top-level object annotation by annotation, without its whole tree: FERRY_OK,
+ * FERRY_ENOMEM, or *declined = 1 when the caller must parse the text the usual way
+ * (with a fresh coco). */
+ferry_status ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size_t len, int *declined);
+
+/* ---- coco/index_write.c ---- */
+/* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
+ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
+                                         size_t *len);
+/* Parse json_path and write its index to index_path atomically (temporary + rename). */
+ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path);
+
+/* ---- coco/index_read.c ---- */
+/* 1 when the bytes start with the index magic. */
+int ferry__coco_index_sniff(const void *data, size_t len);
+/* *is_index = 1 when the file starts with the magic; FERRY_EIO when it cannot be read. */
+ferry_status ferry__coco_index_file_sniff(const char *path, int *is_index);
+/* Map and check the index at path (header checksum, every offset and count). */
+ferry_status ferry__coco_index_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
+/* The same from bytes (copied). */
+ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const char *name,
+                                           const ferry_coco_options *opts, ferry_coco **out);
+/* The source recorded by an opened index. */
+void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *out);
+/* Unmap or free what backs an index-opened coco. */
+void ferry__coco_index_release(ferry_coco *coco);
+
+/* ---- coco/index_cache.c ---- */
+/* The fingerprint of the file at path now (size, mtime, hash of its bytes). */
+ferry_status ferry__index_source_of_file(const char *path, ferry__index_source *out);
+/* Open a JSON path through a fresh index when there is one (or, with
+ * FERRY_COCO_INDEX=auto, after building it); else parse the JSON. */
+ferry_status ferry__coco_open_cached(const char *json_path, const ferry_coco_options *opts, ferry_coco **out);
+
+#endif
