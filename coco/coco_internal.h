@@ -79,6 +79,9 @@ void ferry__coco_vec_free(coco_vec *v);
 /* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
  * allocations failed (jansson may otherwise return a tree missing what it could not
  * store). */
+/* Make jansson allocate through ferry's allocator (json_load.c; once per process,
+ * before the first parse). */
+void ferry__coco_json_use_ferry_allocator(void);
 json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory);
 
 /* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */

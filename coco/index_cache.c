@@ -1,4 +1,5 @@
-/* coco/index_cache.c - when a JSON path is opened through its binary index.
+/* coco/index_cache.c - opening a path (ferry_coco_open): an index file as it is, a
+ * JSON through its binary index when that is fresh, else the JSON itself (coco.c).
  *
  * The index of X.json lives beside it as X.json.ferryidx, or, when FERRY_COCO_INDEX_DIR
  * is set, in that folder as <basename>.<hash of the absolute path>.ferryidx. It is used
@@ -140,7 +141,9 @@ static ferry_status build_locked(const char *index_path, const char *json_path, 
   return st;
 }
 
-ferry_status ferry__coco_open_cached(const char *json_path, const ferry_coco_options *opts, ferry_coco **out) {
+/* Open a JSON path through a fresh index when there is one (or, with
+ * FERRY_COCO_INDEX=auto, after building it); else parse the JSON. */
+static ferry_status open_cached(const char *json_path, const ferry_coco_options *opts, ferry_coco **out) {
   cache_policy policy = policy_from_env();
   if (policy == CACHE_OFF || (opts && opts->on_problem)) return ferry__coco_open_json(json_path, opts, out);
   char *index_path = cache_path_of(json_path);
@@ -158,6 +161,16 @@ ferry_status ferry__coco_open_cached(const char *json_path, const ferry_coco_opt
   ferry__free(index_path);
   if (st == FERRY_OK) return FERRY_OK;
   return ferry__coco_open_json(json_path, opts, out);
+}
+
+ferry_status ferry_coco_open(const char *path, const ferry_coco_options *opts, ferry_coco **out) {
+  if (!path || !out) return ferry__fail(FERRY_EINVAL, "ferry_coco_open: NULL argument");
+  *out = NULL;
+  int is_index = 0;
+  ferry_status st = ferry__coco_index_file_sniff(path, &is_index);
+  if (st < 0) return st;
+  if (is_index) return ferry__coco_index_open(path, opts, out);
+  return open_cached(path, opts, out);
 }
 
 ferry_status ferry_coco_index_build(const char *json_path, const char *index_path) {

@@ -44,14 +44,9 @@ ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const c
                                            const ferry_coco_options *opts, ferry_coco **out);
 /* The source recorded by an opened index. */
 void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *out);
-/* Unmap or free what backs an index-opened coco. */
-void ferry__coco_index_release(ferry_coco *coco);
 
 /* ---- coco/index_cache.c ---- */
 /* The fingerprint of the file at path now (size, mtime, hash of its bytes). */
 ferry_status ferry__index_source_of_file(const char *path, ferry__index_source *out);
-/* Open a JSON path through a fresh index when there is one (or, with
- * FERRY_COCO_INDEX=auto, after building it); else parse the JSON. */
-ferry_status ferry__coco_open_cached(const char *json_path, const ferry_coco_options *opts, ferry_coco **out);
 
 #endif

@@ -331,12 +331,6 @@ void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *ou
   out->hash = h->source_hash;
 }
 
-void ferry__coco_index_release(ferry_coco *coco) {
-  if (coco->backing_mapped) munmap(coco->backing, coco->backing_len);
-  else ferry__free(coco->backing);
-  coco->backing = NULL;
-}
-
 ferry_status ferry_coco_index_verify(const char *index_path) {
   if (!index_path) return ferry__fail(FERRY_EINVAL, "ferry_coco_index_verify: NULL argument");
   ferry_coco *coco = NULL;

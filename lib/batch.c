@@ -325,3 +325,7 @@ void ferry_batch_release(ferry_batch *b) {
   }
   ferry__batch_shell_free(b);
 }
+
+int ferry__batch_bytes_on_host(const ferry_batch *b) {
+  return b->storage != STORAGE_DEVICE || ferry_device_get_kind(b->device) == FERRY_DEVICE_HOST;
+}

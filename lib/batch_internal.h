@@ -47,4 +47,7 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
                                const int64_t *rows, ferry_batch **out);
 void ferry__batch_shell_free(ferry_batch *batch);
 
+/* Where a batch's bytes are: host memory unless the storage is a device allocation. */
+int ferry__batch_bytes_on_host(const ferry_batch *batch);
+
 #endif

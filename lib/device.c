@@ -454,3 +454,8 @@ void ferry_event_destroy(ferry_event *event) {
   event->device->ops->event_destroy(event);
   ferry__free(event);
 }
+
+ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host) {
+  if (from_host) return to_host ? FERRY_COPY_H2H : FERRY_COPY_H2D;
+  return to_host ? FERRY_COPY_D2H : FERRY_COPY_D2D;
+}

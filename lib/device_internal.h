@@ -89,6 +89,9 @@ struct ferry_device {
 ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
                                   ferry_copy_kind kind);
 
+/* The copy kind between memory of these kinds. */
+ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);
+
 extern const ferry_backend ferry__host_backend;
 extern const ferry_backend ferry__cuda_backend;
 

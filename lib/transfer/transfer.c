@@ -40,15 +40,6 @@
 #include "lib/transfer/transfer_internal.h"
 #include "ferry/advanced.h"
 
-int ferry__batch_bytes_on_host(const ferry_batch *b) {
-  return b->storage != STORAGE_DEVICE || b->device->kind == FERRY_DEVICE_HOST;
-}
-
-ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host) {
-  if (from_host) return to_host ? FERRY_COPY_H2H : FERRY_COPY_H2D;
-  return to_host ? FERRY_COPY_D2H : FERRY_COPY_D2D;
-}
-
 ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream) {
   if (*stream) {
     if ((*stream)->device != device)

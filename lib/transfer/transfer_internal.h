@@ -40,10 +40,6 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
 /* Run a hook and remember its failure (the first one wins). */
 void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);
 
-/* Where a batch's bytes are: host memory unless the storage is a device allocation. */
-int ferry__batch_bytes_on_host(const ferry_batch *batch);
-/* The copy kind between memory of these kinds. */
-ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);
 /* The stream to use: `stream` (checked to belong to `device`) or the default one. */
 ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream);
 
