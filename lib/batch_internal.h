@@ -24,7 +24,6 @@ struct ferry_batch {
   size_t batch_size;
   size_t nfields;
   batch_field fields[FERRY_MAX_FIELDS];
-  int64_t *offset_storage;      /* all offset tables in one allocation */
   size_t total_bytes;           /* packed: bytes of the laid-out storage */
   batch_storage storage;
   ferry_device *device;         /* where the bytes live */
