@@ -10,6 +10,9 @@
  * are verified at open; the bulk payload (vertices, RLE counts, keypoints, strings) is
  * verified by ferry_coco_index_verify (`ferry-coco validate`), or at open when
  * FERRY_COCO_INDEX_VERIFY=1.
+ * Callers: index_cache.c (ferry_coco_open) and coco.c (a buffer holding an index), on
+ * the opening thread. The result is read-only like any opened coco; closing it unmaps
+ * (store.c). Not done here: deciding whether an index is fresh (index_cache.c).
  */
 #include <errno.h>
 #include <fcntl.h>

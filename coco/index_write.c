@@ -4,6 +4,10 @@
  * records each section's place, size and checksum and the JSON it came from. A file is
  * written under a temporary name in the same folder and renamed into place, so that a
  * reader sees either no index or a complete one, never a partial file.
+ * Callers: ferry_coco_index_build (`ferry-coco index`) and index_cache.c's "auto" policy,
+ * which holds the build lock around ferry__coco_index_build_file. The JSON is stat'ed
+ * before it is read and after it is parsed: a file changed meanwhile fails (FERRY_EIO)
+ * rather than recording a fingerprint that does not match the content indexed.
  */
 #include <errno.h>
 #include <stdio.h>

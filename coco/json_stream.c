@@ -13,6 +13,8 @@
  * the whole text the usual way, so that every error message, and which error wins in a
  * file with several, is exactly the whole-tree parse's. Out of memory alone ends the
  * open (FERRY_ENOMEM): the whole tree would need more.
+ * Called only by coco.c for a strict open (no on_problem), on the opening thread; a
+ * collecting open wants every problem reported once, which only the whole tree does.
  */
 #include <string.h>
 

@@ -3,6 +3,16 @@
  * Every element is checked where it is read, and a problem is reported with the file
  * name and the element's JSON path. In a collecting open (options.on_problem set) the
  * faulty image, category or annotation is reported and left out, and parsing goes on.
+ *
+ * Callers: coco.c (ferry__coco_parse, the whole tree) and json_stream.c (the same checks
+ * in steps: head, each annotation, finish), on the opening thread. Both ways run the
+ * same functions in the same order (categories, then images, then annotations), which
+ * is why the streamed parse can promise the whole-tree parse's first error.
+ * Invariants on return: what coco_internal.h lists (bounded slices, sorted unique id
+ * tables, image_anns grouped by image in file order); image sides within 0..INT32_MAX;
+ * polygon parts keep len/2 vertices, as _mask.pyx's frPoly (k = int(len/2)) does with
+ * an odd count.
+ * Not done here: rasterising (segm.c), targets (target.c), freeing the tree (coco.c).
  */
 #include <math.h>
 #include <stdarg.h>
