@@ -163,6 +163,8 @@ ferry_status ferry__coco_index_build_file(const char *json_path, const char *ind
   ferry_coco *coco = NULL;
   st = ferry_coco_open_buffer(json, json_len, json_path, NULL, &coco);
   ferry__free(json);
+  /* The fingerprint is the stat taken before reading; if the file changed by the time it
+   * is parsed, the bytes indexed may not be the ones fingerprinted. */
   if (st == FERRY_OK && (stat(json_path, &after) != 0 || after.st_size != before.st_size ||
                          after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
                          after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || (uint64_t)json_len != source.size))
