@@ -1,4 +1,24 @@
-/* coco/coco.c - opening a COCO file, its lifetime, and read-only accessors. */
+/* coco/coco.c - opening COCO text from memory (ferry_coco_open_buffer), and the public
+ * read-only accessors of an opened ferry_coco.
+ *
+ * Callers: users and loaders/ through include/ferry/coco.h; index_cache.c
+ * (ferry_coco_open of a path, through ferry__coco_open_json) and index_write.c (the parse
+ * an index is made from) through the functions below. An open runs on the calling
+ * thread; once open, a ferry_coco is never written again, so any number of threads may
+ * call the accessors on it together (the loader's workers build targets from one).
+ * Which way a buffer is opened:
+ *   - bytes starting with the index magic are a binary index (index_read.c);
+ *   - otherwise a strict open (no on_problem) first tries the streamed parse
+ *     (json_stream.c), which never builds the tree of "annotations";
+ *   - whatever the streamed parse declines, and every collecting open, is parsed from a
+ *     whole jansson tree (parse.c), which is the reference for every error message.
+ * Invariants: on failure *out is NULL and nothing is left allocated; on success the
+ * jansson tree is gone (root is NULL): everything kept was copied into the coco's arrays,
+ * so an opened coco costs its compact form only. Accessors check every index they are
+ * given against the counts and fail with FERRY_EINVAL rather than read outside.
+ * Not done here: the index cache and path policy (index_cache.c), the object's storage
+ * and close (store.c), any validation of the JSON (parse.c).
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,7 +41,8 @@ static ferry_status start_string_pool(ferry_coco *coco) {
   return ferry__coco_vec_push(&coco->strings, &empty);
 }
 
-/* An empty coco ready for parsing. */
+/* An empty coco ready for parsing. Each way of parsing gets a fresh one: a declined
+ * streamed attempt leaves a half-filled coco behind, which is closed, not reused. */
 static ferry_status coco_for_parsing(const char *name, const ferry_coco_options *opts, ferry_coco **out) {
   ferry_status st = ferry__coco_new(name, opts, out);
   if (st == FERRY_OK && (st = start_string_pool(*out)) < 0) {
@@ -52,7 +73,11 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   if (!out || (!json && len)) return ferry__fail(FERRY_EINVAL, "ferry_coco_open_buffer: NULL argument");
   *out = NULL;
   if (!name) name = "<buffer>";
+  /* A JSON text cannot start with "FERRYIDX" (not a JSON value), so the sniff never
+   * takes a JSON for an index. */
   if (ferry__coco_index_sniff(json, len)) return ferry__coco_index_open_buffer(json, len, name, opts, out);
+  /* Before any jansson call: the hooks must be in place before the first allocation,
+   * since jansson frees through whichever pair is current. */
   ferry__coco_json_use_ferry_allocator();
   int declined;
   ferry_status st = open_streamed(json ? json : "", len, name, opts, out, &declined);
@@ -62,6 +87,8 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   json_error_t err;
   int out_of_memory;
   coco->root = ferry__coco_json_load(json ? json : "", len, &err, &out_of_memory);
+  /* Out of memory first: jansson often reports a failed allocation as a syntax error,
+   * which would blame the file for what the machine lacked. */
   if (out_of_memory) {
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory parsing the JSON", name);
   } else if (!coco->root) {
@@ -93,6 +120,10 @@ ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *o
 }
 
 /* ---- accessors --------------------------------------------------------------------- */
+
+/* The counts accept NULL (0) so that a caller can size loops before checking an open;
+ * the accessors returning a status name the failing call instead. An index-backed coco
+ * answers all of them from its backing bytes, exactly as a parsed one would. */
 
 size_t ferry_coco_num_images(const ferry_coco *coco) { return coco ? coco->images.n : 0; }
 size_t ferry_coco_num_keypoints(const ferry_coco *coco) { return coco ? coco->num_keypoints : 0; }
@@ -139,6 +170,8 @@ ferry_status ferry_coco_annotation_at(const ferry_coco *coco, size_t index, ferr
                       coco->anns.n);
   const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, index);
   *out = ann->pub;
+  /* The stored label is not used: it depends on the options of this open (remapped
+   * categories or not), and an index built once serves opens with either. */
   out->label = ferry__coco_label(coco, ann);
   return FERRY_OK;
 }
@@ -151,6 +184,8 @@ ferry_status ferry_coco_image_annotation(const ferry_coco *coco, size_t image, s
   if (k >= img->num_anns)
     return ferry__fail(FERRY_EINVAL, "%s: image %lld has %zu annotations, asked for #%zu", coco->name,
                       (long long)img->id, img->num_anns, k);
+  /* k < num_anns was checked, and parse/index_read guarantee first_ann + num_anns lies
+   * inside image_anns. */
   *annotation = coco->image_anns[img->first_ann + k];
   return FERRY_OK;
 }

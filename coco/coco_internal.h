@@ -1,4 +1,15 @@
-/* coco/coco_internal.h - the parsed form of a COCO file (internal to coco/). */
+/* coco/coco_internal.h - the parsed form of a COCO file (internal to coco/).
+ *
+ * One layout serves two sources: parse.c / json_stream.c fill the arrays from JSON
+ * (store.c owns them), and index_read.c points the same arrays into an index file's
+ * bytes. So the records are the on-disk format too (coco/index_format.h): changing one
+ * changes the index and must bump FERRY_INDEX_VERSION.
+ * Invariants of an opened ferry_coco (parse.c establishes them; index_read.c checks the
+ * bounds and the id tables of every index): every offset and slice in a record lies inside the array it names;
+ * image_ids / category_ids are sorted by id, one entry per image / category; each image's
+ * slice of image_anns lists its annotations in file order; an opened coco is not
+ * written again, which is what lets many threads read one.
+ */
 #ifndef FERRY_COCO_INTERNAL_H
 #define FERRY_COCO_INTERNAL_H
 
@@ -70,18 +81,19 @@ struct ferry_coco {
   size_t num_keypoints;        /* K */
 };
 
-/* coco_vec helpers: reserve room for `more` elements / append one. */
+/* coco_vec helpers (store.c): reserve room for `more` elements / append one. Only for a
+ * coco being parsed: an index-backed coco's arrays point into read-only bytes. */
 ferry_status ferry__coco_vec_reserve(coco_vec *v, size_t more);
 ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
 void ferry__coco_vec_free(coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
-/* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
- * allocations failed (jansson may otherwise return a tree missing what it could not
- * store). */
 /* Make jansson allocate through ferry's allocator (json_load.c; once per process,
  * before the first parse). */
 void ferry__coco_json_use_ferry_allocator(void);
+/* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
+ * allocations failed (jansson may otherwise return a tree missing what it could not
+ * store). */
 json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory);
 
 /* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */

@@ -1,6 +1,10 @@
 /* coco/hash64.c - XXH64 (Yann Collet's algorithm, written here from its specification):
  * fast enough to checksum an index at memory speed, and the same value whether the
- * input comes in one piece or streamed in chunks of any size. Little-endian reads. */
+ * input comes in one piece or streamed in chunks of any size. Little-endian reads.
+ * Callers: index_write.c and index_read.c (section and header checksums), index_cache.c
+ * (the fingerprint of a JSON, hashed in 1 MiB chunks). No state outside the caller's
+ * ferry__hash64_state, so any thread may hash. The values are part of the index format:
+ * a change here makes every index on disk fail its checksums. */
 #include "coco/hash64.h"
 
 #include <string.h>

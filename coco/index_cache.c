@@ -12,6 +12,10 @@
  *   "off"           the JSON is always parsed.
  * A collecting open (options.on_problem) always parses the JSON: problems are what it
  * is for, and an index holds none.
+ * Every failure to use or build an index falls back to parsing the JSON, except a
+ * failure the JSON itself causes (a bad file fails as its parse would): the cache can
+ * make an open faster, not change its result. Callers: users and loaders/ via
+ * ferry_coco_open, on the opening thread; concurrency between processes is the lock's.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,7 @@
-/* coco/index_internal.h - the binary index: build, open, cache (internal to coco/). */
+/* coco/index_internal.h - the binary index: build, open, cache (internal to coco/).
+ * Also the few coco/ functions the index files share with coco.c (creating a coco,
+ * reading a file, parsing a JSON without an index), grouped by the file that defines
+ * them. */
 #ifndef FERRY_COCO_INDEX_INTERNAL_H
 #define FERRY_COCO_INDEX_INTERNAL_H
 
@@ -14,9 +17,13 @@ typedef struct ferry__index_source {
   uint64_t hash;
 } ferry__index_source;
 
-/* ---- coco/coco.c ---- */
+/* ---- coco/store.c, coco/coco.c, coco/json_load.c ---- */
+/* An empty coco named `name` with the options copied, its arrays' element sizes set
+ * (store.c). */
 ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, ferry_coco **out);
+/* Read and parse the JSON file at path, never through an index (coco.c). */
 ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *opts, ferry_coco **out);
+/* The whole file at path in one ferry__malloc'd buffer (json_load.c). */
 ferry_status ferry__coco_read_file(const char *path, char **data, size_t *len);
 
 /* ---- coco/json_stream.c ---- */

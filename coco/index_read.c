@@ -10,6 +10,9 @@
  * are verified at open; the bulk payload (vertices, RLE counts, keypoints, strings) is
  * verified by ferry_coco_index_verify (`ferry-coco validate`), or at open when
  * FERRY_COCO_INDEX_VERIFY=1.
+ * Callers: index_cache.c (ferry_coco_open) and coco.c (a buffer holding an index), on
+ * the opening thread. The result is read-only like any opened coco; closing it unmaps
+ * (store.c). Not done here: deciding whether an index is fresh (index_cache.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +57,7 @@ static ferry_status bad_index(const char *name, const char *what) {
   return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s", name, what);
 }
 
+/* [first, first + count) inside [0, n), written so that first + count cannot wrap. */
 static int range_ok(uint64_t first, uint64_t count, uint64_t n) { return first <= n && count <= n - first; }
 
 /* ---- header ----------------------------------------------------------------------- */
@@ -68,6 +72,8 @@ static ferry_status check_header(const char *name, const unsigned char *base, si
   if (h->header_size != sizeof *h || h->num_sections != SEC_COUNT) return bad_index(name, "header size or section count differs from version 1's");
   if (CHECKSUMS_ENFORCED && h->checksum != ferry__hash64(h, offsetof(index_header, checksum), 0))
     return bad_index(name, "header checksum mismatch");
+  /* After the checksum: with the header intact, a size mismatch means the file was cut
+   * or appended to, and the message can say so. */
   if (h->file_size != len)
     return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %zu bytes, the header says %llu (truncated or extended)",
                       name, len, (unsigned long long)h->file_size);
@@ -80,6 +86,7 @@ static ferry_status check_sections(const char *name, const index_header *h, size
     const index_section *s = &h->sections[id];
     if (s->id != id || s->elem_size != ferry__index_elem_size(id))
       return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u has id %u and %u-byte elements", name, id, s->id, s->elem_size);
+    /* The count is compared by division: count * elem_size could wrap. */
     if (s->offset % FERRY_INDEX_ALIGN || s->offset < sizeof *h || s->offset > len ||
         s->count > (len - s->offset) / s->elem_size)
       return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u (%llu elements at offset %llu) is misaligned or lies outside the %zu-byte file",
@@ -100,6 +107,8 @@ static ferry_status bad_record(const ferry_coco *coco, const char *what, size_t 
   return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: %s %zu: %s", coco->name, what, i, problem);
 }
 
+/* Enough because check_strings makes the pool end with a NUL: any offset inside it
+ * reads a terminated string without leaving the section. */
 static int string_ok(const ferry_coco *coco, uint64_t offset) { return offset < coco->strings.n; }
 
 static ferry_status check_strings(const ferry_coco *coco) {
@@ -110,7 +119,8 @@ static ferry_status check_strings(const ferry_coco *coco) {
 }
 
 /* Images with their annotation slices: back to back over image_anns, in order, as
- * parse.c's counting sort lays them (so no annotation is counted twice). */
+ * parse.c's counting sort lays them (so no two slices overlap; check_records checks
+ * that each entry is an annotation of its image, not that none is repeated). */
 static ferry_status check_images(const ferry_coco *coco, size_t image_anns) {
   size_t next = 0;
   for (size_t i = 0; i < coco->images.n; i++) {
@@ -199,6 +209,8 @@ static ferry_status check_annotation(const ferry_coco *coco, const coco_ann *a, 
   return check_segmentation(coco, a, i);
 }
 
+/* In dependency order: the id tables are checked before the annotations, whose
+ * category is looked up in them by binary search. */
 static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
   ferry_status st;
   if ((st = check_strings(coco)) < 0 || (st = check_images(coco, image_anns)) < 0 ||

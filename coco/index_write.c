@@ -4,6 +4,10 @@
  * records each section's place, size and checksum and the JSON it came from. A file is
  * written under a temporary name in the same folder and renamed into place, so that a
  * reader sees either no index or a complete one, never a partial file.
+ * Callers: ferry_coco_index_build (`ferry-coco index`) and index_cache.c's "auto" policy,
+ * which holds the build lock around ferry__coco_index_build_file. The JSON is stat'ed
+ * before it is read and after it is parsed: a file changed meanwhile fails (FERRY_EIO)
+ * rather than recording a fingerprint that does not match the content indexed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -159,6 +163,8 @@ ferry_status ferry__coco_index_build_file(const char *json_path, const char *ind
   ferry_coco *coco = NULL;
   st = ferry_coco_open_buffer(json, json_len, json_path, NULL, &coco);
   ferry__free(json);
+  /* The fingerprint is the stat taken before reading; if the file changed by the time it
+   * is parsed, the bytes indexed may not be the ones fingerprinted. */
   if (st == FERRY_OK && (stat(json_path, &after) != 0 || after.st_size != before.st_size ||
                          after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
                          after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || (uint64_t)json_len != source.size))

@@ -13,6 +13,8 @@
  * the whole text the usual way, so that every error message, and which error wins in a
  * file with several, is exactly the whole-tree parse's. Out of memory alone ends the
  * open (FERRY_ENOMEM): the whole tree would need more.
+ * Called only by coco.c for a strict open (no on_problem), on the opening thread; a
+ * collecting open wants every problem reported once, which only the whole tree does.
  */
 #include <string.h>
 
@@ -43,6 +45,7 @@ static int at(const scanner *sc, char c) { return sc->pos < sc->len && sc->s[sc-
 static int skip_string(scanner *sc) {
   for (sc->pos++; sc->pos < sc->len; sc->pos++) {
     char c = sc->s[sc->pos];
+    /* Skip the escaped character: it cannot end the string. */
     if (c == '\\') sc->pos++;
     else if (c == '"') {
       sc->pos++;
@@ -71,6 +74,8 @@ static int skip_value(scanner *sc) {
       depth--;
       sc->pos++;
     } else if (depth == 0) {
+      /* A top-level scalar ends at the next delimiter; whether it is a valid number or
+       * literal is jansson's to say when the span is loaded. */
       while (sc->pos < sc->len && !is_delimiter(sc->s[sc->pos])) sc->pos++;
       return sc->pos > start;
     } else {
@@ -101,6 +106,8 @@ static int top_member(scanner *sc, json_t *root, size_t *anns) {
   size_t key = sc->pos + 1;
   if (!skip_string(sc)) return 0;
   size_t key_len = sc->pos - 1 - key;
+  /* A key with escapes would have to be decoded to be compared or stored; COCO files
+   * have none, so such a file takes the whole-tree way rather than a second decoder. */
   if (memchr(sc->s + key, '\\', key_len)) return 0;
   skip_space(sc);
   if (!at(sc, ':')) return 0;
@@ -139,6 +146,7 @@ static json_t *load_top(scanner *sc, size_t *anns) {
       skip_space(sc);
     }
   skip_space(sc);
+  /* Text after the object: the whole-tree parse reports it, with jansson's message. */
   if (sc->pos != sc->len) goto give_up;
   return root;
 give_up:
@@ -156,6 +164,8 @@ static int stream_annotations(ferry_coco *coco, scanner *sc) {
     if (!skip_value(sc)) return 0;
     json_t *elem = load_span(sc, start);
     if (!elem) return 0;
+    /* i is the element's position in the file's array, so messages and json_index are
+     * those of the whole-tree parse. */
     ferry_status st = ferry__coco_add_annotation(coco, elem, i);
     json_decref(elem);
     if (!converted(sc, st)) return 0;

@@ -3,6 +3,17 @@
  * Every element is checked where it is read, and a problem is reported with the file
  * name and the element's JSON path. In a collecting open (options.on_problem set) the
  * faulty image, category or annotation is reported and left out, and parsing goes on.
+ *
+ * Callers: coco.c (ferry__coco_parse, the whole tree) and json_stream.c (the same checks
+ * in steps: head, each annotation, finish), on the opening thread. Both ways run the
+ * same functions in the same order (categories, then images, then annotations), which
+ * is why the streamed parse can promise the whole-tree parse's first error.
+ * Invariants on return: what coco_internal.h lists (bounded slices, sorted id tables,
+ * image_anns grouped by image in file order); ids unique, except in a collecting open,
+ * which reports a duplicate and keeps both elements; image sides within 0..INT32_MAX;
+ * polygon parts keep len/2 vertices, as _mask.pyx's frPoly (k = int(len/2)) does with
+ * an odd count.
+ * Not done here: rasterising (segm.c), targets (target.c), freeing the tree (coco.c).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -58,6 +69,8 @@ static int integer_value(const json_t *v, int64_t *out) {
   }
   if (json_is_real(v)) {
     double d = json_real_value(v);
+    /* Up to 2^53 only: past it a double no longer holds every integer, so the value
+     * read may not be the one the file wrote. */
     if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
       *out = (int64_t)d;
       return 1;
@@ -99,6 +112,8 @@ static ferry_status get_image_side(const parser *p, const char *elem, const json
 
 /* ---- elements -------------------------------------------------------------------- */
 
+/* memset first, here and in parse_category: the records are written to an index byte
+ * for byte, so no field or padding may be left undefined. */
 static ferry_status parse_image(const parser *p, const json_t *obj, const char *elem, coco_image *img) {
   memset(img, 0, sizeof *img);
   if (!json_is_object(obj)) return bad(p, elem, "", "expected an object, got %s", json_kind(obj));
@@ -190,6 +205,8 @@ static ferry_status parse_rle_size(const parser *p, const char *elem, const json
       !integer_value(json_array_get(size, 1), &hw[1]) || hw[0] < 0 || hw[1] < 0 || hw[0] > UINT32_MAX ||
       hw[1] > UINT32_MAX)
     return bad(p, elem, "segmentation.size", "expected [height, width] (two non-negative integers)");
+  /* ferry_rle's bound (maskApi.c counts runs in 32-bit uint), checked at open so that a
+   * mask fails with its JSON path rather than when a target is first made. */
   if ((uint64_t)hw[0] * (uint64_t)hw[1] > UINT32_MAX)
     return bad(p, elem, "segmentation.size", "%lldx%lld exceeds 2^32-1 pixels", (long long)hw[0], (long long)hw[1]);
   ann->seg_h = (uint32_t)hw[0];
@@ -216,6 +233,10 @@ static ferry_status parse_rle_counts(const parser *p, const char *elem, const js
     sum += (uint64_t)c;
     COCO_AT(coco->counts, uint32_t, coco->counts.n++) = (uint32_t)c;
   }
+  /* maskApi.c's rleDecode fails on runs past h*w and leaves the tail of a short table
+   * unwritten; a table that does not cover the mask exactly is refused here instead.
+   * The sum is in 64 bits: runs of up to 2^32-1 cannot wrap it in any array that fits
+   * in memory. */
   uint64_t expected = (uint64_t)ann->seg_h * ann->seg_w;
   if (sum != expected)
     return bad(p, elem, "segmentation.counts", "runs sum to %llu, expected height*width = %llu",
@@ -283,6 +304,8 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   if ((st = get_integer(p, elem, obj, "category_id", !result, &ann->pub.category_id, &present)) < 0) return st;
   ann->pub.label = ann->pub.category_id;  /* remapped on access: ferry__coco_label */
   if (present) coco->any_category_id = 1;
+  /* Without categories (a bare annotation list, a result list) there is nothing to
+   * check an id against: labels are the ids as written, unless asked to remap. */
   if (!present || coco->categories.n == 0) {
     if (coco->opts.remap_categories && present)
       return bad(p, elem, "category_id", "cannot remap category ids: the file has no categories");
@@ -336,6 +359,8 @@ static const json_t *top_array(const parser *p, const char *key, int required, f
   return json_is_array(v) ? v : NULL;
 }
 
+/* Ties broken by position: qsort is not stable, and a duplicate must always be reported
+ * on the later element, naming the earlier one. */
 static int compare_ids(const void *a, const void *b) {
   const id_entry *x = a, *y = b;
   if (x->id != y->id) return x->id < y->id ? -1 : 1;

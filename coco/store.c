@@ -3,7 +3,7 @@
  *
  * Every other file of coco/ builds or reads a ferry_coco through these (parse.c and
  * json_stream.c fill one from JSON, index_read.c points one into an index's bytes,
- * coco.c opens and reads); this file calls none of them, so coco/'s dependencies run
+ * coco.c opens a buffer and reads, index_cache.c opens a path); this file calls none of them, so coco/'s dependencies run
  * one way, down to here.
  * Invariants: a coco_vec's n <= cap and its data holds cap elements of `elem` bytes;
  * id tables are sorted by id; string offset 0 is the empty string. A coco with

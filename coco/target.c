@@ -1,4 +1,25 @@
-/* coco/target.c - per-image training targets, as RF-DETR's ConvertCoco builds them. */
+/* coco/target.c - per-image training targets, as RF-DETR's ConvertCoco builds them:
+ * boxes, labels, area, iscrowd, masks at a chosen size, keypoints (docs/coco.md,
+ * "Targets").
+ *
+ * Callers: loaders/fill.c from the loader's worker threads, several threads on one
+ * ferry_coco at once (this file only reads it), and users through include/ferry/coco.h.
+ * The caller sizes the target with ferry_coco_target_count and then fills it with
+ * ferry_coco_target_write, whose arrays it owns; both go through kept_box, so they agree
+ * on which annotations are kept and in which order (the image's annotations in file
+ * order), which is what lets slot k of every array describe the same annotation.
+ * Bit-exactness rules, each from ConvertCoco / pycocotools:
+ *   - boxes are computed in float32 from the float32 of each xywh value (x2 = x + w in
+ *     float32, as torch does on a float32 tensor), then clamped to [0, w] x [0, h];
+ *   - a kept annotation has x2 > x1 and y2 > y1 after the clamp; the test drops the
+ *     mask, label and keypoints with the box;
+ *   - masks come from pycocotools' annToRLE (segm.c) decoded straight to the output size
+ *     by the nearest-neighbour rule of torch's interpolate (rle.c, decode_resized).
+ * Invariants: a NULL output array is skipped, not an error (a caller asks only for what
+ * it uses); slot counts written never exceed the count ferry_coco_target_count gave.
+ * Not done here: image decoding, resizing of boxes (targets are in source pixels), any
+ * mask cache: each call rasterises again.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +48,9 @@ static ferry_status check_args(const ferry_coco *coco, size_t index, const ferry
   return FERRY_OK;
 }
 
+/* max then min, as torch's clamp_(min=0, max=hi) does for finite values. A NaN would
+ * become 0 here (fmaxf returns the non-NaN operand), where torch keeps NaN; JSON cannot
+ * express one, so only a hand-made index could hold it. */
 static float clampf(float v, float hi) { return fminf(fmaxf(v, 0.0f), hi); }
 
 /* The annotation's box as ConvertCoco makes it (float32 xywh -> xyxy, clamped); 1 when
@@ -34,10 +58,14 @@ static float clampf(float v, float hi) { return fminf(fmaxf(v, 0.0f), hi); }
 static ferry_status kept_box(const ferry_coco *coco, const coco_image *img, const coco_ann *ann,
                              const ferry_target_options *opts, float box[4], int *keep) {
   *keep = 0;
+  /* Crowds first: a crowd without a "bbox" is dropped, not an error, as ConvertCoco
+   * filters iscrowd before it reads boxes. */
   if (ann->pub.iscrowd && !opts->keep_crowd) return FERRY_OK;
   if (!ann->pub.has_bbox)
     return ferry__fail(FERRY_EFORMAT, "%s: annotations[%zu]: no \"bbox\", which targets need (image %lld)", coco->name,
                       ann->pub.json_index, (long long)img->id);
+  /* Each value rounded to float32 before the add, not x + w in double then rounded: the
+   * two can differ in the last bit for fractional boxes. */
   float x = (float)ann->pub.bbox[0], y = (float)ann->pub.bbox[1];
   float x2 = x + (float)ann->pub.bbox[2], y2 = y + (float)ann->pub.bbox[3];
   float w = (float)img->width, h = (float)img->height;
@@ -76,6 +104,8 @@ static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, co
     return FERRY_OK;
   }
   ferry_rle rle = {0};
+  /* An RLE dict is decoded at its own "size" (segm.c); one that differs from the image
+   * would be resized to the wrong frame, so it is refused rather than stretched. */
   ferry_status st = ferry__coco_ann_rle(coco, ann, &rle);
   if (st == FERRY_OK && (rle.h != (uint64_t)img->height || rle.w != (uint64_t)img->width))
     st = ferry__fail(FERRY_EFORMAT, "%s: annotations[%zu].segmentation.size: [%u, %u] differs from the image's [%lld, %lld]",
@@ -85,13 +115,18 @@ static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, co
   return st;
 }
 
+/* K triplets per annotation: the dataset's K (the largest category's), zero-filled past
+ * what the annotation gives, so every slot has the same shape. Nothing past K is
+ * written (parse.c refuses more than K once categories declare keypoints). */
 static void write_keypoints(const ferry_coco *coco, const coco_ann *ann, float *dst) {
   size_t K = coco->num_keypoints, given = ann->pub.num_keypoints < K ? ann->pub.num_keypoints : K;
   memset(dst, 0, K * 3 * sizeof(float));
   if (given) memcpy(dst, &COCO_AT(coco->keypoints, float, ann->kp_first), given * 3 * sizeof(float));
 }
 
-/* Say which image the failing annotation belongs to, after the rest of the message. */
+/* Say which image the failing annotation belongs to, after the rest of the message.
+ * The message is copied first: ferry__fail formats into the same thread-local buffer
+ * that ferry_last_error returns. */
 static ferry_status with_image(const ferry_coco *coco, ferry_status st, const coco_image *img) {
   char msg[FERRY_ERROR_MAX];
   snprintf(msg, sizeof msg, "%s", ferry_last_error());
@@ -104,6 +139,8 @@ ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const
   if (st < 0) return st;
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  /* 0 means the image's own size. check_args bounded both to UINT32_MAX, so
+   * (size_t)mh * mw cannot overflow a 64-bit size_t. */
   uint32_t mh = opts->mask_height ? (uint32_t)opts->mask_height : (uint32_t)img->height;
   uint32_t mw = opts->mask_width ? (uint32_t)opts->mask_width : (uint32_t)img->width;
   size_t mask_bytes = (size_t)mh * mw, K = coco->num_keypoints, slot = 0;
