@@ -181,7 +181,10 @@ static ferry_status check_segmentation(const ferry_coco *coco, const coco_ann *a
     case FERRY_SEGM_NONE:
       return FERRY_OK;
     case FERRY_SEGM_POLYGONS:
-      if (a->pub.image_index == SIZE_MAX) return bad_record(coco, "annotation", i, "polygons without an image");
+      /* A result list's polygons have no image to take a size from, as in its JSON:
+       * they open, and making their mask fails (segm.c), as from the JSON. */
+      if (a->pub.image_index == SIZE_MAX && !coco->result_list)
+        return bad_record(coco, "annotation", i, "polygons without an image");
       return range_ok(a->seg_first, a->pub.num_polygons, coco->parts.n)
                  ? FERRY_OK : bad_record(coco, "annotation", i, "polygon parts out of bounds");
     case FERRY_SEGM_RLE:

@@ -213,6 +213,9 @@ static const char *const hand_written[] = {
   /* a result list */
   "[{\"image_id\": 4, \"category_id\": 2, \"bbox\": [1, 2, 3, 4], \"score\": 0.5},"
   " {\"image_id\": 4, \"category_id\": 7, \"segmentation\": {\"size\": [3, 1], \"counts\": [0, 3]}}]",
+  /* a result list with polygons: valid JSON (pycocotools' loadRes rasterises them at the
+   * ground truth's sizes); its masks fail alike from the JSON and from the index */
+  "[{\"image_id\": 1, \"category_id\": 1, \"segmentation\": [[0, 0, 5, 0, 5, 5]], \"score\": 0.9}]",
   /* empty */
   "{\"images\": []}",
 };
