@@ -4,6 +4,7 @@
 #include "criterion/criterion.h"
 
 shim_test *shim_tests;
+shim_suite *shim_suites;
 jmp_buf shim_jump;
 static enum { PASSED, FAILED, SKIPPED } outcome;
 
@@ -45,6 +46,12 @@ static int selected(const shim_test *t, const char *filter) {
   return !filter || fnmatch(filter, id, 0) == 0;
 }
 
+static const shim_suite *suite_of(const shim_test *t) {
+  for (const shim_suite *s = shim_suites; s; s = s->next)
+    if (strcmp(s->name, t->suite) == 0) return s;
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   const char *filter = filter_of(argc, argv);
   /* volatile: these live across setjmp/longjmp. */
@@ -53,7 +60,12 @@ int main(int argc, char **argv) {
     if (!selected(t, filter)) continue;
     outcome = PASSED;
     fprintf(stderr, "[RUN ] %s::%s\n", t->suite, t->name);
-    if (setjmp(shim_jump) == 0) t->fn();
+    const shim_suite *volatile suite = suite_of(t);
+    if (setjmp(shim_jump) == 0) {
+      if (suite && suite->init) suite->init();
+      t->fn();
+    }
+    if (suite && suite->fini) suite->fini();
     if (outcome == SKIPPED) {
       skipped++;
       continue;

@@ -38,6 +38,25 @@ void shim_skip(const char *fmt, ...);
   }                                                                                   \
   static void suite##_##name(void)
 
+/* A suite's options: like Criterion's, .init runs before each of its tests and .fini
+ * after each (also after a failed or skipped one). */
+typedef struct shim_suite {
+  void (*init)(void);
+  void (*fini)(void);
+  const char *name;
+  struct shim_suite *next;
+} shim_suite;
+
+extern shim_suite *shim_suites;
+
+#define TestSuite(suite, ...)                                                         \
+  static shim_suite suite##_suite_entry = {__VA_ARGS__};                              \
+  __attribute__((constructor)) static void suite##_suite_register(void) {             \
+    suite##_suite_entry.name = #suite;                                                \
+    suite##_suite_entry.next = shim_suites;                                           \
+    shim_suites = &suite##_suite_entry;                                               \
+  }
+
 #define SHIM_CHECK(cond, expr, ...) \
   do { if (!(cond)) shim_fail(__FILE__, __LINE__, expr, "" __VA_ARGS__); } while (0)
 
