@@ -56,6 +56,7 @@ int main(int argc, char **argv) {
   ferry_loader *loader;
   if (ferry_loader_open(&c, &loader) != FERRY_OK) {
     fprintf(stderr, "demo: %s\n", ferry_last_error());
+    ferry_device_close(device);
     return 1;
   }
   ferry_loader_stats stats;
