@@ -1,0 +1,69 @@
+/* repro/serial_baseline/serial_pair.c - the loader's serial work per batch: the
+ * coordinator's and the consumer's CPU time per delivered batch, less the CPU they
+ * spend in their waits, measured the same way on ca9f8bc (its waits wrapped by
+ * run.sh) and on this tree (ferry_loader_stats). Built and run by run.sh only: it
+ * reads each tree's loader internals (the coordinator thread, ca9f8bc's counters).
+ *
+ *   serial_pair ANNOTATIONS IMAGES BATCHES   ->  "serial_us serial_work_us"
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ferry/ferry.h"
+#include "loaders/loader_internal.h"
+
+static double cpu_of(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* [0] coordinator CPU, [1] idle of both serial threads */
+static void serial(ferry_loader *l, double out[2]) {
+#ifdef OLD
+  clockid_t c;
+  pthread_getcpuclockid(l->coordinator, &c);
+  pthread_mutex_lock(&l->lock);
+  out[0] = cpu_of(c);
+  out[1] = (double)(ferry_bench_idle_ns[0] + ferry_bench_idle_ns[1]);
+  pthread_mutex_unlock(&l->lock);
+#else
+  ferry_loader_stats st;
+  ferry_loader_stats_get(l, &st);
+  out[0] = (double)st.coordinator_cpu_ns;
+  out[1] = (double)(st.coordinator_idle_cpu_ns + st.consumer_idle_cpu_ns);
+#endif
+}
+
+int main(int argc, char **argv) {
+  int batches = atoi(argv[3]);
+  ferry_loader_config c;
+  ferry_loader_config_default(&c);
+  c.annotations = argv[1];
+  c.images = argv[2];
+  c.batch_size = 8;
+  c.workers = 16;
+  c.resolution = 32;
+  ferry_loader *l;
+  if (ferry_loader_open(&c, &l) != FERRY_OK) return fprintf(stderr, "%s\n", ferry_last_error()), 1;
+  ferry_batch *b;
+  for (int k = 0; k < 50; k++) {
+    if (ferry_loader_next(l, &b) != FERRY_OK) { k--; continue; }
+    ferry_batch_release(b);
+  }
+  double s0[2], s1[2];
+  serial(l, s0);
+  double c0 = cpu_of(CLOCK_THREAD_CPUTIME_ID);
+  for (int k = 0; k < batches; k++) {
+    if (ferry_loader_next(l, &b) != FERRY_OK) { k--; continue; }
+    ferry_batch_release(b);
+  }
+  double consumer = cpu_of(CLOCK_THREAD_CPUTIME_ID) - c0;
+  serial(l, s1);
+  double total = consumer + s1[0] - s0[0], idle = s1[1] - s0[1];
+  printf("%.2f %.2f\n", total / 1e3 / batches, (total - idle) / 1e3 / batches);
+  ferry_loader_close(l);
+  return 0;
+}
