@@ -89,11 +89,38 @@ static ferry_status lay_out(ferry_batch *b) {
   return FERRY_OK;
 }
 
-ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
-                               const int64_t *rows, ferry_batch **out) {
-  if (!out || batch_size == 0 || nfields > FERRY_MAX_FIELDS || (nfields && !fields))
+ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *fields,
+                                      ferry__batch_fields *out) {
+  if (nfields > FERRY_MAX_FIELDS || (nfields && !fields))
     return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
+  out->count = nfields;
+  for (size_t f = 0; f < nfields; f++) {
+    ferry_status st = check_spec(&fields[f], f, &out->row_bytes[f]);
+    if (st != FERRY_OK) return st;
+    for (size_t g = 0; g < f; g++)
+      if (strcmp(out->names[g], fields[f].name) == 0)
+        return ferry__fail(FERRY_EINVAL, "batch: field '%s' appears twice", fields[f].name);
+    /* check_spec bounded the name's length, so the copy fits; the rest of the
+     * buffer is zeroed, so that a batch may copy it whole. */
+    memset(out->names[f], 0, sizeof out->names[f]);
+    strcpy(out->names[f], fields[f].name);
+    out->specs[f] = fields[f];
+    out->specs[f].name = out->names[f];
+  }
+  return FERRY_OK;
+}
+
+/* The shell of a batch of checked fields: offsets from the row counts, then the
+ * layout. What is left to check is the row counts. */
+static ferry_status shell_checked(size_t batch_size, const ferry__batch_fields *fields,
+                                  const int64_t *rows, ferry_batch **out) {
   *out = NULL;
+  if (batch_size == 0)
+    return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
+  for (size_t f = 0; f < fields->count && !rows; f++)
+    if (fields->specs[f].kind == FERRY_FIELD_ROWS)
+      return ferry__fail(FERRY_EINVAL, "batch field '%s': row counts are required", fields->names[f]);
+  size_t nfields = fields->count;
   /* The offset tables follow the struct in one allocation: a loader makes and frees a
    * batch shell per batch on its serial path, so one malloc rather than two. */
   size_t noffsets = batch_size < SIZE_MAX / 8 / (FERRY_MAX_FIELDS + 1)
@@ -107,18 +134,10 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
   ferry_status st = FERRY_OK;
   for (size_t f = 0; f < nfields && st == FERRY_OK; f++) {
     batch_field *field = &b->fields[f];
-    st = check_spec(&fields[f], f, &field->row_bytes);
-    if (st != FERRY_OK) break;
-    if (fields[f].kind == FERRY_FIELD_ROWS && !rows)
-      st = ferry__fail(FERRY_EINVAL, "batch field '%s': row counts are required", fields[f].name);
-    for (size_t g = 0; g < f && st == FERRY_OK; g++)
-      if (strcmp(b->fields[g].name, fields[f].name) == 0)
-        st = ferry__fail(FERRY_EINVAL, "batch: field '%s' appears twice", fields[f].name);
-    if (st != FERRY_OK) break;
-    /* check_spec bounded the name's length, so the copy fits. */
-    field->spec = fields[f];
-    strcpy(field->name, fields[f].name);
+    memcpy(field->name, fields->names[f], sizeof field->name);
+    field->spec = fields->specs[f];
     field->spec.name = field->name;
+    field->row_bytes = fields->row_bytes[f];
     field->offsets = offsets + f * (batch_size + 1);
     st = fill_offsets(field, batch_size, rows ? rows + f * batch_size : NULL);
   }
@@ -129,6 +148,16 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
   }
   *out = b;
   return FERRY_OK;
+}
+
+ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+                               const int64_t *rows, ferry_batch **out) {
+  if (!out || batch_size == 0)
+    return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
+  *out = NULL;
+  ferry__batch_fields checked;
+  ferry_status st = ferry__batch_fields_check(nfields, fields, &checked);
+  return st == FERRY_OK ? shell_checked(batch_size, &checked, rows, out) : st;
 }
 
 void ferry__batch_shell_free(ferry_batch *b) {
@@ -148,16 +177,10 @@ ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfields,
   return FERRY_OK;
 }
 
-ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
-                                const ferry_field_spec *fields, const int64_t *rows,
-                                ferry_batch **out) {
-  if (!pool) return ferry__fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
-  /* Laid out first, then the arena: the size is known exactly, and a failed or
-   * canceled acquire (which can block) leaves only the shell to free. */
-  ferry_batch *b;
-  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
-  if (st != FERRY_OK) return st;
-  st = ferry_pool_acquire(pool, b->total_bytes, &b->arena);
+/* Laid out first, then the arena: the size is known exactly, and a failed or
+ * canceled acquire (which can block) leaves only the shell to free. */
+static ferry_status attach_arena(ferry_pool *pool, ferry_batch *b, ferry_batch **out) {
+  ferry_status st = ferry_pool_acquire(pool, b->total_bytes, &b->arena);
   if (st != FERRY_OK) {
     ferry__batch_shell_free(b);
     return st;
@@ -167,6 +190,15 @@ ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfie
   b->base = ferry_arena_data(b->arena);
   *out = b;
   return FERRY_OK;
+}
+
+ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
+                                const ferry_field_spec *fields, const int64_t *rows,
+                                ferry_batch **out) {
+  if (!pool) return ferry__fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
+  ferry_batch *b;
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
+  return st == FERRY_OK ? attach_arena(pool, b, out) : st;
 }
 
 static void free_unpacked(ferry_batch *b) {
@@ -183,15 +215,12 @@ static void free_unpacked(ferry_batch *b) {
  * synchronises the whole GPU) would make the baseline measure the driver's pinning
  * cost, not what packing saves. The transfer copies them synchronously, which is what
  * CUDA does with pageable memory anyway, so both backends pay the same. */
-ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
-                                         const ferry_field_spec *fields, const int64_t *rows,
-                                         ferry_batch **out) {
-  ferry_batch *b;
-  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
-  if (st != FERRY_OK) return st;
+static ferry_status attach_unpacked(ferry_device *host, ferry_batch *b, ferry_batch **out) {
+  ferry_status st = FERRY_OK;
+  size_t batch_size = b->batch_size;
   b->storage = STORAGE_UNPACKED;
   b->device = host;
-  for (size_t f = 0; f < nfields && st == FERRY_OK; f++) {
+  for (size_t f = 0; f < b->nfields && st == FERRY_OK; f++) {
     batch_field *field = &b->fields[f];
     field->sample_data = ferry__calloc(batch_size, sizeof(void *));
     if (!field->sample_data) st = FERRY_ENOMEM;
@@ -208,6 +237,23 @@ ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, 
   }
   *out = b;
   return FERRY_OK;
+}
+
+ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
+                                         const ferry_field_spec *fields, const int64_t *rows,
+                                         ferry_batch **out) {
+  ferry_batch *b;
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
+  return st == FERRY_OK ? attach_unpacked(host, b, out) : st;
+}
+
+ferry_status ferry__batch_create_checked(ferry_pool *pool, ferry_device *host, size_t batch_size,
+                                        const ferry__batch_fields *fields, const int64_t *rows,
+                                        ferry_batch **out) {
+  ferry_batch *b;
+  ferry_status st = shell_checked(batch_size, fields, rows, &b);
+  if (st != FERRY_OK) return st;
+  return pool ? attach_arena(pool, b, out) : attach_unpacked(host, b, out);
 }
 
 size_t ferry_batch_size(const ferry_batch *b) { return b->batch_size; }

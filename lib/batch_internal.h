@@ -46,6 +46,25 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
                                const int64_t *rows, ferry_batch **out);
 void ferry__batch_shell_free(ferry_batch *batch);
 
+/* A field table checked once, for a caller that makes many batches of the same
+ * fields: the loader's coordinator makes one per batch on its serial path, and the
+ * checks of every spec (names, ranks, dtypes, a name given twice) were a third of
+ * its work there (issue #14). ferry__batch_fields_check makes them and copies the
+ * names in; ferry__batch_create_checked then checks only the row counts. */
+typedef struct ferry__batch_fields {
+  size_t count;
+  ferry_field_spec specs[FERRY_MAX_FIELDS];            /* names point at names[] */
+  char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];  /* zero-padded */
+  size_t row_bytes[FERRY_MAX_FIELDS];
+} ferry__batch_fields;
+ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *fields,
+                                      ferry__batch_fields *out);
+/* ferry_batch_create on `pool`, or (pool NULL) ferry_batch_create_unpacked on
+ * `host`, of fields checked by ferry__batch_fields_check. */
+ferry_status ferry__batch_create_checked(ferry_pool *pool, ferry_device *host, size_t batch_size,
+                                        const ferry__batch_fields *fields, const int64_t *rows,
+                                        ferry_batch **out);
+
 /* Where a batch's bytes are: host memory unless the storage is a device allocation. */
 int ferry__batch_bytes_on_host(const ferry_batch *batch);
 

@@ -113,8 +113,7 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   for (size_t f = 0; f < l->nfields; f++)
     for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
   if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
-  ferry_status st = l->pool ? ferry_batch_create(l->pool, p->count, l->nfields, l->fields, p->rows, &p->batch)
-                            : ferry_batch_create_unpacked(l->device, p->count, l->nfields, l->fields, p->rows, &p->batch);
+  ferry_status st = ferry__batch_create_checked(l->pool, l->device, p->count, &l->checked_fields, p->rows, &p->batch);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "loader: the batch from dataset index %zu (%zu samples): ",
                                p->dataset_index[0], p->count);
@@ -134,7 +133,7 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
   l->coordinator_failed = 1;
   l->fatal_status = status;
   snprintf(l->fatal_message, sizeof l->fatal_message, "%s", message);
-  pthread_cond_broadcast(&l->ready_cv);
+  ferry__cond_wake(&l->ready_cv);
 }
 
 /* An end-of-epoch or error item. Without memory for it the consumer would wait
@@ -171,7 +170,7 @@ static void cancel_inflight(ferry_loader *l) {
     ferry__loader_withdraw(l, p);
   }
   for (plan *p = l->inflight_head; p; p = p->next)
-    while (p->pending) ferry__loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
+    while (p->pending) ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
   while (l->inflight_head) {
     plan *p = l->inflight_head;
     l->inflight_head = p->next;
@@ -289,7 +288,7 @@ static plan *plan_get(ferry_loader *l) {
     l->spare_plans = p->next;
     p->next = NULL;
   } else {
-    pthread_mutex_unlock(&l->lock);
+    ferry__loader_unlock(l);
     p = plan_new(l->config.batch_size, l->nfields);
     pthread_mutex_lock(&l->lock);
     if (!p) return NULL;
@@ -331,7 +330,7 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
      * alone writes (run, the sampler), what is fixed at open, and the GPU decoder's
      * route bytes (atomics). The message is copied on this thread, where
      * ferry_last_error holds it. */
-    pthread_mutex_unlock(&l->lock);
+    ferry__loader_unlock(l);
     st = plan_create(l, run, p);
     if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);
     pthread_mutex_lock(&l->lock);
@@ -398,12 +397,14 @@ void *ferry__loader_coordinate(void *arg) {
       begin_epoch(l, &run, run.epoch + 1, 0);
       continue;
     }
-    /* Idle: woken by a worker (a head needing it, a cancelled plan done), by the
-     * consumer once a quarter of the depth is free (handoff.c room_freed), by a
-     * restart or by close. */
-    l->coordinator_idle = 1;
-    ferry__loader_wait(&l->coord_cv, &l->lock, &l->stats.coordinator_idle_cpu_ns);
-    l->coordinator_idle = 0;
+    /* Idle: woken by a worker (a head needing it, a cancelled plan done), by a
+     * restart or by close, and by what it waits for: with the epoch's samples all
+     * laid out (or a layout to retry), the last plan in flight delivered
+     * (handoff.c deliver_head); else a quarter of the depth free (by a worker
+     * finishing a slot, or by the consumer when none is in flight: room_freed). */
+    l->coordinator_waits = run.exhausted || run.retry_when_drained ? COORD_WAITS_DRAIN : COORD_WAITS_ROOM;
+    ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
+    l->coordinator_waits = COORD_BUSY;
   }
   /* Stopping: nothing in flight or ready survives the thread. The batches the
    * consumer still holds are released by close (l->held); the workers, still running,
@@ -415,7 +416,7 @@ void *ferry__loader_coordinate(void *arg) {
     l->spare_plans = p->next;
     plan_free(p);
   }
-  pthread_mutex_unlock(&l->lock);
+  ferry__loader_unlock(l);
   ferry__free(run.failed);
   return NULL;
 }

@@ -7,7 +7,8 @@
  * coordinator hands plans to the workers, and all three meet here.
  *
  * Invariants, all under loader->lock (every function here expects it held, except
- * ferry__loader_release_hook, which takes it):
+ * ferry__loader_release_hook, which takes it, and ferry__loader_unlock, which lets
+ * it go):
  *   - the ready queue holds items in delivery order; `ready` is its length;
  *   - a plan is in flight, spare, or being laid out by the coordinator (held by it
  *     alone, on neither list); it goes back to spare only once no worker holds one
@@ -16,7 +17,13 @@
  *   - only the head plan of the in-flight list is ever delivered, and only when it
  *     is complete, good (no failures), not cancelled and of the current generation:
  *     batch k of an epoch is therefore the k-th plan laid out, whoever completes it;
- *   - `outstanding` counts batches made and not yet released.
+ *   - `outstanding` counts batches made and not yet released;
+ *   - a wake-up owed (owed_ready, owed_coord, owed_workers) is sent by the next
+ *     thread to let the lock go through ferry__loader_unlock or ferry__loader_wait,
+ *     and the thread that owed it is always one of those: none is left behind by a
+ *     plain unlock. Each worker is owed at most once (only the thread that took it
+ *     off the idle stack owes it, and it sends before anyone else can take it off
+ *     again), so owed_workers never holds more than the workers.
  */
 #include <string.h>
 #include <time.h>
@@ -30,10 +37,47 @@ static uint64_t thread_cpu_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void ferry__loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns) {
-  uint64_t before = thread_cpu_ns();
-  pthread_cond_wait(cv, lock);
-  *idle_ns += thread_cpu_ns() - before;
+void ferry__loader_owe_ready(ferry_loader *l) { l->owed_ready = 1; }
+void ferry__loader_owe_coord(ferry_loader *l) { l->owed_coord = 1; }
+void ferry__loader_owe_worker(ferry_loader *l, ferry__cond *wake) {
+  l->owed_workers[l->nowed_workers++] = wake;
+}
+
+static int owes_wakeups(const ferry_loader *l) {
+  return l->owed_ready || l->owed_coord || l->nowed_workers;
+}
+
+/* Workers woken at once past this many are signalled before the lock is let go:
+ * the copy taken under the lock lives on the stack. It takes more idle workers than
+ * a batch has samples, or than the process has free cores, to get there. */
+enum { OWED_WORKERS_MAX = 32 };
+
+void ferry__loader_unlock(ferry_loader *l) {
+  ferry__cond *workers[OWED_WORKERS_MAX];
+  while (l->nowed_workers > OWED_WORKERS_MAX) ferry__cond_wake(l->owed_workers[--l->nowed_workers]);
+  size_t nworkers = l->nowed_workers;
+  int ready = l->owed_ready, coord = l->owed_coord;
+  if (nworkers) memcpy(workers, l->owed_workers, nworkers * sizeof *workers);
+  l->nowed_workers = 0;
+  l->owed_ready = l->owed_coord = 0;
+  pthread_mutex_unlock(&l->lock);
+  /* After the unlock the loader is still there: close joins every thread that
+   * could be here before it frees anything, and the consumer does not close while it
+   * is inside a call of its own. */
+  if (ready) ferry__cond_wake(&l->ready_cv);
+  if (coord) ferry__cond_wake(&l->coord_cv);
+  for (size_t i = 0; i < nworkers; i++) ferry__cond_wake(workers[i]);
+}
+
+void ferry__loader_wait(ferry_loader *l, ferry__cond *cv, uint64_t *idle_ns) {
+  if (owes_wakeups(l)) {
+    ferry__loader_unlock(l);
+    pthread_mutex_lock(&l->lock);
+    return;
+  }
+  uint64_t before = idle_ns ? thread_cpu_ns() : 0;
+  ferry__cond_wait(cv, &l->lock);
+  if (idle_ns) *idle_ns += thread_cpu_ns() - before;
 }
 
 ready_item *ferry__loader_item_get(ferry_loader *l) {
@@ -59,7 +103,7 @@ void ferry__loader_push_item(ferry_loader *l, ready_item *item) {
   else l->ready_head = item;
   l->ready_tail = item;
   l->ready++;
-  pthread_cond_signal(&l->ready_cv);
+  ferry__loader_owe_ready(l);
 }
 
 void ferry__loader_plan_put(ferry_loader *l, plan *p) {
@@ -75,6 +119,10 @@ void ferry__loader_deliver_head(ferry_loader *l) {
   l->inflight_head = head->next;
   if (!l->inflight_head) l->inflight_tail = NULL;
   l->inflight--;
+  if (l->inflight == 0 && l->coordinator_waits == COORD_WAITS_DRAIN) {
+    l->coordinator_waits = COORD_BUSY;
+    ferry__loader_owe_coord(l);
+  }
   item->kind = ITEM_BATCH;
   item->generation = head->generation;
   item->epoch = head->epoch;
@@ -95,12 +143,19 @@ int ferry__loader_deliver_complete(ferry_loader *l) {
   return 1;
 }
 
-void ferry__loader_room_freed(ferry_loader *l) {
-  if (!l->coordinator_idle) return;
+void ferry__loader_wake_coordinator_for_room(ferry_loader *l) {
+  if (l->coordinator_waits != COORD_WAITS_ROOM) return;
   size_t taken = l->inflight + l->ready;
   size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
   size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
-  if ((room < arenas ? room : arenas) >= l->refill) pthread_cond_signal(&l->coord_cv);
+  if ((room < arenas ? room : arenas) < l->refill) return;
+  /* Not idle any more: whoever comes next does not owe it a second wake-up. */
+  l->coordinator_waits = COORD_BUSY;
+  ferry__loader_owe_coord(l);
+}
+
+void ferry__loader_room_freed(ferry_loader *l) {
+  if (l->inflight == 0) ferry__loader_wake_coordinator_for_room(l);
 }
 
 void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
@@ -113,5 +168,5 @@ void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
     }
   l->outstanding--;
   ferry__loader_room_freed(l);
-  pthread_mutex_unlock(&l->lock);
+  ferry__loader_unlock(l);
 }

@@ -172,7 +172,9 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.image = l->config.image;
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
-  st = count_instances(l);
+  /* Checked once here, not for every batch the coordinator makes (lib/batch_internal.h). */
+  st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
+  if (st == FERRY_OK) st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
   return st;
@@ -327,8 +329,6 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   l->workers = l->stats.workers = resolve_workers(config);
   l->max_busy = usable_cores();
   pthread_mutex_init(&l->lock, NULL);
-  pthread_cond_init(&l->coord_cv, NULL);
-  pthread_cond_init(&l->ready_cv, NULL);
   l->annotations_path = ferry__strdup(config->annotations);
   l->images_dir = ferry__strdup(config->images);
   l->state.seed = config->seed;
@@ -403,7 +403,7 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
     }
-    ferry__loader_wait(&l->ready_cv, &l->lock, &l->stats.consumer_idle_cpu_ns);
+    ferry__loader_wait(l, &l->ready_cv, &l->stats.consumer_idle_cpu_ns);
   }
 }
 
@@ -447,7 +447,7 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
     st = item->kind == ITEM_END ? FERRY_EEND : ferry__error_restore(item->status, item->message);
   }
   ferry__loader_item_put(l, item);
-  pthread_mutex_unlock(&l->lock);
+  ferry__loader_unlock(l);
   if ((*out || progress.epoch_ended) && l->config.progress)
     l->config.progress(&progress, l->config.progress_user);
   if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch"); /* the callback may call ferry */
@@ -467,7 +467,7 @@ static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t de
   l->state.batches_delivered = delivered;
   l->state.cursor = cursor;
   l->samples_in_epoch = l->skipped_in_epoch = 0;
-  pthread_cond_signal(&l->coord_cv);
+  ferry__cond_wake(&l->coord_cv);
   pthread_mutex_unlock(&l->lock);
 }
 
@@ -539,8 +539,8 @@ void ferry_loader_close(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->stopping = 1;
   l->generation++;
-  pthread_cond_broadcast(&l->coord_cv);
-  pthread_cond_broadcast(&l->ready_cv);
+  ferry__cond_wake(&l->coord_cv);
+  ferry__cond_wake(&l->ready_cv);
   pthread_mutex_unlock(&l->lock);
   if (l->pool) ferry_pool_cancel(l->pool);
   if (l->coordinator_started) pthread_join(l->coordinator, NULL);
@@ -562,8 +562,6 @@ void ferry_loader_close(ferry_loader *l) {
   ferry_coco_close(l->coco);
   ferry__free(l->annotations_path);
   ferry__free(l->images_dir);
-  pthread_cond_destroy(&l->coord_cv);
-  pthread_cond_destroy(&l->ready_cv);
   pthread_mutex_destroy(&l->lock);
   ferry__free(l);
 }

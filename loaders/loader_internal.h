@@ -12,13 +12,15 @@
  * lock guards only O(1) steps in steady state:
  *   - workers claim samples as (plan, slot) from a queue of plans with unclaimed
  *     slots (`work_head`): queueing a plan links one node, whatever the batch size;
- *   - each role sleeps on its own condition variable and is woken only when
- *     something it waits for happened: workers each on their own (as many are woken
- *     as there are new samples, idle workers and free cores, the last to go idle
- *     first; no more workers fill at once than the process has cores), the
- *     coordinator on `coord_cv` (its
- *     head plan is complete, or there is room to plan ahead), the consumer on
+ *   - each role sleeps on its own condition variable (lib/cond.h) and is woken only
+ *     when something it waits for happened: workers each on their own (woken one
+ *     after another, each by the last, while there are unclaimed samples, idle
+ *     workers and free cores, the last to go idle first; no more workers fill at
+ *     once than the process has cores), the coordinator on `coord_cv` (its head
+ *     plan is complete, or there is room to plan ahead), the consumer on
  *     `ready_cv` (a batch or marker is ready);
+ *   - wake-ups are sent after the lock is let go, and as far as possible by the
+ *     workers rather than by the two serial threads (handoff.c);
  *   - a plan counts its failures, so committing a good plan reads one counter;
  *   - plans and ready items are recycled through free lists: no allocation per
  *     batch once the pipeline is full.
@@ -39,6 +41,8 @@
 #include "ferry/advanced.h"
 #include "ferry/coco.h"
 #include "ferry/loader.h"
+#include "lib/batch_internal.h"
+#include "lib/cond.h"
 #include "lib/status.h"
 #include "loaders/sampler.h"
 
@@ -132,6 +136,7 @@ struct ferry_loader {
   size_t refill;               /* the coordinator, idle, is woken when this many batches fit */
   size_t workers;              /* threads that fill samples */
   ferry_field_spec fields[FERRY_MAX_FIELDS];
+  ferry__batch_fields checked_fields; /* the same, checked at open, for every batch */
   size_t nfields;
   fill_context fill;
   ferry_sampler sampler;
@@ -139,15 +144,20 @@ struct ferry_loader {
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
 
   pthread_mutex_t lock;
-  pthread_cond_t coord_cv;     /* coordinator: head complete, room ahead, restart or stop */
-  pthread_cond_t ready_cv;     /* consumer: an item is ready, a fatal error, or stop */
+  ferry__cond coord_cv;        /* coordinator: head complete, room ahead, restart or stop */
+  ferry__cond ready_cv;        /* consumer: an item is ready, a fatal error, or stop */
   /* set once, by close */
   int stopping;
   uint64_t generation;         /* bumped by set_epoch/state_set/close */
   /* the coordinator's view */
   pthread_t coordinator;
   int coordinator_started;
-  int coordinator_idle;        /* waiting in its main loop, for work or for room */
+  /* What the coordinator, idle in its main loop, waits for beyond what always wakes
+   * it (a head plan that needs it, a restart, close): room to plan ahead, or the
+   * plans in flight all delivered (the epoch's end, a layout to retry). Whoever
+   * sees it happen wakes it, and sets this back to COORD_BUSY so that nobody else
+   * wakes it for the same. */
+  enum { COORD_BUSY, COORD_WAITS_ROOM, COORD_WAITS_DRAIN } coordinator_waits;
   int coordinator_failed;      /* out of memory for its own bookkeeping: see fatal_* */
   ferry_status fatal_status;
   char fatal_message[FERRY_ERROR_MAX];
@@ -166,11 +176,17 @@ struct ferry_loader {
   struct worker_slot **idle_stack;  /* [nworkers]: idle workers, the last to go idle on top */
   size_t nworkers, workers_started;
   plan *work_head, *work_tail; /* plans with unclaimed slots, oldest first */
+  size_t unclaimed;            /* their unclaimed slots, all plans together */
   size_t idle_workers;         /* workers on the idle stack */
   size_t busy_workers;         /* workers holding a slot (between claim and finish) */
   size_t max_busy;             /* at most this many hold one at once: the usable cores */
   size_t waking;               /* workers taken off the idle stack and not yet running */
   int workers_stop;
+  /* wake-ups decided under the lock and sent just after it is let go (handoff.c) */
+  int owed_ready;              /* a wake-up owed to ready_cv */
+  int owed_coord;              /* a wake-up owed to coord_cv */
+  ferry__cond **owed_workers;  /* [nworkers]: workers taken off the idle stack */
+  size_t nowed_workers;
   /* between coordinator and consumer */
   ready_item *ready_head, *ready_tail;
   size_t ready;
@@ -240,13 +256,28 @@ void ferry__loader_withdraw(ferry_loader *loader, plan *p);
 void *ferry__loader_coordinate(void *loader);
 
 /* The hand-off between the threads (handoff.c). Every call but the release hook
- * expects loader->lock held. */
+ * expects loader->lock held (and ferry__loader_unlock lets it go). */
 
-/* pthread_cond_wait, adding to *idle_ns the CPU time the thread spent going to
- * sleep and waking up. The serial threads wait this way, so that their CPU time per
- * batch can be split into work and idling: at saturation they never wait, so only
- * the work bounds the rate (repro/throughput's ceiling). */
-void ferry__loader_wait(pthread_cond_t *cv, pthread_mutex_t *lock, uint64_t *idle_ns);
+/* Wake-ups are owed, not sent, under the lock: a thread woken while the signaller
+ * still holds the lock would only go back to sleep on the lock itself, and the
+ * signal's system call would lengthen the time everyone else waits for it. Whoever
+ * lets the lock go next sends them (ferry__loader_unlock), and a thread about to
+ * wait sends them first (ferry__loader_wait). So every path that owes a wake-up must
+ * let the lock go through one of the two; the rare broadcasts (close, a fatal error)
+ * and restart's signal are sent at once. */
+void ferry__loader_owe_ready(ferry_loader *loader);
+void ferry__loader_owe_coord(ferry_loader *loader);
+void ferry__loader_owe_worker(ferry_loader *loader, ferry__cond *wake);
+/* pthread_mutex_unlock of loader->lock, then the wake-ups owed. */
+void ferry__loader_unlock(ferry_loader *loader);
+/* Wait on `cv` (loader->lock held), adding to *idle_ns (if not NULL) the CPU time the
+ * thread spent going to sleep and waking up. With wake-ups owed it sends them
+ * instead (letting the lock go and taking it back) and returns at once, as a
+ * spurious wake-up would: every caller waits in a loop that looks again. The serial
+ * threads wait this way, so that their CPU time per batch can be split into work and
+ * idling: at saturation they never wait, so only the work bounds the rate
+ * (repro/throughput's ceiling). */
+void ferry__loader_wait(ferry_loader *loader, ferry__cond *cv, uint64_t *idle_ns);
 /* A ready item from the spare list or the heap (NULL when out of memory), and its
  * return to the spare list. */
 ready_item *ferry__loader_item_get(ferry_loader *loader);
@@ -262,11 +293,17 @@ void ferry__loader_deliver_head(ferry_loader *loader);
  * in order. 0 when it stopped at a complete plan that needs the coordinator
  * (failures, cancelled, an older generation). */
 int ferry__loader_deliver_complete(ferry_loader *loader);
-/* The consumer took a batch or released one: wake the idle coordinator once a
- * quarter of the depth (at least 1 batch) can be laid out, so that with a deep
- * pipeline it wakes once per several batches, not for each. It is woken anyway when
- * its head plan completes, and the pipeline never waits on it: when nothing is in
- * flight or ready, the whole depth is free. */
+/* Wake the idle coordinator if a quarter of the depth (at least 1 batch) can be laid
+ * out, so that with a deep pipeline it wakes once per several batches, not for each.
+ * Workers call it as they finish a slot (workers.c). */
+void ferry__loader_wake_coordinator_for_room(ferry_loader *loader);
+/* The consumer took a batch or released one. It wakes the coordinator only when
+ * nothing is in flight: otherwise a worker is bound to finish a slot soon and does
+ * it. A wake-up is a system call and, when the coordinator's core is idle, an
+ * interrupt to another core (several microseconds in a virtual machine); on the
+ * consumer it would be serial work per batch, on a worker it is not. The pipeline
+ * never waits on it: with nothing in flight or ready, the whole depth is free, and
+ * the coordinator is also woken when its head plan needs it. */
 void ferry__loader_room_freed(ferry_loader *loader);
 /* The consumer's release hook: a delivered batch was released. Takes the lock. */
 void ferry__loader_release_hook(ferry_batch *batch, void *loader);

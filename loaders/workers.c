@@ -18,6 +18,7 @@
  *     max_busy (the usable cores);
  *   - idle_workers workers are on the idle stack, each with woken == 0; `waking`
  *     counts those taken off it and not yet running again;
+ *   - `unclaimed` is the number of unclaimed slots of the plans on the work queue;
  *   - a worker writes only its own slot of a plan (status, message, the sample's
  *     slices of the batch), so no two fills touch the same bytes.
  * Not done here: what a sample is (fill.c), the order batches go out in (handoff.c,
@@ -36,29 +37,31 @@
 typedef struct worker_slot {
   ferry_loader *loader;
   size_t index;
-  pthread_cond_t wake;
-  int woken;           /* set by wake_workers when it takes the worker off the idle stack */
+  ferry__cond wake;
+  int woken;           /* set by wake_worker when it takes the worker off the idle stack */
   ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
   gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
 } worker_slot;
 
-/* Wake as many idle workers as there are new slots and free cores, and no more: a
- * broadcast would wake every worker for each batch, and on a node with 64 of them
- * the wake-ups and the lock they all retake become the serial cost the pipeline is
- * bounded by. Idle workers wait on a stack and the last to go idle is woken first:
- * its decoder's buffers and filters are the likeliest to be in cache (16 workers on
- * 2 cores ran 7 % slower than 2 while the wake-ups went round all 16). `waking`
- * counts workers woken and not yet running, so two plans queued in a row do not
- * fill the same free cores twice. */
-static void wake_workers(ferry_loader *l, size_t slots) {
+/* Wake one idle worker if there are unclaimed slots no running worker will take
+ * and a free core, and no more: a broadcast would wake every worker for each batch,
+ * and on a node with 64 of them the wake-ups and the lock they all retake become
+ * the serial cost the pipeline is bounded by. The coordinator wakes one when it
+ * queues a plan; each worker woken, once it has claimed its slot, wakes the next if
+ * slots are left (claim), so the wake-ups are spread over the workers instead of
+ * being serial work of the coordinator (each is a system call and often an
+ * interrupt to an idle core). Idle workers wait on a stack and the last to go idle
+ * is woken first: its decoder's buffers and filters are the likeliest to be in
+ * cache (16 workers on 2 cores ran 7 % slower than 2 while the wake-ups went round
+ * all 16). `waking` counts workers woken and not yet running: they will claim too,
+ * so they count against both the slots left and the free cores. */
+static void wake_worker(ferry_loader *l) {
   size_t taken = l->busy_workers + l->waking;
-  size_t room = l->max_busy > taken ? l->max_busy - taken : 0;
-  size_t n = slots < room ? slots : room;
-  for (; n > 0 && l->idle_workers > 0; n--) {
+  if (l->unclaimed > l->waking && l->max_busy > taken && l->idle_workers > 0) {
     worker_slot *w = l->idle_stack[--l->idle_workers];
     w->woken = 1;
     l->waking++;
-    pthread_cond_signal(&w->wake);
+    ferry__loader_owe_worker(l, &w->wake);
   }
 }
 
@@ -70,7 +73,8 @@ void ferry__loader_dispatch(ferry_loader *l, plan *p) {
   if (l->work_tail) l->work_tail->next_work = p;
   else l->work_head = p;
   l->work_tail = p;
-  wake_workers(l, p->count);
+  l->unclaimed += p->count;
+  wake_worker(l);
 }
 
 void ferry__loader_withdraw(ferry_loader *l, plan *p) {
@@ -84,6 +88,7 @@ void ferry__loader_withdraw(ferry_loader *l, plan *p) {
     if (l->work_tail == p) l->work_tail = prev;
   }
   p->pending -= p->count - p->claimed;
+  l->unclaimed -= p->count - p->claimed;
   p->claimed = p->count;
 }
 
@@ -97,17 +102,19 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
   while ((!l->work_head || l->busy_workers >= l->max_busy) && !l->workers_stop) {
     self->woken = 0;
     l->idle_stack[l->idle_workers++] = self;
-    while (!self->woken && !l->workers_stop) pthread_cond_wait(&self->wake, &l->lock);
+    while (!self->woken && !l->workers_stop) ferry__loader_wait(l, &self->wake, NULL);
     if (self->woken) l->waking--;
   }
   plan *p = l->work_head;
   if (!p || l->workers_stop) return SIZE_MAX;
   if (++l->busy_workers > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->busy_workers;
   size_t slot = p->claimed++;
+  l->unclaimed--;
   if (p->claimed == p->count) {
     l->work_head = p->next_work;
     if (!l->work_head) l->work_tail = NULL;
   }
+  wake_worker(l); /* the next in the chain, if slots and cores are left */
   *out = p;
   return slot;
 }
@@ -123,11 +130,12 @@ static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   l->busy_workers--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
+  ferry__loader_wake_coordinator_for_room(l);
   if (--p->pending != 0) return;
   /* A complete plan behind an unfinished head waits: it goes out after the head,
    * delivered by whichever thread completes that (or by the coordinator). */
   if (p->canceled || (p == l->inflight_head && !ferry__loader_deliver_complete(l)))
-    pthread_cond_signal(&l->coord_cv);
+    ferry__loader_owe_coord(l);
 }
 
 /* A filled (or failed) sample in the stats. With the GPU decoder, a sample laid out
@@ -150,7 +158,7 @@ static void *worker_main(void *arg) {
   pthread_mutex_lock(&l->lock);
   plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
-    pthread_mutex_unlock(&l->lock);
+    ferry__loader_unlock(l);
     /* Without the lock: the fill reads only what is fixed at open (l->fill) and this
      * slot's fields of the plan, which no one changes while it is claimed (the GPU
      * decoder's routes excepted: atomics, gpu_fill.c). */
@@ -165,7 +173,7 @@ static void *worker_main(void *arg) {
     count_sample(&l->stats, gpu != NULL, st, fallback);
     finish(l, p, slot, st);
   }
-  pthread_mutex_unlock(&l->lock);
+  ferry__loader_unlock(l);
   ferry__gpu_worker_close(gpu);
   self->gpu = NULL;
   ferry_decoder_close(decoder);
@@ -179,13 +187,13 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
   l->worker_threads = ferry__calloc(count, sizeof *l->worker_threads);
   l->worker_slots = ferry__calloc(count, sizeof *l->worker_slots);
   l->idle_stack = ferry__calloc(count, sizeof *l->idle_stack);
-  if (!l->worker_threads || !l->worker_slots || !l->idle_stack)
+  l->owed_workers = ferry__calloc(count, sizeof *l->owed_workers);
+  if (!l->worker_threads || !l->worker_slots || !l->idle_stack || !l->owed_workers)
     return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
   l->nworkers = count;
   for (size_t i = 0; i < count; i++) {
     l->worker_slots[i].loader = l;
     l->worker_slots[i].index = i;
-    pthread_cond_init(&l->worker_slots[i].wake, NULL);
   }
   /* Every decoder before any thread: opening one allocates, and a worker without one
    * could only fail the samples it claims. Those opened stay with their slots and are
@@ -210,11 +218,10 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
 void ferry__loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
   l->workers_stop = 1;
-  for (size_t i = 0; i < l->workers_started; i++) pthread_cond_signal(&l->worker_slots[i].wake);
+  for (size_t i = 0; i < l->workers_started; i++) ferry__cond_wake(&l->worker_slots[i].wake);
   pthread_mutex_unlock(&l->lock);
   for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
   for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) {
-    pthread_cond_destroy(&l->worker_slots[i].wake);
     ferry_decoder_close(l->worker_slots[i].decoder); /* NULL once its worker closed it */
     ferry__gpu_worker_close(l->worker_slots[i].gpu);
   }
@@ -222,6 +229,8 @@ void ferry__loader_stop_workers(ferry_loader *l) {
   ferry__free(l->worker_threads);
   ferry__free(l->worker_slots);
   ferry__free(l->idle_stack);
+  ferry__free(l->owed_workers);
+  l->owed_workers = NULL;
   l->worker_threads = NULL;
   l->worker_slots = NULL;
   l->idle_stack = NULL;

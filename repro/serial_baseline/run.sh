@@ -73,7 +73,7 @@ cc -O2 -D_GNU_SOURCE -I"$root" -I"$root/include" -I"$build" "$here/serial_pair.c
   "$build/libferry.a" $libs "${cuda[@]}" -ldl -lpthread -lm -o "$work/serial_new"
 
 ann=$tiny/annotations/instances_val2017.json
-echo "code     serial_us  serial_work_us   (16 workers, batch 8, R 32, $batches batches)"
+echo "code     serial_us  serial_work_us  consumer_work_us  coordinator_work_us   (16 workers, batch 8, R 32, $batches batches)"
 for i in $(seq 1 "$runs"); do
   echo "ca9f8bc  $("$work/serial_old" "$ann" "$tiny/val2017" "$batches")"
   echo "now      $("$work/serial_new" "$ann" "$tiny/val2017" "$batches")"
@@ -86,4 +86,8 @@ new = [float(r[2]) for r in rows if r[0] == "now"]
 ratio = sorted(o / n for o, n in zip(old, new))
 print(f"serial work: ca9f8bc {statistics.median(old):.2f} us, now {statistics.median(new):.2f} us; "
       f"ceiling ratio median {statistics.median(ratio):.2f}x [{ratio[0]:.2f}, {ratio[-1]:.2f}]")
+for name, col in (("consumer", 3), ("coordinator", 4)):
+    o = statistics.median(float(r[col]) for r in rows if r[0] == "ca9f8bc")
+    n = statistics.median(float(r[col]) for r in rows if r[0] == "now")
+    print(f"  of which the {name}'s: ca9f8bc {o:.2f} us, now {n:.2f} us")
 PY

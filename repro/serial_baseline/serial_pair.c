@@ -4,7 +4,8 @@
  * run.sh) and on this tree (ferry_loader_stats). Built and run by run.sh only: it
  * reads each tree's loader internals (the coordinator thread, ca9f8bc's counters).
  *
- *   serial_pair ANNOTATIONS IMAGES BATCHES   ->  "serial_us serial_work_us"
+ *   serial_pair ANNOTATIONS IMAGES BATCHES
+ *     ->  "serial_us serial_work_us consumer_work_us coordinator_work_us" (per batch)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,20 +21,22 @@ static double cpu_of(clockid_t c) {
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-/* [0] coordinator CPU, [1] idle of both serial threads */
-static void serial(ferry_loader *l, double out[2]) {
+/* [0] coordinator CPU, [1] coordinator idle, [2] consumer idle */
+static void serial(ferry_loader *l, double out[3]) {
 #ifdef OLD
   clockid_t c;
   pthread_getcpuclockid(l->coordinator, &c);
   pthread_mutex_lock(&l->lock);
   out[0] = cpu_of(c);
-  out[1] = (double)(ferry_bench_idle_ns[0] + ferry_bench_idle_ns[1]);
+  out[1] = (double)ferry_bench_idle_ns[0];
+  out[2] = (double)ferry_bench_idle_ns[1];
   pthread_mutex_unlock(&l->lock);
 #else
   ferry_loader_stats st;
   ferry_loader_stats_get(l, &st);
   out[0] = (double)st.coordinator_cpu_ns;
-  out[1] = (double)(st.coordinator_idle_cpu_ns + st.consumer_idle_cpu_ns);
+  out[1] = (double)st.coordinator_idle_cpu_ns;
+  out[2] = (double)st.consumer_idle_cpu_ns;
 #endif
 }
 
@@ -53,7 +56,7 @@ int main(int argc, char **argv) {
     if (ferry_loader_next(l, &b) != FERRY_OK) { k--; continue; }
     ferry_batch_release(b);
   }
-  double s0[2], s1[2];
+  double s0[3], s1[3];
   serial(l, s0);
   double c0 = cpu_of(CLOCK_THREAD_CPUTIME_ID);
   for (int k = 0; k < batches; k++) {
@@ -62,8 +65,10 @@ int main(int argc, char **argv) {
   }
   double consumer = cpu_of(CLOCK_THREAD_CPUTIME_ID) - c0;
   serial(l, s1);
-  double total = consumer + s1[0] - s0[0], idle = s1[1] - s0[1];
-  printf("%.2f %.2f\n", total / 1e3 / batches, (total - idle) / 1e3 / batches);
+  double coordinator = s1[0] - s0[0], coordinator_idle = s1[1] - s0[1], consumer_idle = s1[2] - s0[2];
+  double total = consumer + coordinator, idle = coordinator_idle + consumer_idle, us = 1e3 * batches;
+  printf("%.2f %.2f %.2f %.2f\n", total / us, (total - idle) / us, (consumer - consumer_idle) / us,
+         (coordinator - coordinator_idle) / us);
   ferry_loader_close(l);
   return 0;
 }

@@ -134,3 +134,71 @@ Test(batch, invalid_layouts_are_refused) {
   ferry_field_spec deep = {"x", FERRY_U8, FERRY_FIELD_ROWS, 4, {1, 1, 1}};
   cr_assert_eq(ferry_batch_layout_bytes(1, 1, &deep, rows, &bytes), FERRY_EINVAL);
 }
+
+/* Fields checked once (the loader's path) give the same batch as ferry_batch_create,
+ * packed and unpacked, and the names are the batch's own copies. */
+Test(batch, checked_fields_lay_out_as_ferry_batch_create_does) {
+  ferry_device *d;
+  ferry_pool *p = host_pool(&d, 2);
+  ferry__batch_fields checked;
+  cr_assert_eq(ferry__batch_fields_check(NF, FIELDS, &checked), FERRY_OK);
+  ferry_batch *plain, *fast, *unpacked;
+  cr_assert_eq(ferry_batch_create(p, B, NF, FIELDS, ROWS, &plain), FERRY_OK);
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, ROWS, &fast), FERRY_OK);
+  cr_assert_eq(ferry__batch_create_checked(NULL, d, B, &checked, ROWS, &unpacked), FERRY_OK);
+  cr_assert(ferry_batch_is_packed(fast));
+  cr_assert_not(ferry_batch_is_packed(unpacked));
+  for (size_t f = 0; f < NF; f++) {
+    const ferry_field_spec *a = ferry_batch_field_spec(plain, f), *b = ferry_batch_field_spec(fast, f);
+    cr_assert_str_eq(b->name, FIELDS[f].name);
+    cr_assert_neq(b->name, FIELDS[f].name, "the batch holds its own copy of the name");
+    cr_assert_neq(b->name, checked.names[f], "...not the checked table's");
+    cr_assert_eq(a->dtype, b->dtype);
+    cr_assert_eq(ferry_batch_row_bytes(plain, f), ferry_batch_row_bytes(fast, f));
+    for (size_t i = 0; i <= B; i++) {
+      cr_assert_eq(ferry_batch_offsets(plain, f)[i], ferry_batch_offsets(fast, f)[i]);
+      cr_assert_eq(ferry_batch_offsets(plain, f)[i], ferry_batch_offsets(unpacked, f)[i]);
+    }
+    ferry_tensor tp, tf, p0, f0;
+    cr_assert_eq(ferry_batch_field(plain, f, &tp), FERRY_OK);
+    cr_assert_eq(ferry_batch_field(fast, f, &tf), FERRY_OK);
+    cr_assert_eq(ferry_batch_field(plain, 0, &p0), FERRY_OK);
+    cr_assert_eq(ferry_batch_field(fast, 0, &f0), FERRY_OK);
+    cr_assert_eq((char *)tp.data - (char *)p0.data, (char *)tf.data - (char *)f0.data,
+                 "field %zu starts at the same byte", f);
+  }
+  ferry_batch_release(plain);
+  ferry_batch_release(fast);
+  ferry_batch_release(unpacked);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+/* What the check refuses it names; what is left for each batch (the row counts) is
+ * still checked per batch. */
+Test(batch, checked_fields_refuse_what_create_refuses) {
+  ferry__batch_fields checked;
+  ferry_field_spec twice[2] = {FIELDS[1], FIELDS[1]};
+  cr_assert_eq(ferry__batch_fields_check(2, twice, &checked), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "'boxes' appears twice"), "%s", ferry_last_error());
+  ferry_field_spec bad = FIELDS[0];
+  bad.dtype = (ferry_dtype)999;
+  cr_assert_eq(ferry__batch_fields_check(1, &bad, &checked), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "'images': unknown dtype"), "%s", ferry_last_error());
+  cr_assert_eq(ferry__batch_fields_check(FERRY_MAX_FIELDS + 1, FIELDS, &checked), FERRY_EINVAL);
+
+  ferry_device *d;
+  ferry_pool *p = host_pool(&d, 1);
+  cr_assert_eq(ferry__batch_fields_check(NF, FIELDS, &checked), FERRY_OK);
+  ferry_batch *b;
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, NULL, &b), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "'boxes': row counts are required"), "%s", ferry_last_error());
+  int64_t negative[NF * B];
+  memcpy(negative, ROWS, sizeof negative);
+  negative[1 * B + 2] = -1;
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, negative, &b), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "sample 2 has an invalid row count"), "%s", ferry_last_error());
+  cr_assert_eq(ferry__batch_create_checked(p, d, 0, &checked, ROWS, &b), FERRY_EINVAL);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
