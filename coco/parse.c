@@ -367,9 +367,11 @@ static int compare_ids(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Sorted id table of n elements read by `id_of`; duplicate ids are problems. */
+/* Sorted id table of n elements read by `id_of`; duplicate ids are problems, named by
+ * their positions in the file's array (json_pos[i] for stored element i: they differ
+ * once a faulty element was reported and left out). */
 static ferry_status build_id_table(const parser *p, const char *array, const coco_vec *v, size_t id_offset,
-                                   id_entry **out) {
+                                   const size_t *json_pos, id_entry **out) {
   id_entry *t = ferry__malloc((v->n ? v->n : 1) * sizeof *t);
   if (!t) return ferry__fail(FERRY_ENOMEM, "%s: out of memory indexing %s", p->name, array);
   for (size_t i = 0; i < v->n; i++) {
@@ -381,9 +383,9 @@ static ferry_status build_id_table(const parser *p, const char *array, const coc
   for (size_t i = 1; i < v->n; i++) {
     if (t[i].id != t[i - 1].id) continue;
     char elem[PATH_MAX_LEN];
-    snprintf(elem, sizeof elem, "%s[%zu]", array, t[i].index);
+    snprintf(elem, sizeof elem, "%s[%zu]", array, json_pos[t[i].index]);
     ferry_status st = bad(p, elem, "id", "duplicate id %lld (also %s[%zu])", (long long)t[i].id, array,
-                          t[i - 1].index);
+                          json_pos[t[i - 1].index]);
     if ((st = element_problem(p, st)) < 0) return st;
   }
   return FERRY_OK;
@@ -408,18 +410,22 @@ static ferry_status parse_id_array(const parser *p, const char *array, int requi
   ferry_status st;
   const json_t *arr = top_array(p, array, required, &st);
   if (st < 0 && (st = element_problem(p, st)) < 0) return st;
+  coco_vec json_pos = {.elem = sizeof(size_t)}; /* of each element kept */
   for (size_t i = 0; arr && i < json_array_size(arr); i++) {
     char elem[PATH_MAX_LEN];
     snprintf(elem, sizeof elem, "%s[%zu]", array, i);
     union { coco_category category; coco_image image; } value;
     st = parse(p, json_array_get(arr, i), elem, &value);
     if (st == FERRY_OK) {
-      if ((st = ferry__coco_vec_push(vec, &value)) < 0) return st;
-    } else if ((st = element_problem(p, st)) < 0) {
-      return st;
+      if ((st = ferry__coco_vec_push(vec, &value)) == FERRY_OK) st = ferry__coco_vec_push(&json_pos, &i);
+    } else {
+      st = element_problem(p, st);
     }
+    if (st < 0) break;
   }
-  return build_id_table(p, array, vec, id_offset, ids);
+  if (st >= 0) st = build_id_table(p, array, vec, id_offset, json_pos.data, ids);
+  ferry__coco_vec_free(&json_pos);
+  return st;
 }
 
 static ferry_status parse_categories(const parser *p) {

@@ -186,3 +186,33 @@ Test(coco_malformed, collecting_open_reports_each_problem) {
   cr_expect_eq(a.json_index, 2);
   ferry_coco_close(coco);
 }
+
+/* A duplicate id is named by the elements' places in the file, also when an element
+ * before them was left out (collecting open keeps going past it). */
+typedef struct problem_log {
+  int count;
+  char last[512];
+} problem_log;
+
+static void log_problem(void *user, const char *message) {
+  problem_log *log = user;
+  log->count++;
+  snprintf(log->last, sizeof log->last, "%s", message);
+}
+
+Test(coco_malformed, duplicate_ids_are_named_by_file_position_after_a_skipped_element) {
+  const char *json =
+      "{\"images\": [{\"id\": \"x\"}, {\"id\": 1, \"width\": 4, \"height\": 4},"
+      "              {\"id\": 7, \"width\": 4, \"height\": 4}, {\"id\": 1, \"width\": 4, \"height\": 4}],"
+      " \"categories\": [{\"id\": 1}], \"annotations\": []}";
+  problem_log log = {0};
+  ferry_coco_options o;
+  ferry_coco_options_default(&o);
+  o.on_problem = log_problem;
+  o.problem_user = &log;
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open_buffer(json, strlen(json), "c.json", &o, &coco), FERRY_OK);
+  cr_expect_eq(log.count, 2, "the bad id and the duplicate");
+  cr_expect(strstr(log.last, "images[3].id: duplicate id 1 (also images[1])"), "%s", log.last);
+  ferry_coco_close(coco);
+}
