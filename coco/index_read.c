@@ -221,12 +221,16 @@ static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
       (st = check_id_table(coco, coco->image_ids, &coco->images, "image id entry")) < 0 ||
       (st = check_id_table(coco, coco->category_ids, &coco->categories, "category id entry")) < 0)
     return st;
+  /* Each image lists its own annotations in file order (parse.c lays them out so),
+   * so each annotation is listed once at most: under its image, and not twice there. */
   for (size_t img = 0; img < coco->images.n; img++) {
     const coco_image *im = &COCO_AT(coco->images, coco_image, img);
     for (size_t k = im->first_ann; k < im->first_ann + im->num_anns; k++) {
       size_t a = coco->image_anns[k];
       if (a >= coco->anns.n || COCO_AT(coco->anns, coco_ann, a).pub.image_index != img)
         return bad_record(coco, "per-image annotation entry", k, "out of range or of another image");
+      if (k > im->first_ann && a <= coco->image_anns[k - 1])
+        return bad_record(coco, "per-image annotation entry", k, "listed twice or out of file order");
     }
   }
   for (size_t i = 0; i < coco->anns.n; i++)

@@ -598,6 +598,12 @@ static void rle_string(index_bytes *b) { first_ann(b)[2].rle_string = UINT64_MAX
 static void segm_kind(index_bytes *b) { first_ann(b)->pub.segm = (ferry_segm_kind)7, reseal(b); }
 static void keypoints(index_bytes *b) { first_ann(b)->kp_first = 5, reseal(b); }
 static void image_anns(index_bytes *b) { ((size_t *)section_of(b, SEC_IMAGE_ANNS))[0] = 3, reseal(b); }
+static void image_anns_twice(index_bytes *b) { ((size_t *)section_of(b, SEC_IMAGE_ANNS))[2] = 1, reseal(b); }
+static void image_anns_order(index_bytes *b) {
+  size_t *t = section_of(b, SEC_IMAGE_ANNS);
+  t[1] = 2, t[2] = 1;
+  reseal(b);
+}
 static void category(index_bytes *b) { first_ann(b)->pub.category_id = 99, reseal(b); }
 static void keypoints_k(index_bytes *b) { header_of(b)->num_keypoints = 1u << 30, reseal(b); }
 static void strings_unterminated(index_bytes *b) {
@@ -646,6 +652,8 @@ static const index_case index_cases[] = {
   {"index segmentation kind 7", segm_kind, INDEX_OPEN, FERRY_EFORMAT, "unknown segmentation kind"},
   {"index keypoints past their section", keypoints, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: keypoints out of bounds"},
   {"index per-image entry out of range", image_anns, INDEX_OPEN, FERRY_EFORMAT, "per-image annotation entry 0"},
+  {"index listing an annotation twice", image_anns_twice, INDEX_OPEN, FERRY_EFORMAT, "per-image annotation entry 2: listed twice"},
+  {"index listing an image's annotations out of order", image_anns_order, INDEX_OPEN, FERRY_EFORMAT, "per-image annotation entry 2: listed twice or out of file order"},
   {"index category that does not exist", category, INDEX_OPEN, FERRY_EFORMAT, "annotation 0: no such category"},
   {"index claiming 2^30 keypoints per instance", keypoints_k, INDEX_OPEN, FERRY_EFORMAT, "K = 1073741824 keypoints, the categories name 2"},
   {"index string pool not NUL-terminated", strings_unterminated, INDEX_OPEN, FERRY_EFORMAT, "string pool"},
