@@ -8,6 +8,9 @@
  * Callers: a batch is not locked. Its layout never changes after creation, so views
  * may be taken from many threads at once (the loader's workers fill disjoint slices
  * of one arena batch); hold_until and release are one thread's (the consumer's).
+ * Creation is two steps: the field specs are checked (ferry__batch_fields_check), then
+ * a shell is laid out from them and the row counts. The public creators do both each
+ * time; the loader checks its fields once at open and makes every batch from them.
  *
  * Invariants, from creation to release:
  *   - every offset table has batch_size + 1 entries, starts at 0 and never decreases;

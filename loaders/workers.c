@@ -122,8 +122,9 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
 /* Record a slot's result. The worker that completes the head plan hands it (and any
  * complete plans behind it) to the consumer itself, so a batch reaches the consumer
  * without waking the coordinator; the coordinator is woken only for what needs it:
- * a head plan with failures (skip or fail policy), and cancelled plans (to free
- * them). */
+ * a head plan with failures (skip or fail policy), cancelled plans (to free them),
+ * and room to plan ahead when it waits for that (the consumer made the room and
+ * leaves the wake-up to the workers: handoff.c room_freed). */
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   /* No wake-up for the core this frees: the caller goes straight back to claim and
    * takes the next slot itself. */

@@ -2,6 +2,7 @@
  * worker count and the pinned budget, batches identical with many more workers than
  * samples in flight, named threads, and the serial CPU time it reports. */
 #include <dirent.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -186,5 +187,87 @@ Test(pipeline, the_coordinators_cpu_time_is_reported) {
   cr_assert_eq(ferry_loader_stats_get(l, &after), FERRY_OK);
   cr_assert_gt(after.coordinator_cpu_ns, 0, "it laid out and committed %zu batches", n);
   cr_assert_geq(after.coordinator_cpu_ns, before.coordinator_cpu_ns);
+  ferry_loader_close(l);
+}
+
+/* Batches released by another thread, a burst at a time, with the consumer holding
+ * up to max_outstanding of them: the room each release makes reaches the coordinator
+ * (through the workers while plans are in flight, through the release itself when
+ * none is, handoff.c room_freed), so the loader never stalls, and batch k is still
+ * batch k. Two epochs, against one worker's digests. */
+typedef struct releaser {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  ferry_batch *queue[8];
+  size_t queued;
+  int done;
+  size_t released;
+} releaser;
+
+static void *release_in_bursts(void *arg) {
+  releaser *r = arg;
+  pthread_mutex_lock(&r->lock);
+  for (;;) {
+    while (r->queued == 0 && !r->done) pthread_cond_wait(&r->changed, &r->lock);
+    if (r->queued == 0) break;
+    for (size_t i = 0; i < r->queued; i++) ferry_batch_release(r->queue[i]);
+    r->released += r->queued;
+    r->queued = 0;
+    pthread_cond_broadcast(&r->changed);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return NULL;
+}
+
+Test(pipeline, batches_released_on_another_thread_in_bursts, .timeout = 120) {
+  uint64_t ref[MAXB], got[MAXB];
+  size_t n = digests_with(1, 4, ref);
+  cr_assert_gt(n, 4);
+  ferry_loader_config c;
+  test_config(&c);
+  c.workers = 3;
+  c.prefetch = 2;
+  c.max_outstanding = 3;
+  ferry_loader *l = open_loader(&c);
+  releaser r = {.lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, release_in_bursts, &r), 0);
+  for (int epoch = 0; epoch < 2; epoch++) {
+    size_t k = 0;
+    ferry_batch *b;
+    ferry_status st;
+    while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
+      cr_assert_lt(k, n);
+      got[k++] = batch_digest(b);
+      pthread_mutex_lock(&r.lock);
+      r.queue[r.queued++] = b;
+      /* a burst: hand over once the consumer holds all it may, and wait for it */
+      if (r.queued == c.max_outstanding) {
+        pthread_cond_broadcast(&r.changed);
+        while (r.queued) pthread_cond_wait(&r.changed, &r.lock);
+      }
+      pthread_mutex_unlock(&r.lock);
+    }
+    cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
+    cr_assert_eq(k, n, "epoch %d", epoch);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(got[i], ref[i], "epoch %d, batch %zu", epoch, i);
+    if (epoch == 0) {
+      /* the reference is epoch 0's: epoch 1 is checked against one worker's epoch 1 */
+      ferry_loader_config one = c;
+      one.workers = 1;
+      one.max_outstanding = 2;
+      one.prefetch = 0;
+      ferry_loader *ol = open_loader(&one);
+      cr_assert_eq(ferry_loader_set_epoch(ol, 1), FERRY_OK);
+      cr_assert_eq(epoch_digests(ol, ref, MAXB), n);
+      ferry_loader_close(ol);
+    }
+  }
+  pthread_mutex_lock(&r.lock);
+  r.done = 1;
+  pthread_cond_broadcast(&r.changed);
+  pthread_mutex_unlock(&r.lock);
+  pthread_join(t, NULL);
+  cr_assert_eq(r.released, 2 * n);
   ferry_loader_close(l);
 }
