@@ -21,10 +21,7 @@ tiny=$build/bench-tiny
 rows=$build/worker_sweep.jsonl
 
 make_tiny_set() {
-  # synth_coco writes the JSON last (by rename), so its presence means a whole set
-  if [ ! -f "$tiny/annotations/instances_val2017.json" ]; then
-    "$build/repro/synth_coco" --out "$tiny" --images 600 --max-side 80 --seed 0 > /dev/null
-  fi
+  "$root/repro/tiny_set.sh" "$build" > /dev/null
 }
 
 # Appends to a temporary file first, so an interrupted sweep leaves the last whole one.

@@ -9,8 +9,8 @@
 # The lock is counted in a throw-away copy of this tree's HEAD under BUILD/lock-hold
 # (each lock and unlock of loader->lock in loaders/ wrapped to add TSC cycles from
 # taking it to letting it go, including the waits that let it go); the shipped loader
-# pays nothing for it. BUILD is this tree's build folder (its tiny set is made as
-# worker_sweep.sh makes it). x86-64 only (the TSC).
+# pays nothing for it. BUILD is this tree's build folder (repro/tiny_set.sh makes its
+# tiny set). x86-64 only (the TSC).
 set -euo pipefail
 build=$(cd "${1:?usage: lock_hold.sh BUILD [RUNS] [BATCHES]}" && pwd)
 runs=${2:-3}
@@ -18,11 +18,7 @@ batches=${3:-4000}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 copy=$build/lock-hold/tree
-tiny=$build/bench-tiny
-
-if [ ! -f "$tiny/annotations/instances_val2017.json" ]; then
-  "$build/repro/synth_coco" --out "$tiny" --images 600 --max-side 80 --seed 0 > /dev/null
-fi
+tiny=$("$root/repro/tiny_set.sh" "$build")
 
 rm -rf "$copy"
 mkdir -p "$copy"

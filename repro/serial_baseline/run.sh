@@ -8,8 +8,8 @@
 # pthread_cond_wait calls are wrapped here, in a throw-away worktree, by the same
 # measure the current loader uses (CPU clock read around the wait).
 #
-# BUILD is this tree's build folder (built; its tiny set is made as worker_sweep.sh
-# makes it). Prints one line per run and the medians.
+# BUILD is this tree's build folder (built; repro/tiny_set.sh makes its tiny set).
+# Prints one line per run and the medians.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD [RUNS] [BATCHES]}" && pwd)
 runs=${2:-8}
@@ -18,12 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 work=$build/serial-baseline
 old=$work/ca9f8bc
-tiny=$build/bench-tiny
+tiny=$("$root/repro/tiny_set.sh" "$build")
 mkdir -p "$work"
-
-if [ ! -f "$tiny/annotations/instances_val2017.json" ]; then
-  "$build/repro/synth_coco" --out "$tiny" --images 600 --max-side 80 --seed 0 > /dev/null
-fi
 
 if [ ! -f "$old/build/libferry.a" ]; then
   rm -rf "$old"
