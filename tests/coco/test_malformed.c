@@ -163,6 +163,17 @@ static void count_problem(void *user, const char *message) {
   (*(int *)user)++;
 }
 
+/* `json` opened collecting its problems: each one goes to on_problem(user, message). */
+static ferry_coco *open_collecting(const char *json, void (*on_problem)(void *, const char *), void *user) {
+  ferry_coco_options o;
+  ferry_coco_options_default(&o);
+  o.on_problem = on_problem;
+  o.problem_user = user;
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open_buffer(json, strlen(json), "c.json", &o, &coco), FERRY_OK);
+  return coco;
+}
+
 Test(coco_malformed, collecting_open_reports_each_problem) {
   const char *json =
       "{\"images\": [{\"id\": 1, \"width\": 4, \"height\": 4}, {\"id\": \"x\"}],"
@@ -171,12 +182,7 @@ Test(coco_malformed, collecting_open_reports_each_problem) {
       "                   {\"id\": 2, \"image_id\": 1, \"category_id\": 1, \"bbox\": [0, 0, 1]},"
       "                   {\"id\": 3, \"image_id\": 1, \"category_id\": 1, \"bbox\": [0, 0, 1, 1]}]}";
   int problems = 0;
-  ferry_coco_options o;
-  ferry_coco_options_default(&o);
-  o.on_problem = count_problem;
-  o.problem_user = &problems;
-  ferry_coco *coco;
-  cr_assert_eq(ferry_coco_open_buffer(json, strlen(json), "c.json", &o, &coco), FERRY_OK);
+  ferry_coco *coco = open_collecting(json, count_problem, &problems);
   cr_expect_eq(problems, 3);
   cr_expect_eq(ferry_coco_num_images(coco), 1);
   cr_expect_eq(ferry_coco_num_annotations(coco), 1);
@@ -206,12 +212,7 @@ Test(coco_malformed, duplicate_ids_are_named_by_file_position_after_a_skipped_el
       "              {\"id\": 7, \"width\": 4, \"height\": 4}, {\"id\": 1, \"width\": 4, \"height\": 4}],"
       " \"categories\": [{\"id\": 1}], \"annotations\": []}";
   problem_log log = {0};
-  ferry_coco_options o;
-  ferry_coco_options_default(&o);
-  o.on_problem = log_problem;
-  o.problem_user = &log;
-  ferry_coco *coco;
-  cr_assert_eq(ferry_coco_open_buffer(json, strlen(json), "c.json", &o, &coco), FERRY_OK);
+  ferry_coco *coco = open_collecting(json, log_problem, &log);
   cr_expect_eq(log.count, 2, "the bad id and the duplicate");
   cr_expect(strstr(log.last, "images[3].id: duplicate id 1 (also images[1])"), "%s", log.last);
   ferry_coco_close(coco);
