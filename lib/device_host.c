@@ -96,7 +96,6 @@ static void run_op(host_op *op) {
 
 static void *stream_main(void *arg) {
   host_stream *s = arg;
-  ferry__thread_name("ferry-stream", SIZE_MAX);
   pthread_mutex_lock(&s->lock);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->lock);
@@ -151,7 +150,7 @@ static ferry_status host_stream_open(ferry_stream *stream) {
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->idle_cv, NULL);
-  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+  if (ferry__thread_start(&s->thread, stream_main, s, "ferry-stream", SIZE_MAX) != 0) {
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->idle_cv);

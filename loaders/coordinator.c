@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "lib/alloc.h"
-#include "lib/thread.h"
 #include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
@@ -367,7 +366,6 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
 
 void *ferry__loader_coordinate(void *arg) {
   ferry_loader *l = arg;
-  ferry__thread_name("ferry-coord", SIZE_MAX);
   epoch_run run = {0};
   run.failed = ferry__calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
@@ -401,7 +399,9 @@ void *ferry__loader_coordinate(void *arg) {
      * restart or by close, and by what it waits for: with the epoch's samples all
      * laid out (or a layout to retry), the last plan in flight delivered
      * (handoff.c deliver_head); else a quarter of the depth free (by a worker
-     * finishing a slot, or by the consumer when none is in flight: room_freed). */
+     * finishing a slot, or by the consumer when none is in flight: room_freed).
+     * A layout to retry finds room once drained: it had room when it failed, and
+     * meanwhile only the consumer changes `ready` and `outstanding`, downward. */
     l->coordinator_waits = run.exhausted || run.retry_when_drained ? COORD_WAITS_DRAIN : COORD_WAITS_ROOM;
     ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
     l->coordinator_waits = COORD_BUSY;

@@ -36,6 +36,7 @@
 
 #include "lib/alloc.h"
 #include "lib/nvjpeg_api.h"
+#include "lib/thread.h"
 #include "lib/transfer/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
@@ -310,7 +311,7 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
 static ferry_status start_threads(ferry_loader *l) {
   ferry_status st = ferry__loader_start_workers(l, l->workers);
   if (st != FERRY_OK) return st;
-  if (pthread_create(&l->coordinator, NULL, ferry__loader_coordinate, l) != 0)
+  if (ferry__thread_start(&l->coordinator, ferry__loader_coordinate, l, "ferry-coord", SIZE_MAX) != 0)
     return ferry__fail(FERRY_ENOMEM,
                       "loader: could not start the coordinator thread (out of threads or memory)");
   l->coordinator_started = 1;

@@ -153,7 +153,6 @@ static void count_sample(ferry_loader_stats *stats, int gpu, ferry_status st, in
 static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
-  ferry__thread_name("ferry-worker-", self->index);
   ferry_decoder *decoder = self->decoder; /* this thread's alone from here on */
   gpu_worker *gpu = self->gpu;
   pthread_mutex_lock(&l->lock);
@@ -205,7 +204,7 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
     if (st != FERRY_OK) return ferry__error_prefix(st, "loader: worker %zu of %zu: ", i + 1, count);
   }
   for (size_t i = 0; i < count; i++) {
-    if (pthread_create(&l->worker_threads[i], NULL, worker_main, &l->worker_slots[i]) != 0)
+    if (ferry__thread_start(&l->worker_threads[i], worker_main, &l->worker_slots[i], "ferry-worker-", i) != 0)
       return ferry__fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
                         i + 1, count);
     l->workers_started++;

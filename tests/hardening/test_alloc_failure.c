@@ -10,9 +10,12 @@
  * then succeed or return FERRY_ENOMEM with a message, the loader must close cleanly,
  * and LeakSanitizer must find nothing after each run. Workers run concurrently, so
  * which allocation is the n-th varies a little from run to run: the counts printed
- * are those of the clean run.
+ * are those of the clean run. A second test fails each allocation of an epoch on a
+ * loader already open, behind a slow consumer (the layout retried once the batches
+ * ahead of it are delivered).
  */
 #include <criterion/criterion.h>
+#include <unistd.h>
 
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
@@ -110,18 +113,23 @@ static void check_no_leaks(long n) {
 #endif
 }
 
-Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
+/* Both tests' loader: the first `images` of dali_coco, in order, tiny, 2 workers. */
+static void subset_config(ferry_loader_config *cfg, size_t images, const char *name, size_t batch) {
   cr_assert(ferry__alloc_injection_available(), "built without -Dalloc_failure_injection=true");
+  ferry_loader_config_default(cfg);
+  cfg->annotations = write_subset(realdata_path("dali_coco/coco/instances.json"), images, name);
+  cfg->images = realdata_path("dali_coco/coco/images");
+  cfg->batch_size = batch;
+  cfg->resolution = 16;
+  cfg->workers = 2;
+  cfg->shuffle = 0;
+  cfg->rank = 0; /* whatever RANK/WORLD_SIZE the environment has */
+  cfg->world_size = 1;
+}
+
+Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   ferry_loader_config cfg;
-  ferry_loader_config_default(&cfg);
-  cfg.annotations = write_subset(realdata_path("dali_coco/coco/instances.json"), IMAGES, "subset.json");
-  cfg.images = realdata_path("dali_coco/coco/images");
-  cfg.batch_size = 2;
-  cfg.resolution = 16;
-  cfg.workers = 2;
-  cfg.shuffle = 0;
-  cfg.rank = 0;
-  cfg.world_size = 1;
+  subset_config(&cfg, IMAGES, "subset.json", 2);
   ferry_device *dev = NULL;
   cr_assert_eq(ferry_device_open("host", &dev), FERRY_OK, "%s", ferry_last_error());
 
@@ -153,4 +161,50 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   cr_assert_gt(failures[1], 0);
   cr_assert_gt(failures[2], 0);
   ferry_device_close(dev);
+}
+
+/* A batch that cannot be laid out while others are in flight is laid out again once
+ * they are delivered (coordinator.c plan_ahead), so that its error, if it persists,
+ * reaches the consumer after them; until now no test reached that path. Here, on an
+ * open loader, allocation n of an epoch fails, for every n, with a consumer slow
+ * enough that the pipeline runs full: every epoch must end, either with all its
+ * batches (the failure was absorbed: the retried layout, the reserve marker) or with
+ * FERRY_ENOMEM and a message, and the next epoch must be whole again. */
+Test(alloc_failure, a_layout_retried_behind_a_full_queue, .timeout = 600) {
+  ferry_loader_config cfg;
+  subset_config(&cfg, 2 * IMAGES, "subset8.json", 1);
+  cfg.prefetch = 2;
+  ferry_loader *loader = NULL;
+  cr_assert_eq(ferry_loader_open(&cfg, &loader), FERRY_OK, "%s", ferry_last_error());
+  long base = ferry__alloc_attempts();
+  size_t clean = 0;
+  ferry_batch *batch;
+  while (ferry_loader_next(loader, &batch) == FERRY_OK) {
+    ferry_batch_release(batch);
+    clean++;
+  }
+  long per_epoch = ferry__alloc_attempts() - base;
+  cr_assert_eq(clean, 2 * IMAGES);
+  size_t failed = 0;
+  for (long n = 0; n < per_epoch; n++) {
+    ferry__alloc_fail_after(n);
+    size_t got = 0;
+    ferry_status st;
+    for (;;) {
+      usleep(2000); /* the workers and the coordinator run ahead and fill the queue */
+      if ((st = ferry_loader_next(loader, &batch)) != FERRY_OK) break;
+      ferry_batch_release(batch);
+      got++;
+    }
+    ferry__alloc_fail_after(-1);
+    if (st != FERRY_EEND) {
+      check_failure(st, n, "ferry_loader_next");
+      failed++;
+    } else {
+      cr_assert_eq(got, clean, "n=%ld: an epoch without an error lost batches", n);
+    }
+  }
+  fprintf(stderr, "alloc_failure: %ld allocations per epoch, each failed once; %zu epochs ended "
+          "with FERRY_ENOMEM, the others absorbed it\n", per_epoch, failed);
+  ferry_loader_close(loader);
 }

@@ -152,6 +152,8 @@ Test(pipeline, threads_say_what_they_are) {
   cr_assert_eq(threads_named("ferry-worker-0"), 1);
   cr_assert_eq(threads_named("ferry-worker-2"), 1);
   cr_assert_eq(threads_named("ferry-worker-3"), 0);
+  /* started by the coordinator for the first arena (lib/device.c), under its own name */
+  cr_assert_eq(threads_named("ferry-stream"), 1);
   ferry_loader_close(l);
   cr_assert_eq(threads_named("ferry-coord"), 0, "close joins every thread");
 }
