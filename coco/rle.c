@@ -1,11 +1,11 @@
-/* coco/rle.c - RLE masks: validation, encode/decode, the string codec, area, bbox,
+/* coco/rle.c - RLE masks: validation, encode, the string codec, area, bbox,
  * merge and IoU, with pycocotools' maskApi.c semantics (see ferry/mask.h).
  *
  * Owns: nothing between calls. Each function reads the caller's ferry_rle values and
  * returns new ones whose counts it allocated (ferry__malloc; ferry_rle_free).
- * Callers: coco/segm.c and coco/target.c (annToRLE and the resized decode of every
- * target, on the loader's worker threads, many at once), polygon.c (the helpers of
- * rle_internal.h), ferry-coco and the tests. No state and no lock: any number of
+ * Callers: coco/segm.c (annToRLE, on the loader's worker threads, many at once),
+ * polygon.c and rle_decode.c (the helpers of rle_internal.h), ferry-coco and the
+ * tests. Decoding runs to pixels is rle_decode.c's. No state and no lock: any number of
  * threads at once, each on its own outputs.
  *
  * Invariants:
@@ -103,7 +103,7 @@ ferry_status ferry_rle_from_counts(const uint32_t *counts, size_t m, uint32_t h,
   return ferry__rle_adopt(copy, m, h, w, out);
 }
 
-/* ---- encode / decode ---------------------------------------------------------- */
+/* ---- encode ----------------------------------------------------------------- */
 
 /* Visit the mask column-major; count runs when `counts` is NULL, else store them.
  * rleEncode reads a Fortran-ordered (column-major) array in memory order; reading a
@@ -144,82 +144,13 @@ ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_t w, ferry
   return ferry__rle_adopt(counts, m, h, w, out);
 }
 
-/* First output index i whose source index (i*src)/dst is >= s: ceil(s*dst/src).
- * (i*src)/dst >= s exactly when i*src >= s*dst, in integers. s <= src < 2^32 and
- * dst < 2^32, so s*dst fits in 64 bits. */
-static uint64_t first_output_at(uint64_t s, uint32_t src, uint32_t dst) {
-  return (s * dst + src - 1) / src;
-}
-
-/* Set output rows [first_output_at(a), first_output_at(b)) of column j. */
-static void fill_column_rows(uint8_t *out, uint32_t dst_w, uint32_t j, uint64_t a, uint64_t b,
-                             uint32_t src_h, uint32_t dst_h) {
-  uint64_t i0 = first_output_at(a, src_h, dst_h), i1 = first_output_at(b, src_h, dst_h);
-  for (uint64_t i = i0; i < i1; i++) out[i * dst_w + j] = 1;
-}
-
-static ferry_status check_rle_arg(const ferry_rle *rle, const char *fn) {
+ferry_status ferry__rle_check_arg(const ferry_rle *rle, const char *fn) {
   if (!rle) return ferry__fail(FERRY_EINVAL, "%s: NULL RLE", fn);
   if (rle->m > 0 && !rle->counts) return ferry__fail(FERRY_EINVAL, "%s: RLE without counts", fn);
   /* A hand-built RLE may claim any size; past 2^32-1 pixels merge's run lengths
    * would wrap and give a wrong mask with FERRY_OK. */
   ferry_status st = ferry__rle_check_size(rle->h, rle->w);
   return st < 0 ? ferry__error_prefix(st, "%s: ", fn) : FERRY_OK;
-}
-
-ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
-                                      uint32_t dst_h, uint32_t dst_w) {
-  ferry_status st = check_rle_arg(rle, "ferry_rle_decode_resized");
-  if (st < 0) return st;
-  uint64_t need = (uint64_t)dst_h * dst_w;
-  if (need > out_size || (need > 0 && !out))
-    return ferry__fail(FERRY_EINVAL, "ferry_rle_decode_resized: output of %zu bytes, need %llu",
-                      out_size, (unsigned long long)need);
-  /* All zero first, then only the foreground is written: the cost is the runs plus
-   * the foreground output pixels, never the source's h*w. */
-  if (need) memset(out, 0, (size_t)need);
-  uint32_t h = rle->h, w = rle->w;
-  /* Nothing to write, or a zero-sized source with no pixel to sample: the output
-   * stays all zero (mask.h). The counts are never read then, so not checked either. */
-  if (need == 0 || h == 0 || w == 0) return FERRY_OK;
-  if ((st = ferry__rle_check_sum(rle->counts, rle->m, h, w)) < 0) return st;
-
-  /* Output column j samples source column sx = (j*w)/dst_w, and row i source row
-   * (i*h)/dst_h: in exact integers, the rule torch's nearest interpolation evaluates
-   * in float32 (docs/coco.md). sx never decreases with j, so `run` only moves
-   * forward and the runs are walked once, plus those that straddle a column. */
-
-  size_t run = 0;            /* first run that ends after the current column's start */
-  uint64_t run_start = 0;
-  uint32_t prev_sx = UINT32_MAX;
-  for (uint32_t j = 0; j < dst_w; j++) {
-    uint32_t sx = (uint32_t)((uint64_t)j * w / dst_w);
-    if (sx == prev_sx) {     /* upsampling repeats a source column: copy the last one */
-      for (uint32_t i = 0; i < dst_h; i++) out[(size_t)i * dst_w + j] = out[(size_t)i * dst_w + j - 1];
-      continue;
-    }
-    prev_sx = sx;
-    uint64_t col_start = (uint64_t)sx * h, col_end = col_start + h;
-    while (run < rle->m && run_start + rle->counts[run] <= col_start) run_start += rle->counts[run++];
-    uint64_t p = run_start;
-    for (size_t q = run; q < rle->m && p < col_end; q++) {
-      uint64_t e = p + rle->counts[q];
-      /* odd runs are foreground; clip [p, e) to this column */
-      if (q & 1) {
-        uint64_t a = (p > col_start ? p : col_start) - col_start;
-        uint64_t b = (e < col_end ? e : col_end) - col_start;
-        if (b > a) fill_column_rows(out, dst_w, j, a, b, h, dst_h);
-      }
-      p = e;
-    }
-  }
-  return FERRY_OK;
-}
-
-ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_size) {
-  ferry_status st = check_rle_arg(rle, "ferry_rle_decode");
-  if (st < 0) return st;
-  return ferry_rle_decode_resized(rle, out, out_size, rle->h, rle->w);
 }
 
 /* ---- the compressed string codec ---------------------------------------------- */
@@ -230,7 +161,7 @@ ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_siz
  * first, bit 0x20 meaning "more follows" and bit 0x10 of the last character giving
  * the sign; adding 48 puts every character in '0'..'o'. */
 ferry_status ferry_rle_to_string(const ferry_rle *rle, char **out) {
-  ferry_status st = check_rle_arg(rle, "ferry_rle_to_string");
+  ferry_status st = ferry__rle_check_arg(rle, "ferry_rle_to_string");
   if (st < 0) return st;
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_rle_to_string: NULL output");
   /* The worst case, 7 characters a value and the NUL (maskApi.c allocates 6 a value,
@@ -437,7 +368,7 @@ ferry_status ferry_rle_merge(const ferry_rle *rles, size_t n, int intersect, fer
   if (!rles || !out || n == 0) return ferry__fail(FERRY_EINVAL, "ferry_rle_merge: need at least one RLE");
   uint32_t h = rles[0].h, w = rles[0].w;
   for (size_t i = 0; i < n; i++) {
-    ferry_status st = check_rle_arg(&rles[i], "ferry_rle_merge");
+    ferry_status st = ferry__rle_check_arg(&rles[i], "ferry_rle_merge");
     if (st < 0) return st;
     if (rles[i].h != h || rles[i].w != w)
       return ferry__fail(FERRY_EINVAL, "ferry_rle_merge: mask %zu is %ux%u, mask 0 is %ux%u",
@@ -501,7 +432,7 @@ static void intersection_union(const ferry_rle *a, const ferry_rle *b, uint64_t 
 /* Every input is checked before anything is written to out. */
 static ferry_status check_rles(const ferry_rle *rles, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    ferry_status st = check_rle_arg(&rles[i], "ferry_rle_iou");
+    ferry_status st = ferry__rle_check_arg(&rles[i], "ferry_rle_iou");
     if (st < 0) return st;
     if ((st = ferry__rle_check_sum(rles[i].counts, rles[i].m, rles[i].h, rles[i].w)) < 0) return st;
   }

@@ -1,7 +1,8 @@
 /* coco/rle_internal.h - helpers shared by the RLE and polygon code (internal).
  *
  * rle.c defines them; polygon.c uses them to check a mask's size, allocate its runs
- * and hand them over. Nothing outside those two files includes this header. The rule
+ * and hand them over, rle_decode.c to check what it decodes. Nothing outside those
+ * three files includes this header. The rule
  * they share: ferry__rle_adopt is the last step of every function that returns a
  * ferry_rle, reached only once the runs are known to sum to h*w (checked by
  * ferry__rle_check_sum, or true by construction: encoded pixels, a merge of checked
@@ -16,6 +17,9 @@
 
 /* FERRY_ELIMIT unless h*w fits in 32 bits (maskApi.c's run type). */
 ferry_status ferry__rle_check_size(uint32_t h, uint32_t w);
+/* FERRY_EINVAL for a NULL RLE or one without counts, FERRY_ELIMIT past 2^32-1
+ * pixels; `fn` names the public function in the message. */
+ferry_status ferry__rle_check_arg(const ferry_rle *rle, const char *fn);
 /* FERRY_EFORMAT unless the m counts sum to exactly h*w. */
 ferry_status ferry__rle_check_sum(const uint32_t *counts, size_t m, uint32_t h, uint32_t w);
 /* ferry__malloc room for m counts (FERRY_ENOMEM on failure or overflow). */

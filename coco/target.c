@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "coco/coco_internal.h"
+#include "coco/mask_map.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -95,10 +96,11 @@ ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const
   return FERRY_OK;
 }
 
-/* The annotation's mask at mh x mw into dst; all zero without a segmentation. */
+/* The annotation's mask through the image's map into dst; all zero without a
+ * segmentation. */
 static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, const coco_ann *ann, uint8_t *dst,
-                               uint32_t mh, uint32_t mw) {
-  size_t n = (size_t)mh * mw;
+                               const ferry__mask_map *map) {
+  size_t n = (size_t)map->dst_h * map->dst_w;
   if (ann->pub.segm == FERRY_SEGM_NONE) {
     memset(dst, 0, n);
     return FERRY_OK;
@@ -110,7 +112,7 @@ static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, co
   if (st == FERRY_OK && (rle.h != (uint64_t)img->height || rle.w != (uint64_t)img->width))
     st = ferry__fail(FERRY_EFORMAT, "%s: annotations[%zu].segmentation.size: [%u, %u] differs from the image's [%lld, %lld]",
                     coco->name, ann->pub.json_index, rle.h, rle.w, (long long)img->height, (long long)img->width);
-  if (st == FERRY_OK) st = ferry_rle_decode_resized(&rle, dst, n, mh, mw);
+  if (st == FERRY_OK) st = ferry__rle_decode_mapped(&rle, dst, map);
   ferry_rle_free(&rle);
   return st;
 }
@@ -133,20 +135,11 @@ static ferry_status with_image(const ferry_coco *coco, ferry_status st, const co
   return ferry__fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, COCO_STRING(coco, img->file_name));
 }
 
-ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
-                                     ferry_coco_target *out) {
-  ferry_status st = check_args(coco, index, opts, "ferry_coco_target_write");
-  if (st < 0) return st;
-  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
-  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
-  /* 0 means the image's own size. check_args bounded both to UINT32_MAX, so
-   * (size_t)mh * mw cannot overflow a 64-bit size_t. */
-  uint32_t mh = opts->mask_height ? (uint32_t)opts->mask_height : (uint32_t)img->height;
-  uint32_t mw = opts->mask_width ? (uint32_t)opts->mask_width : (uint32_t)img->width;
-  size_t mask_bytes = (size_t)mh * mw, K = coco->num_keypoints, slot = 0;
-  out->image_id = img->id;
-  out->orig_h = img->height;
-  out->orig_w = img->width;
+/* Every kept annotation of the image into the target's arrays, in file order. */
+static ferry_status write_kept(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
+                               ferry_coco_target *out, const ferry__mask_map *map, size_t mask_bytes, size_t K) {
+  ferry_status st;
+  size_t slot = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
     const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
@@ -158,9 +151,33 @@ ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const
     if (out->area) out->area[slot] = (float)ann->pub.area;
     if (out->iscrowd) out->iscrowd[slot] = ann->pub.iscrowd;
     if (out->keypoints) write_keypoints(coco, ann, out->keypoints + slot * K * 3);
-    if (out->masks && (st = write_mask(coco, img, ann, out->masks + slot * mask_bytes, mh, mw)) < 0)
+    if (out->masks && (st = write_mask(coco, img, ann, out->masks + slot * mask_bytes, map)) < 0)
       return with_image(coco, st, img);
     slot++;
   }
   return FERRY_OK;
+}
+
+ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                     ferry_coco_target *out) {
+  ferry_status st = check_args(coco, index, opts, "ferry_coco_target_write");
+  if (st < 0) return st;
+  if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
+  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  /* 0 means the image's own size. check_args bounded both to UINT32_MAX, so
+   * (size_t)mh * mw cannot overflow a 64-bit size_t. */
+  uint32_t mh = opts->mask_height ? (uint32_t)opts->mask_height : (uint32_t)img->height;
+  uint32_t mw = opts->mask_width ? (uint32_t)opts->mask_width : (uint32_t)img->width;
+  size_t mask_bytes = (size_t)mh * mw, K = coco->num_keypoints;
+  out->image_id = img->id;
+  out->orig_h = img->height;
+  out->orig_w = img->width;
+  /* One map for every mask of the image: its tables cost O(height + mw) once. */
+  ferry__mask_map map = {0};
+  if (out->masks && img->num_anns &&
+      (st = ferry__mask_map_init(&map, (uint32_t)img->height, (uint32_t)img->width, mh, mw, NULL, NULL)) < 0)
+    return with_image(coco, st, img);
+  st = write_kept(coco, img, opts, out, &map, mask_bytes, K);
+  ferry__mask_map_free(&map);
+  return st;
 }

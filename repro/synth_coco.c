@@ -20,6 +20,11 @@
  *
  * --annotations-only writes only DIR/annotations/instances_train2017.json, a
  * train2017-sized file (repro/synth_annotations.c): --images 118287 --instances 860001.
+ *
+ * --no-images writes the val2017-shaped annotations alone, byte for byte those of the
+ * same run with images: the scene (hence every polygon, box and crowd RLE) is drawn
+ * from its own stream (SYNTH_STREAM_SCENE), never from the pixels' one, so skipping
+ * the painting and the JPEGs changes nothing else. Mask tests need no pixels.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -65,6 +70,8 @@ static const char usage_text[] =
   "                 longer side of at most M pixels, 16 to 4096 (640x480 becomes 80x60\n"
   "                 with 80); the annotations are drawn at that size (default: none,\n"
   "                 val2017's sizes)\n"
+  "  --no-images    the same annotations file, without painting or writing the JPEGs\n"
+  "                 (mask tests need no pixels; the JSON is identical byte for byte)\n"
   "  --annotations-only  no images: a train2017-shaped instances file of polygons,\n"
   "                 DIR/annotations/instances_train2017.json (images default 118287)\n"
   "  --instances N  with --annotations-only: annotations (default 860001)\n"
@@ -79,6 +86,7 @@ typedef struct options {
   uint64_t images, seed, threads;
   uint64_t max_side; /* 0: val2017's sizes */
   int annotations_only;
+  int no_images;
   uint64_t instances;
   int images_given;
 } options;
@@ -124,7 +132,7 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 
 /* Returns 0 to run, 1 after --help, 2 on a bad argument (message printed). */
 static int parse_args(int argc, char **argv, options *opt) {
-  *opt = (options){NULL, 5000, 1, 2, 0, 0, 860001, 0};
+  *opt = (options){.images = 5000, .seed = 1, .threads = 2, .instances = 860001};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -133,6 +141,10 @@ static int parse_args(int argc, char **argv, options *opt) {
     }
     if (!strcmp(a, "--annotations-only")) {
       opt->annotations_only = 1;
+      continue;
+    }
+    if (!strcmp(a, "--no-images")) {
+      opt->no_images = 1;
       continue;
     }
     int known = !strcmp(a, "--out") || !strcmp(a, "--images") || !strcmp(a, "--seed") ||
@@ -336,11 +348,13 @@ static int make_image(worker *wk, size_t i) {
     snprintf(wk->error, sizeof wk->error, "image %lld: out of memory", p->id);
     return -1;
   }
-  synth_paint_backdrop(&wk->canvas, &pixel_rng);
-  synth_scene_paint(&scene, &wk->canvas, &pixel_rng);
-  synth_paint_grain(&wk->canvas, &pixel_rng);
   image_result *res = &jb->results[i];
-  if (encode_and_write(wk, p, &res->jpeg_bytes) < 0) {
+  if (!jb->opt->no_images) {
+    synth_paint_backdrop(&wk->canvas, &pixel_rng);
+    synth_scene_paint(&scene, &wk->canvas, &pixel_rng);
+    synth_paint_grain(&wk->canvas, &pixel_rng);
+  }
+  if (!jb->opt->no_images && encode_and_write(wk, p, &res->jpeg_bytes) < 0) {
     synth_scene_free(&scene);
     return -1;
   }
@@ -640,7 +654,8 @@ static int generate(const options *opt) {
   int st = -1;
   if (!ann_dir || !jb.image_dir || !plans || !jb.results)
     fprintf(stderr, "synth_coco: out of memory\n");
-  else if (make_dirs(opt->out) == 0 && make_dirs(ann_dir) == 0 && make_dirs(jb.image_dir) == 0) {
+  else if (make_dirs(opt->out) == 0 && make_dirs(ann_dir) == 0 &&
+           (opt->no_images || make_dirs(jb.image_dir) == 0)) {
     make_plans(opt, plans);
     if (run_workers(&jb) < 0)
       fprintf(stderr, "synth_coco: %s\n", jb.error);

@@ -4,6 +4,7 @@
  *   ferry-coco rle FILE
  *   ferry-coco validate FILE [--images DIR [--decode] [--threads N]]
  *   ferry-coco bench FILE [--size R] [--repeat N] [--keep-crowd]
+ *   ferry-coco masks FILE [--size R] [--keep-crowd]
  *   ferry-coco index FILE.json [--out FILE.ferryidx]
  *   ferry-coco index --verify FILE.ferryidx [--source FILE.json]
  *
@@ -275,8 +276,25 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* One pass: every image's masks at size x size; returns the number of masks or -1. */
-static long long masks_pass(const ferry_coco *coco, const ferry_target_options *t, uint8_t **buf, size_t *cap) {
+/* Print one resized mask as `IMAGE INSTANCE COUNTS` (COUNTS: the R x R mask's
+ * compressed RLE, pycocotools' string); -1 when out of memory. */
+static int print_mask_line(size_t image, int64_t k, const uint8_t *mask, uint32_t h, uint32_t w) {
+  ferry_rle rle = {0};
+  char *s = NULL;
+  if (ferry_rle_encode(mask, h, w, &rle) < 0 || ferry_rle_to_string(&rle, &s) < 0) {
+    ferry_rle_free(&rle);
+    return -1;
+  }
+  printf("%zu %lld %s\n", image, (long long)k, s);
+  ferry_rle_free_string(s);
+  ferry_rle_free(&rle);
+  return 0;
+}
+
+/* One pass: every image's masks at the target options' size; returns the number of
+ * masks or -1. With `print`, each mask is printed (print_mask_line) as it is made. */
+static long long masks_pass(const ferry_coco *coco, const ferry_target_options *t, uint8_t **buf, size_t *cap,
+                            int print) {
   long long total = 0;
   size_t plane = (size_t)t->mask_height * t->mask_width;
   for (size_t i = 0; i < ferry_coco_num_images(coco); i++) {
@@ -289,6 +307,9 @@ static long long masks_pass(const ferry_coco *coco, const ferry_target_options *
     }
     ferry_coco_target target = {.masks = *buf};
     if (ferry_coco_target_write(coco, i, t, &target) < 0) return -1;
+    for (int64_t k = 0; print && k < n; k++)
+      if (print_mask_line(i, k, *buf + (size_t)k * plane, (uint32_t)t->mask_height, (uint32_t)t->mask_width) < 0)
+        return -1;
     total += n;
   }
   return total;
@@ -316,7 +337,7 @@ static int cmd_bench(int argc, char **argv) {
   long long masks = 0;
   for (long r = 0; r < repeat; r++) {
     double s = now_s();
-    if ((masks = masks_pass(coco, &t, &buf, &cap)) < 0) {
+    if ((masks = masks_pass(coco, &t, &buf, &cap, 0)) < 0) {
       free(buf);
       ferry_coco_close(coco);
       return fail("bench");
@@ -329,6 +350,30 @@ static int cmd_bench(int argc, char **argv) {
   free(buf);
   ferry_coco_close(coco);
   return 0;
+}
+
+/* ---- masks --------------------------------------------------------------------------- */
+
+static int cmd_masks(int argc, char **argv) {
+  if (argc < 1) return -1;
+  long size = 312;
+  ferry_target_options t;
+  ferry_target_options_default(&t);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtol(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--keep-crowd")) t.keep_crowd = 1;
+    else return -1;
+  }
+  if (size <= 0 || size > 65535) return -1;
+  t.mask_height = t.mask_width = size;
+  ferry_coco *coco;
+  if (ferry_coco_open(argv[0], NULL, &coco) < 0) return fail(NULL);
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  int rc = masks_pass(coco, &t, &buf, &cap, 1) < 0 ? fail("masks") : 0;
+  free(buf);
+  ferry_coco_close(coco);
+  return rc;
 }
 
 /* ---- index --------------------------------------------------------------------------- */
@@ -377,6 +422,12 @@ static const command commands[] = {
      "Time producing every image's instance masks at RxR (default 312) by nearest, one thread,\n"
      "best of N passes (default 3). tests/coco/bench_masks.py compares it with pycocotools.",
      cmd_bench},
+    {"masks", "masks FILE [--size R] [--keep-crowd]",
+     "Every image's kept instance masks at RxR (default 312), as the loader makes them, one\n"
+     "line each: IMAGE INSTANCE COUNTS, with COUNTS the RxR mask's compressed RLE\n"
+     "(pycocotools' string). tests/coco/check_masks_resized.py compares them with\n"
+     "pycocotools' full masks resized by torch's nearest rule.",
+     cmd_masks},
     {"index", "index FILE.json [--out FILE.ferryidx] | index --verify FILE.ferryidx [--source FILE.json]",
      "Parse FILE.json once and write its binary index (default FILE.json.ferryidx, where\n"
      "ferry_coco_open looks for it), atomically. Every command, the loader and coco_parity\n"

@@ -55,12 +55,22 @@ FERRY_API ferry_status ferry_rle_encode(const uint8_t *mask, uint32_t h, uint32_
 FERRY_API ferry_status ferry_rle_decode(const ferry_rle *rle, uint8_t *out, size_t out_size);
 
 /* Decode straight to dst_h x dst_w (row-major 0/1 bytes, out_size >= dst_h*dst_w) with
- * nearest sampling: output pixel (i, j) is source pixel ((i*h)/dst_h, (j*w)/dst_w) in
- * exact integer arithmetic. Equal to ferry_rle_decode followed by that resize, but the
- * full-size mask is never built: the cost is O(runs + foreground output pixels).
- * A zero-sized source yields an all-zero output. */
+ * nearest sampling: output pixel (i, j) is source pixel (map_h[i], map_w[j]), where
+ * map_h and map_w are ferry_nearest_index_map(h, dst_h) and (w, dst_w): the indices
+ * torch's interpolate(mode="nearest") takes, so the result equals torchvision's
+ * resize of the full mask as a tv_tensors.Mask. Equal to ferry_rle_decode followed by
+ * that resize, but the full-size mask is never built: the cost is O(runs +
+ * foreground output pixels). A zero-sized source yields an all-zero output. */
 FERRY_API ferry_status ferry_rle_decode_resized(const ferry_rle *rle, uint8_t *out, size_t out_size,
                                                 uint32_t dst_h, uint32_t dst_w);
+
+/* The source index of each output index of a nearest resize from `in` to `out`
+ * (map[0..out-1]; in > 0), as ATen's interpolate(mode="nearest") computes it:
+ * map[i] = i when out == in, i / 2 when out == 2 * in, and otherwise
+ * min(floorf((float)i * ((float)in / (float)out)), in - 1), the product rounded to
+ * float32. That rounding matters: 428 -> 312 maps 78 to 106, where exact integers
+ * give 107. Non-decreasing in i. */
+FERRY_API ferry_status ferry_nearest_index_map(uint32_t in, uint32_t out, uint32_t *map);
 
 /* The compressed string form (pycocotools' rleToString: 6 bits per character in
  * '0'..'o', counts after the third delta-coded against the count two places back).

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Masks benchmark (not a timed test): every kept instance mask of a COCO file produced at
 R x R, by ferry (`ferry-coco bench`: RLE/polygon straight to R x R) and by pycocotools
-(annToRLE rules, decode at full size, nearest resize by the same integer rule with numpy
-indexing), in one run, one thread each. Annotations are selected as ferry's targets do:
+(annToRLE rules, decode at full size, nearest resize by torch's float32 rule with numpy
+indexing, tests/common/nearest.py), in one run, one thread each. Annotations are selected as ferry's targets do:
 crowds dropped, boxes degenerate after clamping dropped.
 
 usage: bench_masks.py FERRY_COCO [--annotations FILE] [--size R] [--repeat N]
@@ -22,6 +22,10 @@ import time
 
 import numpy as np
 from pycocotools import mask as maskUtils
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from coco_masks import ann_to_rle, kept  # noqa: E402
+from nearest import nearest_map  # noqa: E402
 
 SIZES = [(480, 640), (427, 640), (640, 480), (640, 427), (425, 640), (512, 640), (360, 640), (640, 640)]
 
@@ -72,27 +76,6 @@ def synth(path, images=5000, seed=1):
                    "categories": [{"id": c, "name": str(c)} for c in range(1, 91)]}, f)
 
 
-def kept(ann, h, w):
-    """ConvertCoco's selection in float32, as ferry_coco_target_count applies it."""
-    if ann.get("iscrowd", ann.get("is_crowd", 0)):
-        return False
-    x, y, bw, bh = (np.float32(v) for v in ann["bbox"])
-    x2, y2 = x + bw, y + bh
-    cl = lambda v, hi: min(max(v, np.float32(0)), np.float32(hi))
-    return cl(x2, w) > cl(x, w) and cl(y2, h) > cl(y, h)
-
-
-def ann_to_rle(seg, h, w):
-    if isinstance(seg, list):
-        parts = [p for p in seg if len(p) >= 6]
-        if not parts:
-            return maskUtils.encode(np.asfortranarray(np.zeros((h, w), np.uint8)))
-        return maskUtils.merge(maskUtils.frPyObjects(parts, h, w))
-    if isinstance(seg["counts"], list):
-        return maskUtils.frPyObjects(seg, *seg["size"])
-    return seg
-
-
 def pycocotools_pass(data, R):
     imgs = {im["id"]: im for im in data["images"]}
     by_image = {}
@@ -102,7 +85,7 @@ def pycocotools_pass(data, R):
     t0 = time.perf_counter()
     for im in data["images"]:
         h, w = im["height"], im["width"]
-        rows, cols = (np.arange(R) * h) // R, (np.arange(R) * w) // R
+        rows, cols = nearest_map(h, R), nearest_map(w, R)
         for a in by_image.get(im["id"], []):
             if not kept(a, h, w):
                 continue

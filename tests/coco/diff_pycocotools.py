@@ -4,6 +4,8 @@
 Random polygons (in and out of the image, negative, fractional at many decimals,
 repeated vertices, multi-part, stars, tiny and huge images), boxes, uncompressed runs
 (zero-length runs included), and random masks through encode / string codec / decode / resized decode / area / bbox / merge / IoU.
+Resized decodes are compared with pycocotools' full mask resized by torch's nearest rule
+(tests/common/nearest.py, itself checked against torch by check_nearest_torch.py).
 ferry is driven through tests/coco/mask_oracle (one command per line); every answer
 must equal pycocotools' exactly. Exit 0: no mismatch; 1: mismatches or a broken run;
 77: pycocotools missing and CI not set (meson's skip code).
@@ -34,6 +36,9 @@ def require_modules():
 require_modules()
 import numpy as np  # noqa: E402
 from pycocotools import mask as maskUtils  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from nearest import resize_nearest  # noqa: E402  (torch's rule; checked against torch)
 
 
 # ---------------------------------------------------------------- polygon cases
@@ -185,8 +190,14 @@ def mask_cases(rng, nrng):
     cases.append((f"S {h} {w} {s}", summary(rle) + " | " + row_runs(maskUtils.decode(rle).ravel())))
     dh, dw = rng.randint(1, 100), rng.randint(1, 100)
     full = maskUtils.decode(rle)
-    small = full[(np.arange(dh) * h) // dh][:, (np.arange(dw) * w) // dw]
-    cases.append((f"R {h} {w} {dh} {dw} {s}", row_runs(np.ascontiguousarray(small).ravel())))
+    small = resize_nearest(full, dh, dw)
+    cases.append((f"R {h} {w} {dh} {dw} {s}", row_runs(small.ravel())))
+    if rng.random() < 0.1:  # a photo-sized mask to a training size, where float32 matters
+        big = random_mask(rng, nrng, rng.randint(300, 1000), rng.randint(300, 1000))
+        bh, bw = big.shape
+        dh, dw = rng.choice(range(276, 361, 12)), rng.randint(384, 1333)
+        bs = encode(big)["counts"].decode()
+        cases.append((f"R {bh} {bw} {dh} {dw} {bs}", row_runs(resize_nearest(big, dh, dw).ravel())))
     # merge and IoU against masks of the same size (and, for IoU, sometimes another size)
     others = [random_mask_of(rng, nrng, h, w) for _ in range(rng.randint(1, 3))]
     orles = [encode(o) for o in others]

@@ -144,7 +144,8 @@ Test(coco, crowd_is_dropped_unless_kept) {
   ferry_coco_close(coco);
 }
 
-/* Masks at R x R equal the annotation's full mask resized by the nearest rule. */
+/* Masks at R x R equal the annotation's full mask resized by the nearest rule
+ * (ferry_nearest_index_map, checked against torch by check_nearest_torch.py). */
 static void check_resized_masks(ferry_coco *coco, size_t image, uint32_t R) {
   ferry_target_options t;
   ferry_target_options_default(&t);
@@ -174,13 +175,18 @@ static void check_resized_masks(ferry_coco *coco, size_t image, uint32_t R) {
       cr_assert_eq(ferry_rle_decode(&rle, full, full_n), FERRY_OK);
     }
     const uint8_t *got = masks + (size_t)slot * R * R;
+    uint32_t *rows = malloc(R * sizeof *rows), *cols = malloc(R * sizeof *cols);
+    cr_assert_eq(ferry_nearest_index_map((uint32_t)img.height, R, rows), FERRY_OK);
+    cr_assert_eq(ferry_nearest_index_map((uint32_t)img.width, R, cols), FERRY_OK);
     for (uint32_t i = 0; i < R; i++)
       for (uint32_t j = 0; j < R; j++) {
-        size_t sy = (size_t)i * img.height / R, sx = (size_t)j * img.width / R;
+        size_t sy = rows[i], sx = cols[j];
         cr_assert_eq(got[i * R + j], full[sy * img.width + sx], "image %zu ann %zu pixel (%u, %u)", image, ann, i, j);
       }
     ferry_rle_free(&rle);
     free(full);
+    free(rows);
+    free(cols);
     slot++;
   }
   cr_expect_eq(slot, n);

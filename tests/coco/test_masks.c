@@ -84,17 +84,58 @@ Test(masks, runs_are_column_major_starting_with_background) {
   ferry_rle_free(&r);
 }
 
-/* Nearest by the integer rule, on the full mask: the reference for decode_resized. */
+/* Nearest by ferry_nearest_index_map on the full mask: the reference for
+ * decode_resized (the map itself is checked against torch by check_nearest_torch.py). */
 static void reference_resize(const uint8_t *src, uint32_t h, uint32_t w, uint8_t *dst, uint32_t dh, uint32_t dw) {
+  uint32_t *rows = malloc(dh * sizeof *rows), *cols = malloc(dw * sizeof *cols);
+  cr_assert_eq(ferry_nearest_index_map(h, dh, rows), FERRY_OK);
+  cr_assert_eq(ferry_nearest_index_map(w, dw, cols), FERRY_OK);
   for (uint32_t i = 0; i < dh; i++)
-    for (uint32_t j = 0; j < dw; j++)
-      dst[(size_t)i * dw + j] = src[(size_t)((uint64_t)i * h / dh) * w + (size_t)((uint64_t)j * w / dw)];
+    for (uint32_t j = 0; j < dw; j++) dst[(size_t)i * dw + j] = src[(size_t)rows[i] * w + cols[j]];
+  free(rows);
+  free(cols);
+}
+
+/* torch's float32 rule, not exact integers: 428 -> 312 maps 78 and 156 to 106 and 213
+ * (torch 1.13 and 2.5 alike; exact integers give 107 and 214), and the two special
+ * cases hold. */
+Test(masks, nearest_map_is_torchs_float32_rule) {
+  uint32_t map[640];
+  cr_assert_eq(ferry_nearest_index_map(428, 312, map), FERRY_OK);
+  cr_expect_eq(map[78], 106);
+  cr_expect_eq(map[156], 213);
+  cr_expect_eq(map[77], 105);
+  cr_expect_eq(map[311], 426);
+  cr_assert_eq(ferry_nearest_index_map(320, 640, map), FERRY_OK);
+  for (uint32_t i = 0; i < 640; i++) cr_expect_eq(map[i], i / 2);
+  cr_assert_eq(ferry_nearest_index_map(7, 7, map), FERRY_OK);
+  for (uint32_t i = 0; i < 7; i++) cr_expect_eq(map[i], i);
+  cr_expect_eq(ferry_nearest_index_map(0, 5, map), FERRY_EINVAL);
+  cr_expect_eq(ferry_nearest_index_map(5, 5, NULL), FERRY_EINVAL);
+  cr_expect_eq(ferry_nearest_index_map(5, 0, NULL), FERRY_OK);
+}
+
+/* A mask whose rows 106 and 107 differ, resized 428 -> 312: row 78 is row 106. */
+Test(masks, decode_resized_takes_torchs_row) {
+  uint8_t *m = calloc(428 * 3, 1);
+  for (int j = 0; j < 3; j++) m[106 * 3 + j] = 1;
+  ferry_rle r = encode(m, 428, 3);
+  uint8_t out[312 * 3];
+  cr_assert_eq(ferry_rle_decode_resized(&r, out, sizeof out, 312, 3), FERRY_OK);
+  for (int i = 0; i < 312; i++) cr_expect_eq(out[i * 3], i == 78, "row %d", i);
+  ferry_rle_free(&r);
+  free(m);
 }
 
 Test(masks, decode_resized_equals_decode_then_nearest) {
-  for (int t = 0; t < 400; t++) {
+  /* small sizes, then training sizes, where the float32 rule and exact integers part */
+  for (int t = 0; t < 460; t++) {
     uint32_t h = 1 + next_u32() % 50, w = 1 + next_u32() % 50;
     uint32_t dh = 1 + next_u32() % 80, dw = 1 + next_u32() % 80;
+    if (t >= 400) {
+      h = 300 + next_u32() % 700, w = 300 + next_u32() % 700;
+      dh = 276 + 12 * (next_u32() % 8), dw = 384 + next_u32() % 300;
+    }
     uint8_t *m = random_mask(h, w);
     ferry_rle r = encode(m, h, w);
     uint8_t *want = malloc((size_t)dh * dw), *got = malloc((size_t)dh * dw);
