@@ -3,7 +3,7 @@
  * Owns: a ferry_batch: its field table (names copied in), one allocation holding every
  * offset table, the events it is held until, and its storage, which is one of
  *   STORAGE_ARENA     a pool arena, handed back to the pool at release;
- *   STORAGE_DEVICE    one device allocation (made by ferry_packed_to), freed at release;
+ *   STORAGE_DEVICE    one device allocation (made by ferry__packed_to), freed at release;
  *   STORAGE_UNPACKED  one heap buffer per sample and field, freed at release.
  * Callers: a batch is not locked. Its layout never changes after creation, so views
  * may be taken from many threads at once (the loader's workers fill disjoint slices
@@ -22,7 +22,7 @@
  *     them (an arena's quarter of headroom, its rounding) from overflowing;
  *   - the layout is a function of (batch_size, specs, row counts) alone: the same
  *     inputs give the same offsets and bytes, which is what lets the loader lay a
- *     batch out before any data exists and ferry_packed_to copy one in a single piece;
+ *     batch out before any data exists and ferry__packed_to copy one in a single piece;
  *   - field names are unique, 1..FERRY_FIELD_NAME_MAX-1 characters, and each
  *     spec.name points at the batch's own copy.
  * Not done here: storage is never cleared (an arena comes back holding the previous

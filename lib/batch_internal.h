@@ -1,5 +1,5 @@
 /* lib/batch_internal.h - the packed batch's insides, for lib/ code that builds
- * batches in other places (the transfer stage's ferry_packed_to). Internal.
+ * batches in other places (the whole-batch copy, lib/transfer/packed_copy.c). Internal.
  * The invariants of these fields are in batch.c's opening comment. */
 #ifndef FERRY_LIB_BATCH_INTERNAL_H
 #define FERRY_LIB_BATCH_INTERNAL_H
@@ -35,9 +35,9 @@ struct ferry_batch {
   size_t nheld, held_capacity;
   ferry_batch_release_fn release_hook;
   void *release_user;
-  /* A loader's GPU decoder: ferry_transfer builds the images tensor with it
-   * (lib/transfer/jpeg_stage.h); NULL otherwise. Not owned. */
-  struct ferry_jpeg_stage *jpeg_stage;
+  /* What makes the device images instead of a copy (lib/transfer/producer.h), NULL
+   * for a plain batch. Not owned. */
+  const struct ferry__producer *producer;
 };
 
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,

@@ -1,13 +1,15 @@
 /* loaders/coordinator.c - lays batches out ahead of the consumer and commits them
  * in order (see loader_internal.h for the plan protocol).
  *
- * Owns the coordinator thread (started by loader.c's start_threads, joined by
- * ferry_loader_close) and, on it alone: the epoch being laid out (epoch_run: its
- * generation, the next cursor position, the positions known to fail), the sampler's
- * order (drawn here by begin_epoch, read by plan_create), the in-flight list, the
- * spare plans and the reserve item. Workers (workers.c) and the consumer (loader.c,
- * handoff.c) reach the same plans and items under loader->lock, but for the slot a
- * worker fills while it holds the claim.
+ * Owns loader->coord (loader_internal.h) and the coordinator thread (started and
+ * joined through ferry__coordinator_start/_join by loader.c), `stopping` and the
+ * generation (ferry__coordinator_restart and _stop, called by the consumer's
+ * set_epoch, state_set and close), and, on the thread alone: the epoch being laid out
+ * (epoch_run: its generation, the next cursor position, the positions known to fail),
+ * the sampler's order (drawn here by begin_epoch, read by plan_create), and a plan
+ * being laid out. Plans in flight, ready items and the batches that exist are
+ * handoff.c's: it is asked to append, discard, release and recycle them. Of the
+ * counters it writes samples_skipped, replans and coordinator_idle_cpu_ns.
  *
  * Invariants: plans in flight are in cursor order and contiguous (each starts where
  * the previous one ended); only the head plan is ever committed; at most
@@ -27,7 +29,8 @@
 #include <string.h>
 
 #include "lib/alloc.h"
-#include "lib/transfer/jpeg_stage.h"
+#include "lib/thread.h"
+#include "image/gpu/jpeg_stage.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -42,45 +45,6 @@ typedef struct epoch_run {
                            * that persists reaches the consumer after them, in order */
   uint8_t *failed;       /* [per_rank]: positions known to fail (skip policy) */
 } epoch_run;
-
-static void plan_free(plan *p) {
-  if (!p) return;
-  ferry__free(p->item);
-  ferry__free(p->dataset_index);
-  ferry__free(p->position);
-  ferry__free(p->status);
-  ferry__free(p->message);
-  ferry__free(p->rows);
-  ferry__free(p);
-}
-
-/* A plan with arrays for a full batch, NULL when out of memory. Sized for
- * batch_size once, so a recycled plan fits any batch, the short last one too. */
-static plan *plan_new(size_t batch_size, size_t nfields) {
-  plan *p = ferry__calloc(1, sizeof *p);
-  if (!p) return NULL;
-  p->dataset_index = ferry__calloc(batch_size, sizeof *p->dataset_index);
-  p->position = ferry__calloc(batch_size, sizeof *p->position);
-  p->status = ferry__calloc(batch_size, sizeof *p->status);
-  p->message = ferry__calloc(batch_size, sizeof *p->message);
-  p->rows = ferry__calloc(nfields * batch_size + 1, sizeof *p->rows);
-  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows) {
-    plan_free(p);
-    return NULL;
-  }
-  return p;
-}
-
-
-/* Give a batch back on the coordinator's side, without the consumer's hook. The
- * hook must go first: it takes loader->lock, which the caller holds, and it would
- * look for the batch among those the consumer holds. For a packed batch the pool's
- * lock is taken inside, under loader->lock: the order loader_internal.h states. */
-static void discard_batch(ferry_loader *l, ferry_batch *b) {
-  ferry_batch_set_release_hook(b, NULL, NULL);
-  ferry_batch_release(b);
-  l->outstanding--;
-}
 
 /* Choose the samples of the batch starting at run->next_start, lay it out in `p`
  * and take its memory. FERRY_EEND when no (complete enough) batch is left. Called
@@ -119,7 +83,7 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   /* The hook takes the batch off `outstanding` when the consumer releases it
    * (handoff.c). */
   ferry_batch_set_release_hook(p->batch, ferry__loader_release_hook, l);
-  if (l->fill.gpu.stage) ferry__batch_set_jpeg_stage(p->batch, l->fill.gpu.stage);
+  if (l->fill.gpu.stage) ferry__batch_set_producer(p->batch, ferry__jpeg_stage_producer(l->fill.gpu.stage));
   return FERRY_OK;
 }
 
@@ -129,9 +93,9 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
 /* Broadcast: every thread waiting in ferry_loader_next must see it. The main loop
  * stops on coordinator_failed. */
 static void fail_fatally(ferry_loader *l, ferry_status status, const char *message) {
-  l->coordinator_failed = 1;
-  l->fatal_status = status;
-  snprintf(l->fatal_message, sizeof l->fatal_message, "%s", message);
+  l->coord.failed = 1;
+  l->coord.fatal_status = status;
+  snprintf(l->coord.fatal_message, sizeof l->coord.fatal_message, "%s", message);
   ferry__cond_wake(&l->ready_cv);
 }
 
@@ -139,11 +103,7 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
  * forever, so the spare list keeps one in reserve (see begin_epoch). */
 static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_status status,
                         const char *message) {
-  ready_item *item = ferry__loader_item_get(l);
-  if (!item) {
-    item = l->reserve_item;
-    l->reserve_item = NULL;
-  }
+  ready_item *item = ferry__handoff_marker_item(l);
   if (!item) {
     fail_fatally(l, FERRY_ENOMEM, "loader: out of memory ending an epoch");
     return;
@@ -152,9 +112,9 @@ static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_s
   item->generation = run->generation;
   item->epoch = run->epoch;
   item->status = status;
-  item->skipped = l->epoch_skipped;
+  item->skipped = l->coord.epoch_skipped;
   item->message = message ? ferry__strdup(message) : NULL;
-  ferry__loader_push_item(l, item);
+  ferry__handoff_push_item(l, item);
 }
 
 /* Cancel every plan in flight, wait for the slots workers already hold, give the
@@ -164,57 +124,28 @@ static void cancel_inflight(ferry_loader *l) {
    * a plan still queued would have more of its slots claimed meanwhile. A worker
    * that finishes a cancelled plan's last slot signals coord_cv (workers.c finish)
    * and never delivers it (handoff.c checks `canceled`). */
-  for (plan *p = l->inflight_head; p; p = p->next) {
+  for (plan *p = l->hand.inflight_head; p; p = p->next) {
     p->canceled = 1;
     ferry__loader_withdraw(l, p);
   }
-  for (plan *p = l->inflight_head; p; p = p->next)
+  for (plan *p = l->hand.inflight_head; p; p = p->next)
     while (p->pending) ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
-  while (l->inflight_head) {
-    plan *p = l->inflight_head;
-    l->inflight_head = p->next;
-    discard_batch(l, p->batch);
-    ferry__loader_plan_put(l, p);
-  }
-  l->inflight_tail = NULL;
-  l->inflight = 0;
-}
-
-/* Drop ready items from an older generation (after set_epoch, state_set, close).
- * The list is relinked in place, keeping the current generation's items in order;
- * ready_tail is rebuilt as the walk goes. With UINT64_MAX, a generation never
- * reached, every item goes (the coordinator's exit). */
-static void drop_stale_items(ferry_loader *l, uint64_t generation) {
-  ready_item **link = &l->ready_head;
-  l->ready_tail = NULL;
-  while (*link) {
-    ready_item *item = *link;
-    if (item->generation == generation) {
-      l->ready_tail = item;
-      link = &item->next;
-      continue;
-    }
-    *link = item->next;
-    if (item->batch) discard_batch(l, item->batch);
-    ferry__loader_item_put(l, item);
-    l->ready--;
-  }
+  ferry__handoff_release_inflight(l);
 }
 
 /* Start laying out `epoch` at `cursor`: after a restart (restart_epoch/_cursor),
- * after an end or an error (epoch + 1, 0), and at start-up. Each start retries the
- * reserve item; its failure is absorbed here, since the reserve is only the fallback
- * of push_marker, which reports what it cannot queue. A failed draw of the order
- * leaves the previous one (sampler.h), so it is fatal rather than a wrong epoch. */
+ * after an end or an error (epoch + 1, 0), and at start-up. Each start restocks the
+ * reserve item (push_marker's fallback). A failed draw of the order leaves the
+ * previous one (sampler.h), so it is fatal rather than a wrong epoch. */
 static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t cursor) {
   run->generation = l->generation;
   run->epoch = epoch;
   run->next_start = cursor;
   run->exhausted = 0;
   run->retry_when_drained = 0;
-  l->epoch_skipped = 0;
+  l->coord.epoch_skipped = 0;
   memset(run->failed, 0, l->sampler.per_rank);
-  if (!l->reserve_item) l->reserve_item = ferry__calloc(1, sizeof *l->reserve_item);
+  ferry__handoff_restock_reserve(l);
   if (ferry__sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
     fail_fatally(l, FERRY_ENOMEM, ferry_last_error());
 }
@@ -235,7 +166,7 @@ static int rerouted(const ferry_loader *l, ferry_status st) {
  * again for the CPU decoder are neither: a plan with only those is laid out again
  * under either policy. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
-  plan *head = l->inflight_head;
+  plan *head = l->hand.inflight_head;
   /* Skip (or only reroutes, under either policy): the failed positions are marked for
    * the rest of the epoch, and the head and everything behind it (laid out on the
    * assumption that they would succeed) are laid out again from the head's start. The
@@ -247,7 +178,7 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
     for (size_t i = 0; i < head->count; i++)
       if (head->status[i] != FERRY_OK && !rerouted(l, head->status[i])) {
         run->failed[head->position[i]] = 1;
-        l->epoch_skipped++;
+        l->coord.epoch_skipped++;
         l->stats.samples_skipped++;
       }
     run->next_start = head->start;
@@ -272,8 +203,8 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
 
 /* The head plan is complete: hand it out, or learn from its failures. */
 static void commit_head(ferry_loader *l, epoch_run *run) {
-  if (l->inflight_head->failures) learn_from_failures(l, run);
-  else ferry__loader_deliver_head(l);
+  if (l->hand.inflight_head->failures) learn_from_failures(l, run);
+  else ferry__handoff_deliver_head(l);
 }
 
 
@@ -282,19 +213,16 @@ static void commit_head(ferry_loader *l, epoch_run *run) {
  * lock held; a new plan's allocations (batch_size entries each) are made without
  * it, so workers recording results do not wait on them. */
 static plan *plan_get(ferry_loader *l) {
-  plan *p = l->spare_plans;
-  if (p) {
-    l->spare_plans = p->next;
-    p->next = NULL;
-  } else {
+  plan *p = ferry__handoff_plan_spare(l);
+  if (!p) {
     ferry__loader_unlock(l);
-    p = plan_new(l->config.batch_size, l->nfields);
+    p = ferry__handoff_plan_new(l->config.batch_size, l->nfields);
     pthread_mutex_lock(&l->lock);
     if (!p) return NULL;
   }
-  if (!p->item) p->item = ferry__loader_item_get(l);
+  if (!p->item) p->item = ferry__handoff_item_get(l);
   if (!p->item) {
-    ferry__loader_plan_put(l, p);
+    ferry__handoff_plan_put(l, p);
     return NULL;
   }
   return p;
@@ -302,11 +230,7 @@ static plan *plan_get(ferry_loader *l) {
 
 /* Queue a laid-out plan behind the others and hand its slots to the workers. */
 static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
-  p->next = NULL;
-  if (l->inflight_tail) l->inflight_tail->next = p;
-  else l->inflight_head = p;
-  l->inflight_tail = p;
-  l->inflight++;
+  ferry__handoff_append(l, p);
   run->next_start = p->end;
   ferry__loader_dispatch(l, p);
 }
@@ -316,11 +240,12 @@ static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
  * that exists, the consumer's included, which is what makes a slow consumer stop
  * the planning rather than have more batches made. */
 static int plan_ahead(ferry_loader *l, epoch_run *run) {
-  if (run->exhausted || l->inflight + l->ready >= l->prefetch || l->outstanding >= l->arenas ||
-      (run->retry_when_drained && l->inflight_head))
+  const handoff *h = &l->hand;
+  if (run->exhausted || h->inflight + h->ready >= l->prefetch || h->outstanding >= l->arenas ||
+      (run->retry_when_drained && h->inflight_head))
     return 0;
   run->retry_when_drained = 0;
-  l->outstanding++; /* reserved before blocking, so the count never overshoots */
+  ferry__handoff_layout_begin(l);
   plan *p = plan_get(l);
   ferry_status st = FERRY_ENOMEM;
   char message[FERRY_ERROR_MAX] = "loader: out of memory laying out a batch";
@@ -334,9 +259,9 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
     if (st != FERRY_OK && st != FERRY_EEND) memcpy(message, ferry_last_error(), sizeof message);
     pthread_mutex_lock(&l->lock);
   }
+  ferry__handoff_layout_end(l, st == FERRY_OK);
   if (st != FERRY_OK) {
-    if (p) ferry__loader_plan_put(l, p);
-    l->outstanding--;
+    if (p) ferry__handoff_plan_put(l, p);
     /* EEND: nothing more to lay out this epoch; the end is queued once the plans in
      * flight are committed (the main loop). An error of a dropped generation, or of
      * a close (the pool was cancelled), is nobody's to report. Any other error
@@ -344,7 +269,7 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
      * the layout is tried again once they are delivered (memory may have come back
      * meanwhile); only with none left does the error end the epoch, in order. */
     if (st == FERRY_EEND) run->exhausted = 1;
-    else if (!l->stopping && run->generation == l->generation && l->inflight_head) {
+    else if (!l->stopping && run->generation == l->generation && h->inflight_head) {
       run->retry_when_drained = 1;
     } else if (!l->stopping && run->generation == l->generation) {
       push_marker(l, run, ITEM_ERROR, st, message);
@@ -355,8 +280,8 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
   /* A restart or a close came while the lock was let go: the plan is of a dropped
    * generation, and the main loop will begin the new one. */
   if (l->stopping || run->generation != l->generation) {
-    discard_batch(l, p->batch);
-    ferry__loader_plan_put(l, p);
+    ferry__handoff_discard(l, p->batch);
+    ferry__handoff_plan_put(l, p);
     return 1;
   }
   append_plan(l, run, p);
@@ -364,33 +289,33 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
 }
 
 
-void *ferry__loader_coordinate(void *arg) {
+static void *coordinate(void *arg) {
   ferry_loader *l = arg;
   epoch_run run = {0};
   run.failed = ferry__calloc(l->sampler.per_rank, 1);
   pthread_mutex_lock(&l->lock);
   /* restart_epoch and restart_cursor are 0 at open, unless set_epoch or state_set
    * came before this thread took the lock. */
-  if (run.failed) begin_epoch(l, &run, l->restart_epoch, l->restart_cursor);
+  if (run.failed) begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor);
   else fail_fatally(l, FERRY_ENOMEM, "loader: out of memory for the epoch's bookkeeping");
   /* One step per turn, most urgent first: a restart voids everything in flight; a
    * complete head is settled before planning further, since under the skip policy its
    * failures cancel every plan behind it; then planning ahead; then the end of the
    * epoch, once nothing is left in flight. Each step may have let go of the lock, so
    * the loop looks again from the top after it. */
-  while (!l->stopping && !l->coordinator_failed) {
+  while (!l->stopping && !l->coord.failed) {
     if (run.generation != l->generation) {
       cancel_inflight(l);
-      drop_stale_items(l, l->generation);
-      begin_epoch(l, &run, l->restart_epoch, l->restart_cursor);
+      ferry__handoff_drop_stale(l, l->generation);
+      begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor);
       continue;
     }
-    if (l->inflight_head && l->inflight_head->pending == 0) {
+    if (l->hand.inflight_head && l->hand.inflight_head->pending == 0) {
       commit_head(l, &run);
       continue;
     }
     if (plan_ahead(l, &run)) continue;
-    if (!l->inflight_head && run.exhausted) {
+    if (!l->hand.inflight_head && run.exhausted) {
       push_marker(l, &run, ITEM_END, FERRY_EEND, NULL);
       begin_epoch(l, &run, run.epoch + 1, 0);
       continue;
@@ -402,21 +327,48 @@ void *ferry__loader_coordinate(void *arg) {
      * finishing a slot, or by the consumer when none is in flight: room_freed).
      * A layout to retry finds room once drained: it had room when it failed, and
      * meanwhile only the consumer changes `ready` and `outstanding`, downward. */
-    l->coordinator_waits = run.exhausted || run.retry_when_drained ? COORD_WAITS_DRAIN : COORD_WAITS_ROOM;
+    ferry__handoff_coordinator_idle(l, run.exhausted || run.retry_when_drained);
     ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
-    l->coordinator_waits = COORD_BUSY;
+    ferry__handoff_coordinator_busy(l);
   }
   /* Stopping: nothing in flight or ready survives the thread. The batches the
-   * consumer still holds are released by close (l->held); the workers, still running,
+   * consumer still holds are released by close (ferry__handoff_close); the workers, still running,
    * find no plan left to claim. */
   cancel_inflight(l);
-  drop_stale_items(l, UINT64_MAX);
-  while (l->spare_plans) {
-    plan *p = l->spare_plans;
-    l->spare_plans = p->next;
-    plan_free(p);
-  }
+  ferry__handoff_drop_stale(l, UINT64_MAX);
+  ferry__handoff_free_spare_plans(l);
   ferry__loader_unlock(l);
   ferry__free(run.failed);
   return NULL;
+}
+
+ferry_status ferry__coordinator_start(ferry_loader *l) {
+  if (ferry__thread_start(&l->coord.thread, coordinate, l, "ferry-coord", SIZE_MAX) != 0)
+    return ferry__fail(FERRY_ENOMEM, "loader: could not start the coordinator thread (out of threads or memory)");
+  l->coord.started = 1;
+  return FERRY_OK;
+}
+
+void ferry__coordinator_join(ferry_loader *l) {
+  if (l->coord.started) pthread_join(l->coord.thread, NULL);
+  l->coord.started = 0;
+}
+
+/* The new generation voids every plan and ready item at once (the coordinator cancels
+ * and drops them when it wakes). The wake-up is owed like any other. */
+void ferry__coordinator_restart(ferry_loader *l, int64_t epoch, uint64_t cursor) {
+  l->generation++;
+  l->coord.restart_epoch = epoch;
+  l->coord.restart_cursor = cursor;
+  ferry__loader_owe_coord(l);
+}
+
+/* stopping and a new generation make the consumer and the coordinator give up. */
+void ferry__coordinator_stop(ferry_loader *l) {
+  pthread_mutex_lock(&l->lock);
+  l->stopping = 1;
+  l->generation++;
+  ferry__cond_wake(&l->coord_cv);
+  ferry__cond_wake(&l->ready_cv);
+  ferry__loader_unlock(l);
 }

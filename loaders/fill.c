@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "image/geometry.h"
 #include "loaders/loader_internal.h"
 
 /* "..", or an absolute name, would let an annotation file read outside the folder. */
@@ -63,24 +64,10 @@ void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot) {
 
 /* Boxes arrive as xyxy in the file's pixels; make them what the config asks. w and h
  * are the annotated size, which the caller has checked against the image
- * (ferry__loader_check_size). In doubles, then rounded once to float. */
+ * (ferry__loader_check_size). */
 static void convert_boxes(float *boxes, int64_t n, const fill_context *ctx, double w, double h) {
-  for (int64_t i = 0; i < n; i++) {
-    float *b = boxes + 4 * i;
-    double x0 = b[0], y0 = b[1], x1 = b[2], y1 = b[3];
-    if (ctx->box_format == FERRY_BOXES_CXCYWH_NORM) {
-      b[0] = (float)((x0 + x1) / 2 / w);
-      b[1] = (float)((y0 + y1) / 2 / h);
-      b[2] = (float)((x1 - x0) / w);
-      b[3] = (float)((y1 - y0) / h);
-    } else {
-      double sx = ctx->resolution / w, sy = ctx->resolution / h;
-      b[0] = (float)(x0 * sx);
-      b[1] = (float)(y0 * sy);
-      b[2] = (float)(x1 * sx);
-      b[3] = (float)(y1 * sy);
-    }
-  }
+  if (ctx->box_format == FERRY_BOXES_CXCYWH_NORM) ferry__boxes_to_cxcywh_norm(boxes, n, w, h);
+  else ferry__boxes_scale(boxes, n, ctx->resolution / w, ctx->resolution / h);
 }
 
 ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "lib/alloc.h"
-#include "lib/nvjpeg_table.h"
-#include "lib/transfer/jpeg_stage.h"
-#include "loaders/image/resize_kernels.h"
+#include "image/gpu/nvjpeg_table.h"
+#include "image/gpu/jpeg_stage.h"
+#include "image/resize_kernels.h"
 #include "loaders/loader_internal.h"
 
 static unsigned route_of(const fill_context *ctx, size_t index) {
@@ -42,19 +42,8 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
   }
 }
 
-/* ---- the transfer stage's filter tables: the CPU resize's own ---- */
-
-static void axis_build(ferry_resize_filter *out, int in_size, int out_size, void *mem) {
-  ferry_resize_axis axis;
-  ferry__resize_axis_build(&axis, in_size, out_size, mem);
-  *out = (ferry_resize_filter){axis.first, axis.count, axis.offset, axis.weights};
-}
-
-static const ferry_resize_tables cpu_resize_tables = {ferry__resize_axis_bytes, axis_build,
-                                                      ferry__resize_vertical_first};
-
 ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
-  return ferry__jpeg_stage_open(ctx->gpu.api, &cpu_resize_tables, ctx->resolution, out);
+  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, out);
 }
 
 /* ---- the stat at open ---- */

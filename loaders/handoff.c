@@ -1,14 +1,17 @@
-/* loaders/handoff.c - what passes between the loader's threads: ready items and
- * their queue, delivery of complete plans, recycling, and the waits and wake-ups.
+/* loaders/handoff.c - what passes between the loader's threads: the plans in flight,
+ * the ready queue and its items, delivery of complete plans, recycling, the batches
+ * that exist, and the waits and wake-ups.
  *
- * The consumer (loader.c), the coordinator (coordinator.c) and the workers
- * (workers.c) all call in here; nothing here calls back into them, so the folder's
- * dependencies stay one-way: loader.c starts the coordinator and the workers, the
- * coordinator hands plans to the workers, and all three meet here.
+ * Owns loader->hand (loader_internal.h): only this file writes it. The consumer
+ * (loader.c), the coordinator (coordinator.c) and the workers (workers.c) all call in
+ * here; nothing here calls back into them, so the folder's dependencies stay one-way:
+ * loader.c starts the coordinator and the workers, the coordinator hands plans to the
+ * workers, and all three meet here.
  *
  * Invariants, all under loader->lock (every function here expects it held, except
- * ferry__loader_release_hook, which takes it, and ferry__loader_unlock, which lets
- * it go):
+ * ferry__loader_release_hook, which takes it, ferry__loader_unlock, which lets it go,
+ * and ferry__handoff_close, which runs once no other thread is left), and checked by
+ * ferry__loader_check at every release of the lock in the checking builds:
  *   - the ready queue holds items in delivery order; `ready` is its length;
  *   - a plan is in flight, spare, or being laid out by the coordinator (held by it
  *     alone, on neither list); it goes back to spare only once no worker holds one
@@ -17,14 +20,16 @@
  *   - only the head plan of the in-flight list is ever delivered, and only when it
  *     is complete, good (no failures), not cancelled and of the current generation:
  *     batch k of an epoch is therefore the k-th plan laid out, whoever completes it;
- *   - `outstanding` counts batches made and not yet released;
+ *   - `outstanding` counts batches made (or being made: `laying_out`) and not yet
+ *     released: those in flight, ready, held by the consumer and being laid out;
  *   - a wake-up owed (owed_ready, owed_coord, owed_workers) is sent by the next
  *     thread to let the lock go through ferry__loader_unlock or ferry__loader_wait,
- *     and the thread that owed it is always one of those: none is left behind by a
- *     plain unlock. Each worker is owed at most once (only the thread that took it
- *     off the idle stack owes it, and it sends before anyone else can take it off
- *     again), so owed_workers never holds more than the workers.
+ *     and the thread that owed it is always one of those: the lock is let go nowhere
+ *     else. Each worker is owed at most once (only the thread that took it off the
+ *     idle stack owes it, and it sends before anyone else can take it off again), so
+ *     owed_workers never holds more than the workers.
  */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,14 +42,16 @@ static uint64_t thread_cpu_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void ferry__loader_owe_ready(ferry_loader *l) { l->owed_ready = 1; }
-void ferry__loader_owe_coord(ferry_loader *l) { l->owed_coord = 1; }
+/* ---- wake-ups and the lock ------------------------------------------------------- */
+
+void ferry__loader_owe_ready(ferry_loader *l) { l->hand.owed_ready = 1; }
+void ferry__loader_owe_coord(ferry_loader *l) { l->hand.owed_coord = 1; }
 void ferry__loader_owe_worker(ferry_loader *l, ferry__cond *wake) {
-  l->owed_workers[l->nowed_workers++] = wake;
+  l->hand.owed_workers[l->hand.nowed_workers++] = wake;
 }
 
 static int owes_wakeups(const ferry_loader *l) {
-  return l->owed_ready || l->owed_coord || l->nowed_workers;
+  return l->hand.owed_ready || l->hand.owed_coord || l->hand.nowed_workers;
 }
 
 /* Workers woken at once past this many are signalled before the lock is let go:
@@ -53,13 +60,15 @@ static int owes_wakeups(const ferry_loader *l) {
 enum { OWED_WORKERS_MAX = 32 };
 
 void ferry__loader_unlock(ferry_loader *l) {
+  ferry__loader_check(l);
+  handoff *h = &l->hand;
   ferry__cond *workers[OWED_WORKERS_MAX];
-  while (l->nowed_workers > OWED_WORKERS_MAX) ferry__cond_wake(l->owed_workers[--l->nowed_workers]);
-  size_t nworkers = l->nowed_workers;
-  int ready = l->owed_ready, coord = l->owed_coord;
-  if (nworkers) memcpy(workers, l->owed_workers, nworkers * sizeof *workers);
-  l->nowed_workers = 0;
-  l->owed_ready = l->owed_coord = 0;
+  while (h->nowed_workers > OWED_WORKERS_MAX) ferry__cond_wake(h->owed_workers[--h->nowed_workers]);
+  size_t nworkers = h->nowed_workers;
+  int ready = h->owed_ready, coord = h->owed_coord;
+  if (nworkers) memcpy(workers, h->owed_workers, nworkers * sizeof *workers);
+  h->nowed_workers = 0;
+  h->owed_ready = h->owed_coord = 0;
   pthread_mutex_unlock(&l->lock);
   /* After the unlock the loader is still there: close joins every thread that
    * could be here before it frees anything, and the consumer does not close while it
@@ -75,52 +84,188 @@ void ferry__loader_wait(ferry_loader *l, ferry__cond *cv, uint64_t *idle_ns) {
     pthread_mutex_lock(&l->lock);
     return;
   }
+  ferry__loader_check(l);
   uint64_t before = idle_ns ? thread_cpu_ns() : 0;
   ferry__cond_wait(cv, &l->lock);
   if (idle_ns) *idle_ns += thread_cpu_ns() - before;
 }
 
-ready_item *ferry__loader_item_get(ferry_loader *l) {
-  ready_item *item = l->spare_items;
-  if (item) l->spare_items = item->next;
+/* ---- plans and items ------------------------------------------------------------- */
+
+static void plan_free(plan *p) {
+  if (!p) return;
+  ferry__free(p->item);
+  ferry__free(p->dataset_index);
+  ferry__free(p->position);
+  ferry__free(p->status);
+  ferry__free(p->message);
+  ferry__free(p->rows);
+  ferry__free(p);
+}
+
+/* Sized for batch_size once, so a recycled plan fits any batch, the short last one
+ * too. */
+plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields) {
+  plan *p = ferry__calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->dataset_index = ferry__calloc(batch_size, sizeof *p->dataset_index);
+  p->position = ferry__calloc(batch_size, sizeof *p->position);
+  p->status = ferry__calloc(batch_size, sizeof *p->status);
+  p->message = ferry__calloc(batch_size, sizeof *p->message);
+  p->rows = ferry__calloc(nfields * batch_size + 1, sizeof *p->rows);
+  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows) {
+    plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+plan *ferry__handoff_plan_spare(ferry_loader *l) {
+  plan *p = l->hand.spare_plans;
+  if (p) {
+    l->hand.spare_plans = p->next;
+    p->next = NULL;
+  }
+  return p;
+}
+
+void ferry__handoff_plan_put(ferry_loader *l, plan *p) {
+  p->batch = NULL;
+  p->next = l->hand.spare_plans;
+  l->hand.spare_plans = p;
+}
+
+void ferry__handoff_free_spare_plans(ferry_loader *l) {
+  while (l->hand.spare_plans) {
+    plan *p = l->hand.spare_plans;
+    l->hand.spare_plans = p->next;
+    plan_free(p);
+  }
+}
+
+ready_item *ferry__handoff_item_get(ferry_loader *l) {
+  ready_item *item = l->hand.spare_items;
+  if (item) l->hand.spare_items = item->next;
   else item = ferry__calloc(1, sizeof *item);
   if (item) memset(item, 0, sizeof *item);
   return item;
 }
 
-void ferry__loader_item_put(ferry_loader *l, ready_item *item) {
+void ferry__handoff_item_put(ferry_loader *l, ready_item *item) {
   if (!item) return;
   ferry__free(item->message);
   item->message = NULL;
   item->batch = NULL;
-  item->next = l->spare_items;
-  l->spare_items = item;
+  item->next = l->hand.spare_items;
+  l->hand.spare_items = item;
 }
 
-void ferry__loader_push_item(ferry_loader *l, ready_item *item) {
+ready_item *ferry__handoff_marker_item(ferry_loader *l) {
+  ready_item *item = ferry__handoff_item_get(l);
+  if (!item) {
+    item = l->hand.reserve_item;
+    l->hand.reserve_item = NULL;
+  }
+  return item;
+}
+
+/* Its failure is absorbed: the reserve is only the fallback of marker_item, whose
+ * caller reports what it cannot queue. */
+void ferry__handoff_restock_reserve(ferry_loader *l) {
+  if (!l->hand.reserve_item) l->hand.reserve_item = ferry__calloc(1, sizeof *l->hand.reserve_item);
+}
+
+void ferry__handoff_push_item(ferry_loader *l, ready_item *item) {
+  handoff *h = &l->hand;
   item->next = NULL;
-  if (l->ready_tail) l->ready_tail->next = item;
-  else l->ready_head = item;
-  l->ready_tail = item;
-  l->ready++;
+  if (h->ready_tail) h->ready_tail->next = item;
+  else h->ready_head = item;
+  h->ready_tail = item;
+  h->ready++;
   ferry__loader_owe_ready(l);
 }
 
-void ferry__loader_plan_put(ferry_loader *l, plan *p) {
-  p->batch = NULL;
-  p->next = l->spare_plans;
-  l->spare_plans = p;
+/* ---- the coordinator's side ------------------------------------------------------- */
+
+void ferry__handoff_layout_begin(ferry_loader *l) {
+  l->hand.outstanding++; /* before the layout may block, so the count never overshoots */
+  l->hand.laying_out = 1;
 }
 
-void ferry__loader_deliver_head(ferry_loader *l) {
-  plan *head = l->inflight_head;
+void ferry__handoff_layout_end(ferry_loader *l, int made) {
+  l->hand.laying_out = 0;
+  if (!made) l->hand.outstanding--;
+}
+
+void ferry__handoff_append(ferry_loader *l, plan *p) {
+  handoff *h = &l->hand;
+  p->next = NULL;
+  if (h->inflight_tail) h->inflight_tail->next = p;
+  else h->inflight_head = p;
+  h->inflight_tail = p;
+  h->inflight++;
+}
+
+/* The hook must go first: it takes loader->lock, which the caller holds, and it would
+ * look for the batch among those the consumer holds. For a packed batch the pool's
+ * lock is taken inside, under loader->lock: the order loader_internal.h states. */
+void ferry__handoff_discard(ferry_loader *l, ferry_batch *b) {
+  ferry_batch_set_release_hook(b, NULL, NULL);
+  ferry_batch_release(b);
+  l->hand.outstanding--;
+}
+
+void ferry__handoff_release_inflight(ferry_loader *l) {
+  handoff *h = &l->hand;
+  while (h->inflight_head) {
+    plan *p = h->inflight_head;
+    h->inflight_head = p->next;
+    h->inflight--;
+    ferry__handoff_discard(l, p->batch);
+    ferry__handoff_plan_put(l, p);
+  }
+  h->inflight_tail = NULL;
+}
+
+/* The list is relinked in place, keeping the current generation's items in order;
+ * ready_tail is rebuilt as the walk goes. With UINT64_MAX, a generation never
+ * reached, every item goes (the coordinator's exit). */
+void ferry__handoff_drop_stale(ferry_loader *l, uint64_t generation) {
+  handoff *h = &l->hand;
+  ready_item **link = &h->ready_head;
+  h->ready_tail = NULL;
+  while (*link) {
+    ready_item *item = *link;
+    if (item->generation == generation) {
+      h->ready_tail = item;
+      link = &item->next;
+      continue;
+    }
+    *link = item->next;
+    if (item->batch) ferry__handoff_discard(l, item->batch);
+    ferry__handoff_item_put(l, item);
+    h->ready--;
+  }
+}
+
+void ferry__handoff_coordinator_idle(ferry_loader *l, int drain) {
+  l->hand.coordinator_waits = drain ? COORD_WAITS_DRAIN : COORD_WAITS_ROOM;
+}
+
+void ferry__handoff_coordinator_busy(ferry_loader *l) { l->hand.coordinator_waits = COORD_BUSY; }
+
+/* ---- delivery --------------------------------------------------------------------- */
+
+void ferry__handoff_deliver_head(ferry_loader *l) {
+  handoff *h = &l->hand;
+  plan *head = h->inflight_head;
   ready_item *item = head->item;
   head->item = NULL;
-  l->inflight_head = head->next;
-  if (!l->inflight_head) l->inflight_tail = NULL;
-  l->inflight--;
-  if (l->inflight == 0 && l->coordinator_waits == COORD_WAITS_DRAIN) {
-    l->coordinator_waits = COORD_BUSY;
+  h->inflight_head = head->next;
+  if (!h->inflight_head) h->inflight_tail = NULL;
+  h->inflight--;
+  if (h->inflight == 0 && h->coordinator_waits == COORD_WAITS_DRAIN) {
+    h->coordinator_waits = COORD_BUSY;
     ferry__loader_owe_coord(l);
   }
   item->kind = ITEM_BATCH;
@@ -128,45 +273,99 @@ void ferry__loader_deliver_head(ferry_loader *l) {
   item->epoch = head->epoch;
   item->cursor_after = head->end;
   item->count = head->count;
-  item->skipped = l->epoch_skipped;
+  item->skipped = l->coord.epoch_skipped;
   item->batch = head->batch;
-  ferry__loader_plan_put(l, head);
-  ferry__loader_push_item(l, item);
+  ferry__handoff_plan_put(l, head);
+  ferry__handoff_push_item(l, item);
 }
 
-int ferry__loader_deliver_complete(ferry_loader *l) {
+int ferry__handoff_deliver_complete(ferry_loader *l) {
   plan *head;
-  while ((head = l->inflight_head) && head->pending == 0) {
+  while ((head = l->hand.inflight_head) && head->pending == 0) {
     if (head->failures || head->canceled || head->generation != l->generation) return 0;
-    ferry__loader_deliver_head(l);
+    ferry__handoff_deliver_head(l);
   }
   return 1;
 }
 
-void ferry__loader_wake_coordinator_for_room(ferry_loader *l) {
-  if (l->coordinator_waits != COORD_WAITS_ROOM) return;
-  size_t taken = l->inflight + l->ready;
+void ferry__handoff_wake_coordinator_for_room(ferry_loader *l) {
+  handoff *h = &l->hand;
+  if (h->coordinator_waits != COORD_WAITS_ROOM) return;
+  size_t taken = h->inflight + h->ready;
   size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
-  size_t arenas = l->outstanding < l->arenas ? l->arenas - l->outstanding : 0;
+  size_t arenas = h->outstanding < l->arenas ? l->arenas - h->outstanding : 0;
   if ((room < arenas ? room : arenas) < l->refill) return;
   /* Not idle any more: whoever comes next does not owe it a second wake-up. */
-  l->coordinator_waits = COORD_BUSY;
+  h->coordinator_waits = COORD_BUSY;
   ferry__loader_owe_coord(l);
 }
 
-void ferry__loader_room_freed(ferry_loader *l) {
-  if (l->inflight == 0) ferry__loader_wake_coordinator_for_room(l);
+/* The consumer took a batch or released one. It wakes the coordinator only when
+ * nothing is in flight: otherwise a worker is bound to finish a slot soon and does it.
+ * A wake-up is a system call and, when the coordinator's core is idle, an interrupt to
+ * another core (several microseconds in a virtual machine); on the consumer it would be
+ * serial work per batch, on a worker it is not. The pipeline never waits on it: with
+ * nothing in flight or ready, the whole depth is free, and the coordinator is also
+ * woken when its head plan needs it. */
+static void room_freed(ferry_loader *l) {
+  if (l->hand.inflight == 0) ferry__handoff_wake_coordinator_for_room(l);
 }
+
+/* ---- the consumer's side ---------------------------------------------------------- */
+
+ready_item *ferry__handoff_pop_ready(ferry_loader *l) {
+  handoff *h = &l->hand;
+  ready_item *item = h->ready_head;
+  /* An item of an older generation is left for the coordinator to drop (it wakes on
+   * the restart that made it stale). */
+  if (!item || item->generation != l->generation) return NULL;
+  h->ready_head = item->next;
+  if (!h->ready_head) h->ready_tail = NULL;
+  h->ready--;
+  room_freed(l);
+  return item;
+}
+
+void ferry__handoff_hold(ferry_loader *l, ferry_batch *batch) { l->hand.held[l->hand.nheld++] = batch; }
 
 void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
   ferry_loader *l = arg;
+  handoff *h = &l->hand;
   pthread_mutex_lock(&l->lock);
-  for (size_t i = 0; i < l->nheld; i++)
-    if (l->held[i] == batch) {
-      l->held[i] = l->held[--l->nheld];
+  for (size_t i = 0; i < h->nheld; i++)
+    if (h->held[i] == batch) {
+      h->held[i] = h->held[--h->nheld];
       break;
     }
-  l->outstanding--;
-  ferry__loader_room_freed(l);
+  h->outstanding--;
+  room_freed(l);
   ferry__loader_unlock(l);
+}
+
+ferry_status ferry__handoff_open(ferry_loader *l, size_t workers, size_t arenas) {
+  l->hand.held = ferry__calloc(arenas, sizeof *l->hand.held);
+  l->hand.owed_workers = ferry__calloc(workers ? workers : 1, sizeof *l->hand.owed_workers);
+  if (!l->hand.held || !l->hand.owed_workers) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  return FERRY_OK;
+}
+
+void ferry__handoff_close(ferry_loader *l) {
+  handoff *h = &l->hand;
+  for (size_t i = 0; i < h->nheld; i++) {
+    ferry_batch_set_release_hook(h->held[i], NULL, NULL);
+    ferry_batch_release(h->held[i]);
+  }
+  h->nheld = 0;
+  ferry__free(h->held);
+  h->held = NULL;
+  while (h->spare_items) {
+    ready_item *next = h->spare_items->next;
+    ferry__free(h->spare_items->message);
+    ferry__free(h->spare_items);
+    h->spare_items = next;
+  }
+  ferry__free(h->reserve_item);
+  h->reserve_item = NULL;
+  ferry__free(h->owed_workers);
+  h->owed_workers = NULL;
 }

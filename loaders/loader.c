@@ -28,6 +28,7 @@
  * (lib/pool.c).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,14 +36,16 @@
 #include <unistd.h>
 
 #include "lib/alloc.h"
-#include "lib/nvjpeg_api.h"
+#include "image/gpu/nvjpeg_api.h"
 #include "lib/thread.h"
-#include "lib/transfer/jpeg_stage.h"
+#include "image/gpu/jpeg_stage.h"
+#include "loaders/baseline.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
 void ferry_loader_config_default(ferry_loader_config *c) {
   memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
   c->batch_size = 8;
   c->prefetch = 0;
   c->max_outstanding = 2;
@@ -54,7 +57,6 @@ void ferry_loader_config_default(ferry_loader_config *c) {
   c->box_format = FERRY_BOXES_XYXY;
   c->on_error = FERRY_ON_ERROR_FAIL;
   c->layout = FERRY_LAYOUT_F32_CHW;
-  c->packed = 1;
   ferry_image_options_default(&c->image);
 }
 
@@ -258,7 +260,7 @@ static size_t resolve_prefetch(const ferry_loader *l) {
   size_t want = samples / c->batch_size + (samples % c->batch_size != 0);
   if (want < 2) want = 2;
   if (want > FERRY_LOADER_MAX_PREFETCH) want = FERRY_LOADER_MAX_PREFETCH;
-  if (c->max_pinned_bytes && c->packed) {
+  if (c->max_pinned_bytes && l->packed) {
     size_t arena = typical_arena_bytes(l);
     size_t fit = arena ? c->max_pinned_bytes / arena : want + c->max_outstanding;
     size_t room = fit > c->max_outstanding ? fit - c->max_outstanding : 1;
@@ -282,7 +284,7 @@ static ferry_status open_memory(ferry_loader *l) {
     if (st != FERRY_OK) return st;
     l->owns_device = 1;
   }
-  if (!l->config.packed) return FERRY_OK;
+  if (!l->packed) return FERRY_OK;
   return ferry_pool_open(l->device, l->arenas, 0, &l->pool);
 }
 
@@ -290,7 +292,7 @@ static ferry_status open_memory(ferry_loader *l) {
  * a CUDA device and nvJPEG (ferry__nvjpeg_device_check names what is missing): GPU
  * fails at open without them, AUTO falls back to the CPU. With the GPU decoder the
  * batches carry compressed bytes (gpu_fill.c) and ferry_transfer's direct path makes
- * the images tensor on the device (lib/transfer/jpeg_stage.h). */
+ * the images tensor on the device (image/gpu/jpeg_stage.h). */
 static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
@@ -309,37 +311,52 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
 }
 
 static ferry_status start_threads(ferry_loader *l) {
-  ferry_status st = ferry__loader_start_workers(l, l->workers);
-  if (st != FERRY_OK) return st;
-  if (ferry__thread_start(&l->coordinator, ferry__loader_coordinate, l, "ferry-coord", SIZE_MAX) != 0)
-    return ferry__fail(FERRY_ENOMEM,
-                      "loader: could not start the coordinator thread (out of threads or memory)");
-  l->coordinator_started = 1;
+  ferry_status st = ferry__loader_start_workers(l, l->workers, usable_cores());
+  return st == FERRY_OK ? ferry__coordinator_start(l) : st;
+}
+
+/* The caller's config as this library's: the options it knows, copied; those it was
+ * built without, at their defaults; those it knows and this library does not, refused
+ * unless left at zero (loader.h, struct_size). */
+static ferry_status adopt_config(const ferry_loader_config *given, ferry_loader_config *c) {
+  size_t n = given->struct_size;
+  if (n < offsetof(ferry_loader_config, annotations) + sizeof given->annotations)
+    return ferry__fail(FERRY_EINVAL, "loader: config.struct_size is %zu: fill the config with "
+                       "ferry_loader_config_default before setting options", n);
+  ferry_loader_config_default(c);
+  memcpy(c, given, n < sizeof *c ? n : sizeof *c);
+  c->struct_size = sizeof *c;
+  for (size_t i = sizeof *c; i < n; i++)
+    if (((const unsigned char *)given)[i])
+      return ferry__fail(FERRY_EUNSUPPORTED, "loader: the config sets an option at byte %zu, which this "
+                         "library (config of %zu bytes) does not know: it is older than the header the "
+                         "program was built with", i, sizeof *c);
   return FERRY_OK;
 }
 
-static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api, int packed,
                                 ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
-  ferry_status st = check_config(config);
+  ferry_loader_config adopted;
+  ferry_status st = adopt_config(config, &adopted);
+  if (st == FERRY_OK) st = check_config(&adopted);
   if (st != FERRY_OK) return st;
   ferry_loader *l = ferry__calloc(1, sizeof *l);
   if (!l) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  l->config = *config;
+  l->config = adopted;
+  l->packed = packed;
   l->workers = l->stats.workers = resolve_workers(config);
-  l->max_busy = usable_cores();
   pthread_mutex_init(&l->lock, NULL);
   l->annotations_path = ferry__strdup(config->annotations);
   l->images_dir = ferry__strdup(config->images);
-  l->state.seed = config->seed;
+  l->view.state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
   if (st == FERRY_OK) st = resolve_decoder(l, api); /* before the annotations: fail fast */
   if (st == FERRY_OK) st = open_data(l);
   if (st == FERRY_OK) st = open_sampler(l);
   if (st == FERRY_OK) st = open_memory(l);
-  if (st == FERRY_OK) l->held = ferry__calloc(l->arenas, sizeof *l->held);
-  if (st == FERRY_OK && !l->held) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  if (st == FERRY_OK) st = ferry__handoff_open(l, l->workers, l->arenas);
   if (st == FERRY_OK) st = start_threads(l);
   if (st != FERRY_OK) {
     char message[FERRY_ERROR_MAX];
@@ -352,29 +369,23 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
 }
 
 ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out) {
-  return open_loader(config, NULL, out);
+  return open_loader(config, NULL, 1, out);
+}
+
+ferry_status ferry__loader_open_unpacked(const ferry_loader_config *config, ferry_loader **out) {
+  return open_loader(config, NULL, 0, out);
 }
 
 ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
                                    ferry_loader **out) {
   if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
-  return open_loader(config, api, out);
+  return open_loader(config, api, 1, out);
 }
 
 
 
 
 
-
-/* The spare list at close: items are not recycled any more, so freed outright. */
-static void free_items(ready_item *item) {
-  while (item) {
-    ready_item *next = item->next;
-    ferry__free(item->message);
-    ferry__free(item);
-    item = next;
-  }
-}
 
 /* Wait for the next current-generation item; NULL with the status set if none can come.
  * An item of an older generation at the head is left for the coordinator to drop
@@ -387,19 +398,13 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
       *st = ferry__fail(FERRY_ECANCELED, "loader: closed");
       return NULL;
     }
-    if (l->coordinator_failed) {
-      *st = ferry__error_restore(l->fatal_status, l->fatal_message);
+    if (l->coord.failed) {
+      *st = ferry__error_restore(l->coord.fatal_status, l->coord.fatal_message);
       return NULL;
     }
-    ready_item *item = l->ready_head;
-    if (item && item->generation == l->generation) {
-      l->ready_head = item->next;
-      if (!l->ready_head) l->ready_tail = NULL;
-      l->ready--;
-      ferry__loader_room_freed(l);
-      return item;
-    }
-    if (!item && l->nheld >= l->arenas) {
+    ready_item *item = ferry__handoff_pop_ready(l);
+    if (item) return item;
+    if (!l->hand.ready_head && l->hand.nheld >= l->arenas) {
       *st = ferry__fail(FERRY_ELIMIT, "loader: the consumer holds all %zu batches; release one "
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
@@ -411,10 +416,11 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
 /* After an end or an error, the consumer's view moves to the next epoch, as the
  * coordinator did when it queued the marker (coordinator.c begin_epoch). */
 static void next_epoch_view(ferry_loader *l, int64_t ended) {
-  l->state.epoch = ended + 1;
-  l->state.batches_delivered = 0;
-  l->state.cursor = 0;
-  l->samples_in_epoch = l->skipped_in_epoch = 0;
+  consumer_view *v = &l->view;
+  v->state.epoch = ended + 1;
+  v->state.batches_delivered = 0;
+  v->state.cursor = 0;
+  v->samples_in_epoch = v->skipped_in_epoch = 0;
 }
 
 /* The view and `held` change under the lock; the progress callback runs after it is
@@ -427,27 +433,28 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   pthread_mutex_lock(&l->lock);
   ready_item *item = wait_item(l, &st);
   ferry_loader_progress progress = {0};
+  consumer_view *v = &l->view;
   if (item && item->kind == ITEM_BATCH) {
-    l->held[l->nheld++] = item->batch;
-    l->state.epoch = item->epoch;
-    l->state.batches_delivered++;
-    l->state.cursor = item->cursor_after;
-    l->samples_in_epoch += item->count;
-    l->skipped_in_epoch = item->skipped;
+    ferry__handoff_hold(l, item->batch);
+    v->state.epoch = item->epoch;
+    v->state.batches_delivered++;
+    v->state.cursor = item->cursor_after;
+    v->samples_in_epoch += item->count;
+    v->skipped_in_epoch = item->skipped;
     l->stats.batches_delivered++;
-    progress = (ferry_loader_progress){l->state.epoch, l->state.batches_delivered,
-                                       ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
-                                       l->skipped_in_epoch, 0};
+    progress = (ferry_loader_progress){v->state.epoch, v->state.batches_delivered,
+                                       ferry_loader_batches_per_epoch(l), v->samples_in_epoch,
+                                       v->skipped_in_epoch, 0};
     *out = item->batch;
   } else if (item) {
     if (item->kind == ITEM_END) /* the final counts, before the view moves on */
-      progress = (ferry_loader_progress){item->epoch, l->state.batches_delivered,
-                                         ferry_loader_batches_per_epoch(l), l->samples_in_epoch,
+      progress = (ferry_loader_progress){item->epoch, v->state.batches_delivered,
+                                         ferry_loader_batches_per_epoch(l), v->samples_in_epoch,
                                          item->skipped, 1};
     next_epoch_view(l, item->epoch);
     st = item->kind == ITEM_END ? FERRY_EEND : ferry__error_restore(item->status, item->message);
   }
-  ferry__loader_item_put(l, item);
+  ferry__handoff_item_put(l, item);
   ferry__loader_unlock(l);
   if ((*out || progress.epoch_ended) && l->config.progress)
     l->config.progress(&progress, l->config.progress_user);
@@ -455,21 +462,19 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   return st;
 }
 
-/* Restart the coordinator at (epoch, cursor); what was in flight is dropped. The new
- * generation voids every plan and ready item at once (the coordinator cancels and
- * drops them when it wakes), and the view is set here, so a state_get right after
- * already says where the loader stands. Batches the consumer holds stay valid. */
+/* Restart the coordinator at (epoch, cursor); what was in flight is dropped
+ * (coordinator.c). The view is set in the same hold of the lock, so a state_get right
+ * after already says where the loader stands, and no batch of the old generation can
+ * be taken in between. Batches the consumer holds stay valid. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
   pthread_mutex_lock(&l->lock);
-  l->generation++;
-  l->restart_epoch = epoch;
-  l->restart_cursor = cursor;
-  l->state.epoch = epoch;
-  l->state.batches_delivered = delivered;
-  l->state.cursor = cursor;
-  l->samples_in_epoch = l->skipped_in_epoch = 0;
-  ferry__cond_wake(&l->coord_cv);
-  pthread_mutex_unlock(&l->lock);
+  ferry__coordinator_restart(l, epoch, cursor);
+  consumer_view *v = &l->view;
+  v->state.epoch = epoch;
+  v->state.batches_delivered = delivered;
+  v->state.cursor = cursor;
+  v->samples_in_epoch = v->skipped_in_epoch = 0;
+  ferry__loader_unlock(l);
 }
 
 ferry_status ferry_loader_set_epoch(ferry_loader *l, int64_t epoch) {
@@ -481,8 +486,8 @@ ferry_status ferry_loader_set_epoch(ferry_loader *l, int64_t epoch) {
 ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_get: loader and out are required");
   pthread_mutex_lock(&l->lock);
-  *out = l->state;
-  pthread_mutex_unlock(&l->lock);
+  *out = l->view.state;
+  ferry__loader_unlock(l);
   return FERRY_OK;
 }
 
@@ -505,7 +510,7 @@ ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s
 static uint64_t coordinator_cpu_ns(const ferry_loader *l) {
   clockid_t clock;
   struct timespec ts;
-  if (!l->coordinator_started || pthread_getcpuclockid(l->coordinator, &clock) != 0 ||
+  if (!l->coord.started || pthread_getcpuclockid(l->coord.thread, &clock) != 0 ||
       clock_gettime(clock, &ts) != 0)
     return 0;
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -515,7 +520,7 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
   pthread_mutex_lock(&l->lock);
   *out = l->stats;
-  pthread_mutex_unlock(&l->lock);
+  ferry__loader_unlock(l);
   out->coordinator_cpu_ns = coordinator_cpu_ns(l);
   if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
   return FERRY_OK;
@@ -537,22 +542,11 @@ uint64_t ferry_loader_batches_per_epoch(const ferry_loader *l) {
  * removed first: the loader they point to is going away. */
 void ferry_loader_close(ferry_loader *l) {
   if (!l) return;
-  pthread_mutex_lock(&l->lock);
-  l->stopping = 1;
-  l->generation++;
-  ferry__cond_wake(&l->coord_cv);
-  ferry__cond_wake(&l->ready_cv);
-  pthread_mutex_unlock(&l->lock);
+  ferry__coordinator_stop(l);
   if (l->pool) ferry_pool_cancel(l->pool);
-  if (l->coordinator_started) pthread_join(l->coordinator, NULL);
+  ferry__coordinator_join(l);
   ferry__loader_stop_workers(l);
-  for (size_t i = 0; i < l->nheld; i++) {
-    ferry_batch_set_release_hook(l->held[i], NULL, NULL);
-    ferry_batch_release(l->held[i]);
-  }
-  ferry__free(l->held);
-  free_items(l->spare_items);
-  ferry__free(l->reserve_item);
+  ferry__handoff_close(l);
   ferry__jpeg_stage_close(l->fill.gpu.stage); /* after the batches: it waits for their device work */
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);

@@ -11,7 +11,7 @@
  * Serial work per batch is what bounds a many-core node (issue #14), so the one
  * lock guards only O(1) steps in steady state:
  *   - workers claim samples as (plan, slot) from a queue of plans with unclaimed
- *     slots (`work_head`): queueing a plan links one node, whatever the batch size;
+ *     slots (`work.head`): queueing a plan links one node, whatever the batch size;
  *   - each role sleeps on its own condition variable (lib/cond.h) and is woken only
  *     when something it waits for happened: workers each on their own (woken one
  *     after another, each by the last, while there are unclaimed samples, idle
@@ -27,11 +27,16 @@
  * Lock order: loader->lock, then the pool's lock (the coordinator never holds the
  * loader's lock while it waits for an arena).
  * Who writes what: fields fixed at open (config, fill, fields, instances, the depth
- * and arena counts) are read without the lock; the sampler's order is the
- * coordinator's alone (coordinator.c); the GPU decoder's route bytes change by
- * atomics (gpu_decode below). Once the threads run, everything from `lock` down
+ * and arena counts) are read without the lock; the GPU decoder's route bytes change
+ * by atomics (gpu_decode below). Once the threads run, everything from `lock` down
  * changes under it, except a claimed slot, which its worker fills without the lock
- * (and writes its message before retaking it, workers.c).
+ * (and writes its message before retaking it, workers.c). That state is in parts,
+ * each written by one file: `work` by workers.c, `hand` by handoff.c, `coord`,
+ * `stopping` and `generation` by coordinator.c, `view` by loader.c (struct
+ * ferry_loader below says which counter is whose). ferry__loader_check
+ * (loader_check.c) asserts their invariants at every release of the lock in the
+ * debug and sanitizer builds, and the lock is let go only by ferry__loader_unlock
+ * and ferry__loader_wait (tests/loaders/check_unlocks.py).
  */
 #ifndef FERRY_LOADERS_LOADER_INTERNAL_H
 #define FERRY_LOADERS_LOADER_INTERNAL_H
@@ -124,12 +129,84 @@ typedef struct ready_item {
   struct ready_item *next;
 } ready_item;
 
+/* ---- the loader's state, in parts, each written by one file ----------------------
+ *
+ * Everything from `lock` down in struct ferry_loader changes only under the lock once
+ * the threads run. Each part below is written by the file its comment names; another
+ * file that must change it calls a function of that file (reading is free under the
+ * lock). ferry__loader_check (loader_check.c) asserts the invariants the parts'
+ * comments state, at every release of the lock in the debug and sanitizer builds. */
+
+/* The work queue and the worker threads (workers.c). */
+typedef struct work_queue {
+  pthread_t *threads;
+  struct worker_slot *slots;       /* [nworkers]: each thread's index and wake-up */
+  struct worker_slot **idle_stack; /* [nworkers]: idle workers, the last to go idle on top */
+  size_t nworkers, started;
+  plan *head, *tail;               /* plans with unclaimed slots, oldest first */
+  size_t unclaimed;                /* their unclaimed slots, all plans together */
+  size_t idle;                     /* workers on the idle stack */
+  size_t busy;                     /* workers holding a slot (between claim and finish) */
+  size_t max_busy;                 /* at most this many hold one at once: the usable cores */
+  size_t waking;                   /* workers taken off the idle stack and not yet running */
+  int stop;
+} work_queue;
+
+/* What passes between the threads (handoff.c): the plans in flight in delivery order,
+ * the ready queue, spare plans and items, the batches that exist, and the wake-ups
+ * owed. */
+typedef struct handoff {
+  plan *inflight_head, *inflight_tail;
+  size_t inflight;
+  plan *spare_plans;               /* recycled plans */
+  ready_item *ready_head, *ready_tail;
+  size_t ready;
+  ready_item *spare_items;         /* recycled items */
+  ready_item *reserve_item;        /* so an end or error marker can always be queued */
+  size_t outstanding;              /* batches made (or being made) and not yet released */
+  size_t laying_out;               /* of which the coordinator is making now, unlocked: 0 or 1 */
+  ferry_batch **held;              /* [arenas]: batches the consumer holds, for close */
+  size_t nheld;
+  /* What the coordinator, idle in its main loop, waits for beyond what always wakes
+   * it (a head plan that needs it, a restart, close): room to plan ahead, or the
+   * plans in flight all delivered (the epoch's end, a layout to retry). Whoever
+   * sees it happen wakes it, and sets this back to COORD_BUSY so that nobody else
+   * wakes it for the same. */
+  enum { COORD_BUSY, COORD_WAITS_ROOM, COORD_WAITS_DRAIN } coordinator_waits;
+  /* wake-ups decided under the lock and sent just after it is let go */
+  int owed_ready;                  /* a wake-up owed to ready_cv */
+  int owed_coord;                  /* a wake-up owed to coord_cv */
+  ferry__cond **owed_workers;      /* [nworkers]: workers taken off the idle stack */
+  size_t nowed_workers;
+} handoff;
+
+/* The coordinator thread's (coordinator.c). */
+typedef struct coordinator_part {
+  pthread_t thread;
+  int started;
+  int failed;                      /* out of memory for its own bookkeeping: see fatal_* */
+  ferry_status fatal_status;
+  char fatal_message[FERRY_ERROR_MAX];
+  uint64_t epoch_skipped;          /* samples skipped in the epoch being laid out so far */
+  /* where the next generation begins (ferry__coordinator_restart) */
+  int64_t restart_epoch;
+  uint64_t restart_cursor;
+} coordinator_part;
+
+/* The consumer's view: what has been delivered (loader.c). */
+typedef struct consumer_view {
+  ferry_loader_state state;
+  uint64_t samples_in_epoch, skipped_in_epoch;
+} consumer_view;
+
 struct ferry_loader {
+  /* Fixed at open (loader.c), read without the lock. */
   ferry_loader_config config;
   char *annotations_path, *images_dir;
   ferry_coco *coco;
   ferry_device *device;        /* for pinned memory */
   int owns_device;
+  int packed;                  /* 0: unpacked batches, the baseline (loaders/baseline.h) */
   ferry_pool *pool;            /* packed mode */
   size_t arenas;
   size_t prefetch;             /* batches in flight or ready: config.prefetch, or sized at open */
@@ -139,63 +216,25 @@ struct ferry_loader {
   ferry__batch_fields checked_fields; /* the same, checked at open, for every batch */
   size_t nfields;
   fill_context fill;
-  ferry_sampler sampler;
   size_t keypoints;
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
+  /* The sample order: per_rank fixed at open; the order drawn by the coordinator
+   * alone, for the epoch it lays out (coordinator.c). */
+  ferry_sampler sampler;
 
   pthread_mutex_t lock;
   ferry__cond coord_cv;        /* coordinator: head complete, room ahead, restart or stop */
   ferry__cond ready_cv;        /* consumer: an item is ready, a fatal error, or stop */
-  /* set once, by close */
-  int stopping;
-  uint64_t generation;         /* bumped by set_epoch/state_set/close */
-  /* the coordinator's view */
-  pthread_t coordinator;
-  int coordinator_started;
-  /* What the coordinator, idle in its main loop, waits for beyond what always wakes
-   * it (a head plan that needs it, a restart, close): room to plan ahead, or the
-   * plans in flight all delivered (the epoch's end, a layout to retry). Whoever
-   * sees it happen wakes it, and sets this back to COORD_BUSY so that nobody else
-   * wakes it for the same. */
-  enum { COORD_BUSY, COORD_WAITS_ROOM, COORD_WAITS_DRAIN } coordinator_waits;
-  int coordinator_failed;      /* out of memory for its own bookkeeping: see fatal_* */
-  ferry_status fatal_status;
-  char fatal_message[FERRY_ERROR_MAX];
-  ready_item *spare_items;     /* recycled items */
-  ready_item *reserve_item;    /* so an end or error marker can always be queued */
-  plan *spare_plans;           /* recycled plans */
-  plan *inflight_head, *inflight_tail;
-  size_t inflight;
-  uint64_t epoch_skipped;      /* samples skipped in the coordinator's epoch so far */
-  /* where the coordinator begins the next generation (set by set_epoch, state_set) */
-  int64_t restart_epoch;
-  uint64_t restart_cursor;
-  /* workers */
-  pthread_t *worker_threads;
-  struct worker_slot *worker_slots; /* [nworkers]: each thread's index and wake-up */
-  struct worker_slot **idle_stack;  /* [nworkers]: idle workers, the last to go idle on top */
-  size_t nworkers, workers_started;
-  plan *work_head, *work_tail; /* plans with unclaimed slots, oldest first */
-  size_t unclaimed;            /* their unclaimed slots, all plans together */
-  size_t idle_workers;         /* workers on the idle stack */
-  size_t busy_workers;         /* workers holding a slot (between claim and finish) */
-  size_t max_busy;             /* at most this many hold one at once: the usable cores */
-  size_t waking;               /* workers taken off the idle stack and not yet running */
-  int workers_stop;
-  /* wake-ups decided under the lock and sent just after it is let go (handoff.c) */
-  int owed_ready;              /* a wake-up owed to ready_cv */
-  int owed_coord;              /* a wake-up owed to coord_cv */
-  ferry__cond **owed_workers;  /* [nworkers]: workers taken off the idle stack */
-  size_t nowed_workers;
-  /* between coordinator and consumer */
-  ready_item *ready_head, *ready_tail;
-  size_t ready;
-  size_t outstanding;          /* batches created and not yet released */
-  ferry_batch **held;          /* [arenas]: batches the consumer holds, for close */
-  size_t nheld;
-  /* the consumer's view: what has been delivered */
-  ferry_loader_state state;
-  uint64_t samples_in_epoch, skipped_in_epoch;
+  int stopping;                /* set once, by close (loader.c) */
+  uint64_t generation;         /* bumped by set_epoch/state_set (coordinator.c) and close */
+  work_queue work;             /* workers.c */
+  handoff hand;                /* handoff.c */
+  coordinator_part coord;      /* coordinator.c */
+  consumer_view view;          /* loader.c */
+  /* Counters, each written by one file: samples_decoded and peak_busy_workers by
+   * workers.c, samples_skipped, replans and coordinator_idle_cpu_ns by
+   * coordinator.c, batches_delivered and consumer_idle_cpu_ns by loader.c; the rest
+   * at open. */
   ferry_loader_stats stats;
 };
 
@@ -235,36 +274,49 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
  * coordinator's layout, every other field's rows already set). O(count), no lock. */
 void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows);
-/* The transfer stage that decodes this loader's batches on the device, with the CPU
- * resize's filter tables (lib/transfer/jpeg_stage.h). */
+/* The transfer stage that decodes this loader's batches on the device
+ * (image/gpu/jpeg_stage.h). */
 struct ferry_jpeg_stage;
 ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 
-/* Worker threads (workers.c). */
-ferry_status ferry__loader_start_workers(ferry_loader *loader, size_t count);
+/* ---- the worker threads (workers.c); all but start and stop under loader->lock ---- */
+
+/* Start `count` workers, at most `max_busy` of which fill samples at once. */
+ferry_status ferry__loader_start_workers(ferry_loader *loader, size_t count, size_t max_busy);
 void ferry__loader_stop_workers(ferry_loader *loader);
 /* Queue a plan's slots for the workers and wake the idle ones it needs; O(1) but
- * for the wake-ups. The caller holds loader->lock. */
+ * for the wake-ups. */
 void ferry__loader_dispatch(ferry_loader *loader, plan *p);
-/* Take a plan's unclaimed slots back from the workers (it is being cancelled).
- * The caller holds loader->lock. */
+/* Take a plan's unclaimed slots back from the workers (it is being cancelled). */
 void ferry__loader_withdraw(ferry_loader *loader, plan *p);
 
-/* The coordinator (coordinator.c): the thread's body. */
-void *ferry__loader_coordinate(void *loader);
+/* ---- the coordinator (coordinator.c) ----------------------------------------------- */
 
-/* The hand-off between the threads (handoff.c). Every call but the release hook
- * expects loader->lock held (and ferry__loader_unlock lets it go). */
+/* Start and join its thread. */
+ferry_status ferry__coordinator_start(ferry_loader *loader);
+void ferry__coordinator_join(ferry_loader *loader);
+/* Restart at (epoch, cursor): a new generation, so what is in flight or ready is
+ * dropped once the coordinator wakes. The caller holds the lock (and sets the
+ * consumer's view in the same hold). */
+void ferry__coordinator_restart(ferry_loader *loader, int64_t epoch, uint64_t cursor);
+/* Stop for close: `stopping` set, a new generation, the consumer and the coordinator
+ * woken. Takes the lock. */
+void ferry__coordinator_stop(ferry_loader *loader);
+
+/* ---- the hand-off between the threads (handoff.c) -----------------------------------
+ * Every call but the release hook and ferry__handoff_close expects loader->lock held
+ * (and ferry__loader_unlock lets it go). */
 
 /* Wake-ups are owed, not sent, under the lock: a thread woken while the signaller
  * still holds the lock would only go back to sleep on the lock itself, and the
  * signal's system call would lengthen the time everyone else waits for it. Whoever
  * lets the lock go next sends them (ferry__loader_unlock), and a thread about to
- * wait sends them first (ferry__loader_wait). So every path that owes a wake-up must
- * let the lock go through one of the two; the rare broadcasts (close, a fatal error)
- * and restart's signal are sent at once. */
+ * wait sends them first (ferry__loader_wait). Every release of the lock goes
+ * through one of the two (tests/loaders/check_unlocks.py holds the code to that), and
+ * both run ferry__loader_check first in the checking builds; the rare broadcasts
+ * (close, a fatal error, a restart) are sent at once. */
 void ferry__loader_owe_ready(ferry_loader *loader);
 void ferry__loader_owe_coord(ferry_loader *loader);
 void ferry__loader_owe_worker(ferry_loader *loader, ferry__cond *wake);
@@ -278,34 +330,74 @@ void ferry__loader_unlock(ferry_loader *loader);
  * idling: at saturation they never wait, so only the work bounds the rate
  * (repro/throughput's ceiling). */
 void ferry__loader_wait(ferry_loader *loader, ferry__cond *cv, uint64_t *idle_ns);
-/* A ready item from the spare list or the heap (NULL when out of memory), and its
- * return to the spare list. */
-ready_item *ferry__loader_item_get(ferry_loader *loader);
-void ferry__loader_item_put(ferry_loader *loader, ready_item *item);
+
+/* Plans: a new one with arrays for a full batch (NULL when out of memory; allocated
+ * without needing the lock), a spare one (NULL when there is none), one back to the
+ * spare list (no worker may hold one of its slots), and the spare list freed (the
+ * coordinator's exit). */
+plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields);
+plan *ferry__handoff_plan_spare(ferry_loader *loader);
+void ferry__handoff_plan_put(ferry_loader *loader, plan *p);
+void ferry__handoff_free_spare_plans(ferry_loader *loader);
+/* Items: one from the spare list or the heap (NULL when out of memory), one back. */
+ready_item *ferry__handoff_item_get(ferry_loader *loader);
+void ferry__handoff_item_put(ferry_loader *loader, ready_item *item);
+/* An item for an end or error marker: a spare one, else the reserve (NULL only when
+ * both fail). ferry__handoff_restock_reserve makes a new reserve if it was used. */
+ready_item *ferry__handoff_marker_item(ferry_loader *loader);
+void ferry__handoff_restock_reserve(ferry_loader *loader);
 /* Append an item to the ready queue and wake the consumer. */
-void ferry__loader_push_item(ferry_loader *loader, ready_item *item);
-/* A plan back to the spare list; no worker may hold one of its slots. */
-void ferry__loader_plan_put(ferry_loader *loader, plan *p);
+void ferry__handoff_push_item(ferry_loader *loader, ready_item *item);
+
+/* The coordinator lays a batch out: _begin counts it among the batches that exist
+ * before the lock is let go for the layout; _end with made 0 (the layout failed)
+ * takes it back, with made 1 the batch now exists and is appended or discarded. */
+void ferry__handoff_layout_begin(ferry_loader *loader);
+void ferry__handoff_layout_end(ferry_loader *loader, int made);
+/* A laid-out plan goes in flight, behind the others. */
+void ferry__handoff_append(ferry_loader *loader, plan *p);
+/* Give a batch back on the coordinator's side, without the consumer's hook. */
+void ferry__handoff_discard(ferry_loader *loader, ferry_batch *batch);
+/* Every plan in flight, cancelled and with no slot held by a worker any more
+ * (coordinator.c cancel_inflight), off the list: batches given back, plans to spare. */
+void ferry__handoff_release_inflight(ferry_loader *loader);
+/* Drop ready items of another generation than `generation` (UINT64_MAX: all). */
+void ferry__handoff_drop_stale(ferry_loader *loader, uint64_t generation);
 /* The head plan is complete and good: hand its batch out in the item it was laid out
  * with (so that delivering needs no memory), and recycle the plan. */
-void ferry__loader_deliver_head(ferry_loader *loader);
+void ferry__handoff_deliver_head(ferry_loader *loader);
 /* Hand every complete, good plan at the head of the in-flight list to the consumer,
  * in order. 0 when it stopped at a complete plan that needs the coordinator
  * (failures, cancelled, an older generation). */
-int ferry__loader_deliver_complete(ferry_loader *loader);
+int ferry__handoff_deliver_complete(ferry_loader *loader);
+/* The coordinator goes idle, waiting for room (drain 0) or for every plan in flight
+ * to be delivered (drain 1); or it is busy again. */
+void ferry__handoff_coordinator_idle(ferry_loader *loader, int drain);
+void ferry__handoff_coordinator_busy(ferry_loader *loader);
 /* Wake the idle coordinator if a quarter of the depth (at least 1 batch) can be laid
  * out, so that with a deep pipeline it wakes once per several batches, not for each.
  * Workers call it as they finish a slot (workers.c). */
-void ferry__loader_wake_coordinator_for_room(ferry_loader *loader);
-/* The consumer took a batch or released one. It wakes the coordinator only when
- * nothing is in flight: otherwise a worker is bound to finish a slot soon and does
- * it. A wake-up is a system call and, when the coordinator's core is idle, an
- * interrupt to another core (several microseconds in a virtual machine); on the
- * consumer it would be serial work per batch, on a worker it is not. The pipeline
- * never waits on it: with nothing in flight or ready, the whole depth is free, and
- * the coordinator is also woken when its head plan needs it. */
-void ferry__loader_room_freed(ferry_loader *loader);
+void ferry__handoff_wake_coordinator_for_room(ferry_loader *loader);
+/* The consumer's side: the ready item at the head if it is of the current
+ * generation (taken off the queue), else NULL; a delivered batch recorded as held. */
+ready_item *ferry__handoff_pop_ready(ferry_loader *loader);
+void ferry__handoff_hold(ferry_loader *loader, ferry_batch *batch);
 /* The consumer's release hook: a delivered batch was released. Takes the lock. */
 void ferry__loader_release_hook(ferry_batch *batch, void *loader);
+/* At open: room for `arenas` held batches and `workers` owed wake-ups. */
+ferry_status ferry__handoff_open(ferry_loader *loader, size_t workers, size_t arenas);
+/* At close, once every thread is joined: the batches the consumer still holds are
+ * released (their hooks removed first), the spare items and the reserve freed. */
+void ferry__handoff_close(ferry_loader *loader);
+
+/* ---- the checker (loader_check.c) --------------------------------------------------- */
+
+/* FERRY_OK, or FERRY_EINVAL with the first broken invariant in `why` (loader->lock
+ * held). */
+ferry_status ferry__loader_check_report(const ferry_loader *loader, char *why, size_t size);
+/* In the checking builds (FERRY_LOADER_CHECKS: debug and sanitizer builds), abort with
+ * the broken invariant on stderr; elsewhere nothing. Called at every release of the
+ * lock (handoff.c). */
+void ferry__loader_check(const ferry_loader *loader);
 
 #endif

@@ -1,10 +1,12 @@
 /* loaders/workers.c - the threads that fill samples, one decoder each.
  *
- * Owns the work queue: plans with unclaimed slots, oldest first. A worker claims
- * the next slot of the head plan under the loader's lock, fills it without the
- * lock, then retakes the lock once to record the result and claim its next slot.
- * Also owns the worker threads, their wake-up condition variables, the idle stack,
- * and each thread's ferry_decoder (opened and closed on the thread that uses it).
+ * Owns loader->work (loader_internal.h): the work queue, plans with unclaimed slots,
+ * oldest first, and the worker threads, their wake-up condition variables, the idle
+ * stack, and each thread's ferry_decoder (opened and closed on the thread that uses
+ * it). A worker claims the next slot of the head plan under the loader's lock, fills
+ * it without the lock, then retakes the lock once to record the result and claim its
+ * next slot. Of the plans it writes only the claim (claimed, pending) and its own
+ * slot's result; of the counters samples_decoded and peak_busy_workers.
  * Callers: loader.c starts the workers at open and stops them at close, after the
  * coordinator has been joined; the coordinator dispatches and withdraws plans, under
  * the loader's lock; the `workers` threads run worker_main.
@@ -56,11 +58,11 @@ typedef struct worker_slot {
  * all 16). `waking` counts workers woken and not yet running: they will claim too,
  * so they count against both the slots left and the free cores. */
 static void wake_worker(ferry_loader *l) {
-  size_t taken = l->busy_workers + l->waking;
-  if (l->unclaimed > l->waking && l->max_busy > taken && l->idle_workers > 0) {
-    worker_slot *w = l->idle_stack[--l->idle_workers];
+  size_t taken = l->work.busy + l->work.waking;
+  if (l->work.unclaimed > l->work.waking && l->work.max_busy > taken && l->work.idle > 0) {
+    worker_slot *w = l->work.idle_stack[--l->work.idle];
     w->woken = 1;
-    l->waking++;
+    l->work.waking++;
     ferry__loader_owe_worker(l, &w->wake);
   }
 }
@@ -70,25 +72,25 @@ void ferry__loader_dispatch(ferry_loader *l, plan *p) {
   p->pending = p->count;
   p->failures = 0;
   p->next_work = NULL;
-  if (l->work_tail) l->work_tail->next_work = p;
-  else l->work_head = p;
-  l->work_tail = p;
-  l->unclaimed += p->count;
+  if (l->work.tail) l->work.tail->next_work = p;
+  else l->work.head = p;
+  l->work.tail = p;
+  l->work.unclaimed += p->count;
   wake_worker(l);
 }
 
 void ferry__loader_withdraw(ferry_loader *l, plan *p) {
-  plan **link = &l->work_head, *prev = NULL;
+  plan **link = &l->work.head, *prev = NULL;
   while (*link && *link != p) {
     prev = *link;
     link = &(*link)->next_work;
   }
   if (*link) {
     *link = p->next_work;
-    if (l->work_tail == p) l->work_tail = prev;
+    if (l->work.tail == p) l->work.tail = prev;
   }
   p->pending -= p->count - p->claimed;
-  l->unclaimed -= p->count - p->claimed;
+  l->work.unclaimed -= p->count - p->claimed;
   p->claimed = p->count;
 }
 
@@ -99,20 +101,20 @@ void ferry__loader_withdraw(ferry_loader *l, plan *p) {
  * batch behind it for as long as the others keep the cores (and a worker that goes
  * on to its next slot without sleeping costs no wake-up at all). */
 static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
-  while ((!l->work_head || l->busy_workers >= l->max_busy) && !l->workers_stop) {
+  while ((!l->work.head || l->work.busy >= l->work.max_busy) && !l->work.stop) {
     self->woken = 0;
-    l->idle_stack[l->idle_workers++] = self;
-    while (!self->woken && !l->workers_stop) ferry__loader_wait(l, &self->wake, NULL);
-    if (self->woken) l->waking--;
+    l->work.idle_stack[l->work.idle++] = self;
+    while (!self->woken && !l->work.stop) ferry__loader_wait(l, &self->wake, NULL);
+    if (self->woken) l->work.waking--;
   }
-  plan *p = l->work_head;
-  if (!p || l->workers_stop) return SIZE_MAX;
-  if (++l->busy_workers > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->busy_workers;
+  plan *p = l->work.head;
+  if (!p || l->work.stop) return SIZE_MAX;
+  if (++l->work.busy > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->work.busy;
   size_t slot = p->claimed++;
-  l->unclaimed--;
+  l->work.unclaimed--;
   if (p->claimed == p->count) {
-    l->work_head = p->next_work;
-    if (!l->work_head) l->work_tail = NULL;
+    l->work.head = p->next_work;
+    if (!l->work.head) l->work.tail = NULL;
   }
   wake_worker(l); /* the next in the chain, if slots and cores are left */
   *out = p;
@@ -128,14 +130,14 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
 static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
   /* No wake-up for the core this frees: the caller goes straight back to claim and
    * takes the next slot itself. */
-  l->busy_workers--;
+  l->work.busy--;
   p->status[slot] = st;
   if (st != FERRY_OK) p->failures++;
-  ferry__loader_wake_coordinator_for_room(l);
+  ferry__handoff_wake_coordinator_for_room(l);
   if (--p->pending != 0) return;
   /* A complete plan behind an unfinished head waits: it goes out after the head,
    * delivered by whichever thread completes that (or by the coordinator). */
-  if (p->canceled || (p == l->inflight_head && !ferry__loader_deliver_complete(l)))
+  if (p->canceled || (p == l->hand.inflight_head && !ferry__handoff_deliver_complete(l)))
     ferry__loader_owe_coord(l);
 }
 
@@ -183,31 +185,31 @@ static void *worker_main(void *arg) {
 
 /* On failure the threads already started are left running: close stops them
  * (workers_started counts them), as it does on every failed open. */
-ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
-  l->worker_threads = ferry__calloc(count, sizeof *l->worker_threads);
-  l->worker_slots = ferry__calloc(count, sizeof *l->worker_slots);
-  l->idle_stack = ferry__calloc(count, sizeof *l->idle_stack);
-  l->owed_workers = ferry__calloc(count, sizeof *l->owed_workers);
-  if (!l->worker_threads || !l->worker_slots || !l->idle_stack || !l->owed_workers)
+ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count, size_t max_busy) {
+  l->work.max_busy = max_busy;
+  l->work.threads = ferry__calloc(count, sizeof *l->work.threads);
+  l->work.slots = ferry__calloc(count, sizeof *l->work.slots);
+  l->work.idle_stack = ferry__calloc(count, sizeof *l->work.idle_stack);
+  if (!l->work.threads || !l->work.slots || !l->work.idle_stack)
     return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu workers", count);
-  l->nworkers = count;
+  l->work.nworkers = count;
   for (size_t i = 0; i < count; i++) {
-    l->worker_slots[i].loader = l;
-    l->worker_slots[i].index = i;
+    l->work.slots[i].loader = l;
+    l->work.slots[i].index = i;
   }
   /* Every decoder before any thread: opening one allocates, and a worker without one
    * could only fail the samples it claims. Those opened stay with their slots and are
    * closed by ferry__loader_stop_workers if the open fails here. */
   for (size_t i = 0; i < count; i++) {
-    ferry_status st = ferry_decoder_open(&l->worker_slots[i].decoder);
-    if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_worker_open(&l->fill, &l->worker_slots[i].gpu);
+    ferry_status st = ferry_decoder_open(&l->work.slots[i].decoder);
+    if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_worker_open(&l->fill, &l->work.slots[i].gpu);
     if (st != FERRY_OK) return ferry__error_prefix(st, "loader: worker %zu of %zu: ", i + 1, count);
   }
   for (size_t i = 0; i < count; i++) {
-    if (ferry__thread_start(&l->worker_threads[i], worker_main, &l->worker_slots[i], "ferry-worker-", i) != 0)
+    if (ferry__thread_start(&l->work.threads[i], worker_main, &l->work.slots[i], "ferry-worker-", i) != 0)
       return ferry__fail(FERRY_ENOMEM, "loader: could not start worker %zu of %zu (out of threads or memory)",
                         i + 1, count);
-    l->workers_started++;
+    l->work.started++;
   }
   return FERRY_OK;
 }
@@ -217,21 +219,21 @@ ferry_status ferry__loader_start_workers(ferry_loader *l, size_t count) {
  * exited first), so no worker is inside a fill that would need them. */
 void ferry__loader_stop_workers(ferry_loader *l) {
   pthread_mutex_lock(&l->lock);
-  l->workers_stop = 1;
-  for (size_t i = 0; i < l->workers_started; i++) ferry__cond_wake(&l->worker_slots[i].wake);
-  pthread_mutex_unlock(&l->lock);
-  for (size_t i = 0; i < l->workers_started; i++) pthread_join(l->worker_threads[i], NULL);
-  for (size_t i = 0; l->worker_slots && i < l->nworkers; i++) {
-    ferry_decoder_close(l->worker_slots[i].decoder); /* NULL once its worker closed it */
-    ferry__gpu_worker_close(l->worker_slots[i].gpu);
+  l->work.stop = 1;
+  for (size_t i = 0; i < l->work.started; i++) ferry__cond_wake(&l->work.slots[i].wake);
+  ferry__loader_unlock(l);
+  for (size_t i = 0; i < l->work.started; i++) pthread_join(l->work.threads[i], NULL);
+  for (size_t i = 0; l->work.slots && i < l->work.nworkers; i++) {
+    ferry_decoder_close(l->work.slots[i].decoder); /* NULL once its worker closed it */
+    ferry__gpu_worker_close(l->work.slots[i].gpu);
   }
-  l->workers_started = l->nworkers = l->idle_workers = 0;
-  ferry__free(l->worker_threads);
-  ferry__free(l->worker_slots);
-  ferry__free(l->idle_stack);
-  ferry__free(l->owed_workers);
-  l->owed_workers = NULL;
-  l->worker_threads = NULL;
-  l->worker_slots = NULL;
-  l->idle_stack = NULL;
+  pthread_mutex_lock(&l->lock);
+  l->work.started = l->work.nworkers = l->work.idle = 0;
+  ferry__free(l->work.threads);
+  ferry__free(l->work.slots);
+  ferry__free(l->work.idle_stack);
+  l->work.threads = NULL;
+  l->work.slots = NULL;
+  l->work.idle_stack = NULL;
+  ferry__loader_unlock(l);
 }

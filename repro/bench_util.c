@@ -1,4 +1,5 @@
 /* repro/bench_util.c - see bench_util.h. */
+#include "loaders/baseline.h"
 #include "repro/bench_util.h"
 
 #include <stdio.h>
@@ -117,15 +118,13 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   return 1;
 }
 
-void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
-                         int packed) {
+void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device) {
   ferry_loader_config_default(config);
   config->annotations = c->annotations;
   config->images = c->images;
   config->batch_size = (size_t)c->batch;
   config->workers = (size_t)c->workers;
   config->resolution = c->resolution;
-  config->packed = packed;
   config->device = device;
   config->layout = c->layout;
   config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
@@ -142,4 +141,8 @@ uint8_t *bench_read_file(const char *path, size_t *len) {
   *len = data ? fread(data, 1, (size_t)n, f) : 0;
   fclose(f);
   return data;
+}
+
+ferry_status bench_loader_open(const ferry_loader_config *config, int packed, ferry_loader **out) {
+  return packed ? ferry_loader_open(config, out) : ferry__loader_open_unpacked(config, out);
 }

@@ -24,8 +24,9 @@ void bench_common_default(bench_common *c);
  * value is not one it takes. */
 int bench_common_flag(bench_common *c, const char *flag, const char *value);
 /* A loader config for these flags on `device`, packed or unpacked. */
-void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device,
-                         int packed);
+void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device);
+/* ferry_loader_open, or with packed 0 the unpacked baseline (loaders/baseline.h). */
+ferry_status bench_loader_open(const ferry_loader_config *config, int packed, ferry_loader **out);
 
 /* The whole file, malloc'ed (free it), its size in *len; NULL when it cannot be read
  * or is empty. */

@@ -78,10 +78,10 @@ static int fail(const char *what) {
 
 static ferry_loader *open_path(const options *o, ferry_device *dev, int packed) {
   ferry_loader_config c;
-  bench_loader_config(&c, &o->data, dev, packed);
+  bench_loader_config(&c, &o->data, dev);
   if (packed) c.progress = ferry_loader_progress_bar;
   ferry_loader *l = NULL;
-  if (ferry_loader_open(&c, &l) != FERRY_OK) return NULL;
+  if (bench_loader_open(&c, packed, &l) != FERRY_OK) return NULL;
   return l;
 }
 

@@ -19,6 +19,7 @@
 #include "ferry/advanced.h"
 #include "ferry/ferry.h"
 #include "ferry/transfer.h"
+#include "lib/transfer/packed_copy.h"
 
 typedef struct mask_size {
   const char *label;
@@ -77,15 +78,14 @@ static int make_batch(ferry_pool *pool, const mask_size *size, ferry_batch **out
 }
 
 /* One repetition: extra peak and milliseconds. */
-static int run_once(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry_transfer_mode mode,
+static int run_once(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry__transfer_path mode,
                     uint64_t *extra, double *ms) {
   ferry_memory_stats st;
   ferry_device_batch *db = NULL;
   if (ferry_device_synchronize(d) != FERRY_OK || ferry_device_reset_peak(d) != FERRY_OK)
     return fail("synchronising the device");
-  ferry_transfer_options o = {.mode = mode};
   double t0 = now_ms();
-  if (ferry_transfer(d, s, b, &o, &db) != FERRY_OK) return fail("transfer");
+  if (ferry__transfer_by(mode, d, s, b, NULL, &db) != FERRY_OK) return fail("transfer");
   if (ferry_device_batch_wait(db) != FERRY_OK) return fail("waiting for the transfer");
   *ms = now_ms() - t0;
   ferry_device_memory_stats(d, &st);
@@ -94,7 +94,7 @@ static int run_once(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry_tran
   return 0;
 }
 
-static int measure(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry_transfer_mode mode,
+static int measure(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry__transfer_path mode,
                    int reps, path_result *out) {
   double *ms = calloc((size_t)reps, sizeof *ms);
   uint64_t extra = 0, worst = 0;
@@ -152,8 +152,8 @@ static int run_backend(const char *name, int json, int reps, int *direct_nonzero
     ferry_batch *b = NULL;
     path_result prev, direct;
     rc = make_batch(pool, &sizes[i], &b);
-    if (rc == 0) rc = measure(d, s, b, FERRY_TRANSFER_PACKED_THEN_CLONE, reps, &prev);
-    if (rc == 0) rc = measure(d, s, b, FERRY_TRANSFER_DIRECT, reps, &direct);
+    if (rc == 0) rc = measure(d, s, b, FERRY__PACKED_THEN_CLONE, reps, &prev);
+    if (rc == 0) rc = measure(d, s, b, FERRY__DIRECT, reps, &direct);
     if (rc == 0) {
       uint64_t bytes = (uint64_t)(sizes[i].instances * sizes[i].side * sizes[i].side);
       print_row(json, backend, &sizes[i], bytes, &prev, &direct);

@@ -79,7 +79,7 @@ def rel(path):
     return path
 for t in json.load(sys.stdin):
     suites = sorted(s.split(":")[-1] for s in t["suite"])
-    if not {"lib", "transfer", "gpu"} & set(suites) or t["name"] in ("install", "exports"):
+    if not {"lib", "transfer", "gpu", "nvjpeg"} & set(suites) or t["name"] in ("install", "exports"):
         continue
     # FERRY_* and CRITERION_* only: the rest configure sanitizers, which a release
     # bundle is built without. FERRY_SOURCE_ROOT is the source tree, not bundled.
@@ -114,7 +114,7 @@ copy_test_data() {
 bundle_binaries() {
   local build=$1
   find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
-  find "$build/tests/loaders" -maxdepth 1 -type f -perm -u+x -name 'test_resize_gpu'
+  find "$build/tests/image" -maxdepth 1 -type f -perm -u+x \( -name 'test_resize_gpu' -o -name 'test_nvjpeg' \)
   local p
   for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
     echo "$build/$p"
@@ -146,7 +146,7 @@ copy_libraries() {
       cp -L -n "$path" "$dir/lib/$name"
     done
   done < <(bundle_binaries "$dir/build")
-  # libnvjpeg is opened with dlopen (lib/nvjpeg_api.c), so ldd never lists it: PyPI's
+  # libnvjpeg is opened with dlopen (image/gpu/nvjpeg_api.c), so ldd never lists it: PyPI's
   # nvidia-nvjpeg, where installed, goes along (test_nvjpeg then requires it to load).
   local nvjpeg
   nvjpeg=$(python3 -c 'import importlib.metadata as m; print(m.distribution("nvidia-nvjpeg").locate_file("nvidia/cu13/lib/libnvjpeg.so.13"))' 2>/dev/null)

@@ -2,7 +2,7 @@
  *
  *   nvjpeg_parity [--device cuda:0] [--json] [--rate N] [--batch 32] DIR...
  *
- * For every *.jpg of each DIR: route it (lib/nvjpeg_api.c's rules; images nvJPEG
+ * For every *.jpg of each DIR: route it (image/gpu/nvjpeg_api.c's rules; images nvJPEG
  * does not take are counted by reason), decode it with nvJPEG to RGB8 on the device
  * and with ferry's CPU decoder, and compare: per channel, the largest and the mean
  * absolute difference. The decoders differ by their IDCT and chroma upsampling only;
@@ -20,7 +20,7 @@
 
 #include "ferry/ferry.h"
 #include "lib/device_internal.h"
-#include "lib/nvjpeg_table.h"
+#include "image/gpu/nvjpeg_table.h"
 #include "lib/status.h"
 #include "repro/bench_util.h"
 #include "repro/decode_limit.h"

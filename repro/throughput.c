@@ -51,6 +51,7 @@
 #include "ferry/ferry.h"
 #include "ferry/loader.h"
 #include "ferry/transfer.h"
+#include "lib/transfer/packed_copy.h"
 #include "repro/bench_util.h"
 #include "repro/decode_limit.h"
 
@@ -72,7 +73,7 @@ typedef struct path_run {
   const options *opt;
   const char *name;
   int packed, transfer; /* transfer 0: the loader alone, batches released on arrival */
-  ferry_transfer_mode mode;
+  ferry__transfer_path mode;
 } path_run;
 
 static int fail(const char *what) {
@@ -134,10 +135,10 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
   /* The GPU decoder's images tensor is made by the transfer: normalised like the CPU
    * path's f32 layout, or u8 as its u8 layout. */
   ferry_normalize norm = run->opt->data.layout == FERRY_LAYOUT_F32_CHW ? FERRY_NORMALIZE_F32 : FERRY_NORMALIZE_NONE;
-  ferry_transfer_options options = {.mode = run->mode, .normalize = run->opt->gpu_decoder ? norm : FERRY_NORMALIZE_NONE};
+  ferry_transfer_options options = {.normalize = run->opt->gpu_decoder ? norm : FERRY_NORMALIZE_NONE};
   ferry_device_batch *db;
   double live = device_live_bytes(dev);
-  st = ferry_transfer(dev, s, b, &options, &db);
+  st = ferry__transfer_by(run->mode, dev, s, b, &options, &db);
   ferry_batch_release(b);
   if (st != FERRY_OK) return st;
   st = ferry_device_batch_wait(db);
@@ -162,12 +163,12 @@ static int measure_path(void *arg, double *out) {
   ferry_device *dev;
   if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
   ferry_loader_config c;
-  bench_loader_config(&c, &o->data, dev, run->packed);
+  bench_loader_config(&c, &o->data, dev);
   c.image.dct_scaling = o->dct;
   c.image.decode = o->decode;
   ferry_loader *l;
   ferry_stream *s;
-  if (ferry_loader_open(&c, &l) != FERRY_OK) return fail("loader");
+  if (bench_loader_open(&c, run->packed, &l) != FERRY_OK) return fail("loader");
   if (ferry_stream_open(dev, &s) != FERRY_OK) return fail("stream");
   tally t = {0};
   for (int k = 0; k < o->warmup; k++)
@@ -261,7 +262,7 @@ static int parse(int argc, char **argv, options *o) {
 /* With the GPU decoder the loader alone decodes no pixel, and the previous path
  * cannot carry the decode (docs/images.md): only the transfers are measured. */
 static int measured(const options *o, const path_run *run) {
-  if (o->gpu_decoder && (!run->transfer || run->mode == FERRY_TRANSFER_PACKED_THEN_CLONE)) return 0;
+  if (o->gpu_decoder && (!run->transfer || run->mode == FERRY__PACKED_THEN_CLONE)) return 0;
   return !o->only || !strcmp(o->only, run->name);
 }
 
@@ -317,7 +318,7 @@ static int preflight(options *o) {
   ferry_device *dev;
   if (ferry_device_open(o->device, &dev) != FERRY_OK) return fail("device");
   ferry_loader_config c;
-  bench_loader_config(&c, &o->data, dev, 1);
+  bench_loader_config(&c, &o->data, dev);
   c.image.decode = o->decode;
   ferry_loader *l;
   int failed = ferry_loader_open(&c, &l) != FERRY_OK;
@@ -332,10 +333,10 @@ static int preflight(options *o) {
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o) != 0) return 2;
-  const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY_TRANSFER_DIRECT},
-                                {&o, "previous", 1, 1, FERRY_TRANSFER_PACKED_THEN_CLONE},
-                                {&o, "direct", 1, 1, FERRY_TRANSFER_DIRECT},
-                                {&o, "unpacked", 0, 1, FERRY_TRANSFER_DIRECT}};
+  const path_run runs[PATHS] = {{&o, "loader", 1, 0, FERRY__DIRECT},
+                                {&o, "previous", 1, 1, FERRY__PACKED_THEN_CLONE},
+                                {&o, "direct", 1, 1, FERRY__DIRECT},
+                                {&o, "unpacked", 0, 1, FERRY__DIRECT}};
   int first = -1; /* the first path measured */
   for (int r = PATHS - 1; r >= 0; r--)
     if (measured(&o, &runs[r])) first = r;

@@ -12,7 +12,9 @@ import pathlib
 import re
 import sys
 
-FOLDERS = ["lib", "lib/transfer", "coco", "loaders", "loaders/image"]
+# A "folder/**" entry is the folder with its subfolders, as one: image/gpu may call
+# image/ (the resize's filter tables), never the other way round.
+FOLDERS = ["lib", "lib/transfer", "coco", "image", "image/gpu", "image/**", "loaders"]
 DEFINITION = re.compile(r"^[A-Za-z][^;{()]*?\b(ferry_\w+)\s*\([^;]*?\)\s*\{", re.M | re.S)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
@@ -53,14 +55,16 @@ def main():
     root = pathlib.Path(sys.argv[1])
     failures = 0
     for folder in FOLDERS:
-        files = sorted((root / folder).glob("*.c"))
+        pattern = "**/*.c" if folder.endswith("/**") else "*.c"
+        files = sorted((root / folder.removesuffix("/**")).glob(pattern))
         if not files:
             sys.exit(f"no .c files in {root / folder}: wrong source root?")
         uses = calls_between(files)
         for circle in circles(uses):
             failures += 1
-            steps = [f"{a.name} uses {', '.join(uses[a][b])} of {b.name}" for a, b in zip(circle, circle[1:])]
-            print(f"{folder}: circle {' -> '.join(f.name for f in circle)}: " + "; ".join(steps))
+            name = lambda f: str(f.relative_to(root))  # noqa: E731
+            steps = [f"{name(a)} uses {', '.join(uses[a][b])} of {name(b)}" for a, b in zip(circle, circle[1:])]
+            print(f"{folder}: circle {' -> '.join(name(f) for f in circle)}: " + "; ".join(steps))
     if failures:
         return 1
     print(f"no call circles between the files of {', '.join(FOLDERS)}")

@@ -7,7 +7,8 @@
 A small C probe printing sizeof and offsetof of every mirrored struct and field is
 compiled with `cc` against the given include directories and run; each value is
 compared with the ctypes class's. Used by tests/examples/check_pytorch_doc.py (the
-script in docs/pytorch.md) and python/tests/test_layout.py (the ferry package).
+script in docs/pytorch.md) and python/tests/test_loader.py (the ferry package's mirrors,
+test_ctypes_mirrors_match_the_headers).
 """
 import ctypes
 import os

@@ -7,10 +7,7 @@
  *   - building packed and unpacked batches by hand, and sizing them;
  *   - the pinned pool and its arenas (ferry/pool.h);
  *   - a batch's held events and its release hook (how the loader learns that the
- *     consumer handed a batch back);
- *   - ferry_packed_to, the whole-batch device copy kept as the previous path's
- *     measured baseline;
- *   - modules moved to a device on first need (ferry/module.h).
+ *     consumer handed a batch back).
  * docs/api.md lists both tiers.
  */
 #ifndef FERRY_ADVANCED_H
@@ -22,7 +19,6 @@
 #include "ferry/batch.h"
 #include "ferry/device.h"
 #include "ferry/export.h"
-#include "ferry/module.h"
 #include "ferry/pool.h"
 
 #ifdef __cplusplus
@@ -58,20 +54,6 @@ FERRY_API ferry_status ferry_batch_hold_until(ferry_batch *batch, ferry_event *e
  * One hook per batch; a later call replaces it. */
 typedef void (*ferry_batch_release_fn)(ferry_batch *batch, void *user);
 FERRY_API void ferry_batch_set_release_hook(ferry_batch *batch, ferry_batch_release_fn fn, void *user);
-
-/* ---- the whole-batch device copy (the previous path's baseline) ------------------- */
-
-/* Move a PACKED batch to `device`, keeping it packed (one device allocation holding
- * the whole layout, same fields and offsets). Consumes `batch`: on success the caller
- * owns only *out. A batch already in `device`'s memory comes back as itself
- * (*out == batch); a batch in an arena (host memory, even one bound for `device`) or
- * on another device gives a new batch, and `batch` is released once the copy has read
- * it. The copy is queued on `stream`, a stream of `device` -- or, when moving from a
- * GPU to the host, of the GPU, since only it can read its memory (NULL: that device's
- * default stream). On failure the caller still owns `batch`. FERRY_EUNSUPPORTED for
- * an unpacked batch. */
-FERRY_API ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
-                                       ferry_batch **out);
 
 #ifdef __cplusplus
 }

@@ -95,8 +95,8 @@ FERRY_API ferry_status ferry_batch_sample(const ferry_batch *batch, size_t field
 FERRY_API ferry_status ferry_batch_field(const ferry_batch *batch, size_t field, ferry_tensor *view);
 
 /* Hand the batch back: its arena returns to the pool once every held event has
- * completed, without blocking. Only a batch held in device memory (made by
- * ferry_packed_to) or an unpacked one waits here for its held events before its
+ * completed, without blocking. Only a batch held in device memory (the internal
+ * whole-batch copy's) or an unpacked one waits here for its held events before its
  * memory is freed. The batch must not be used afterwards. */
 FERRY_API void ferry_batch_release(ferry_batch *batch);
 

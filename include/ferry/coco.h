@@ -23,7 +23,6 @@
 #include "ferry/error.h"
 #include "ferry/export.h"
 #include "ferry/mask.h"
-#include "ferry/export.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -55,6 +55,20 @@ typedef struct ferry_memory_stats {
   uint64_t initializations;   /* times lazy initialisation ran: 0 before first use, then 1 */
 } ferry_memory_stats;
 
+/* A pinned pool's counts and byte totals (ferry_pool_stats_get, ferry/pool.h, in the
+ * advanced API; a loader reports its own pool's in ferry_loader_stats.pool). */
+typedef struct ferry_pool_stats {
+  size_t arenas;            /* fixed number of arenas */
+  size_t in_use;            /* acquired and not released */
+  size_t pending;           /* released, waiting for their events */
+  uint64_t acquisitions;    /* successful acquires since open */
+  uint64_t growths;         /* times an arena had to be reallocated larger */
+  uint64_t reserved_bytes;  /* sum of arena capacities now */
+  uint64_t peak_reserved_bytes;
+  uint64_t in_use_bytes;    /* capacities of arenas acquired or pending */
+  uint64_t peak_in_use_bytes;
+} ferry_pool_stats;
+
 /* Open a device by name. Never initialises a CUDA context: that waits for first use. */
 FERRY_API ferry_status ferry_device_open(const char *name, ferry_device **out);
 /* Synchronise and release everything the device holds. Streams must be closed first. */

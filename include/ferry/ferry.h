@@ -1,6 +1,5 @@
 /* ferry/ferry.h - the stable public API, in one include. The advanced API (building
- * batches by hand, pools, release hooks, the whole-batch baseline, modules) is
- * ferry/advanced.h. */
+ * batches by hand, pools, release hooks) is ferry/advanced.h. */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
 

@@ -93,6 +93,9 @@ typedef struct ferry_image_options {
   uint64_t max_pixels;
   /* The loader's decoder. Default FERRY_DECODE_CPU. */
   ferry_decode_mode decode;
+  /* Zero. Room for options to come without moving the fields that follow these
+   * options in ferry_loader_config. */
+  uint32_t reserved[7];
 } ferry_image_options;
 
 /* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485,

@@ -31,7 +31,6 @@
 #include <stdint.h>
 
 #include "ferry/batch.h"
-#include "ferry/pool.h" /* ferry_pool_stats: the loader reports its pinned pool's use */
 #include "ferry/image.h"
 #include "ferry/export.h"
 
@@ -92,7 +91,14 @@ typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *u
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
 FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, void *user);
 
+/* The configuration grows with new options, appended at the end. struct_size, set by
+ * ferry_loader_config_default to the size this header gives, tells the library which
+ * of them the caller knows: a program built against an older header gets every later
+ * option's default, one built against a newer header may set options this library
+ * lacks only to their zero default (else FERRY_EUNSUPPORTED, naming the offset). So
+ * always start from ferry_loader_config_default. */
 typedef struct ferry_loader_config {
+  size_t struct_size;          /* sizeof(ferry_loader_config), set by ferry_loader_config_default */
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
   const char *images;          /* folder that file_name is relative to (required; checked
                                   to be a folder at open) */
@@ -115,7 +121,6 @@ typedef struct ferry_loader_config {
   int remap_categories;        /* 0: labels are raw category ids; 1: 0..C-1 */
   ferry_error_policy on_error; /* FERRY_ON_ERROR_FAIL */
   ferry_image_layout layout;   /* FERRY_LAYOUT_F32_CHW (normalised) or U8_HWC */
-  int packed;                  /* 1: one arena per batch; 0: per-sample allocations (baseline) */
   int allow_escaping_paths;    /* 0: file names with ".." or absolute paths are errors */
   ferry_image_options image;   /* decoder options (DCT scaling, EXIF, pixel limit) */
   ferry_device *device;        /* pins arenas for this device; NULL: plain host memory */
@@ -162,7 +167,7 @@ typedef struct ferry_loader_stats {
   uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
 } ferry_loader_stats;
 
-/* Fill *config with the documented defaults. */
+/* Fill *config with the documented defaults, struct_size included. */
 FERRY_API void ferry_loader_config_default(ferry_loader_config *config);
 
 /* Parse the annotations, start the workers and begin epoch 0. */

@@ -27,17 +27,8 @@ extern "C" {
 typedef struct ferry_pool ferry_pool;
 typedef struct ferry_arena ferry_arena;
 
-typedef struct ferry_pool_stats {
-  size_t arenas;            /* fixed number of arenas */
-  size_t in_use;            /* acquired and not released */
-  size_t pending;           /* released, waiting for their events */
-  uint64_t acquisitions;    /* successful acquires since open */
-  uint64_t growths;         /* times an arena had to be reallocated larger */
-  uint64_t reserved_bytes;  /* sum of arena capacities now */
-  uint64_t peak_reserved_bytes;
-  uint64_t in_use_bytes;    /* capacities of arenas acquired or pending */
-  uint64_t peak_in_use_bytes;
-} ferry_pool_stats;
+/* ferry_pool_stats, the pool's counts and byte totals, is declared in ferry/device.h
+ * (the stable API), since the loader reports its pool's with it. */
 
 /* A pool of `count` arenas for staging data bound for `device`. Each arena starts
  * with `initial_bytes` (0: allocated on first acquire). */

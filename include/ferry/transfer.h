@@ -15,11 +15,10 @@
  * take it out of the device batch, and nothing else notices (not the other tensors,
  * not the arena, not a later transfer of a batch that reuses the arena).
  *
- * The previous path (FERRY_TRANSFER_PACKED_THEN_CLONE) is kept as a measured
- * baseline: the whole packed batch is copied to the device once (ferry_packed_to,
- * ferry/advanced.h),
- * each sample's slice is cloned device-to-device into its own allocation, and the
- * packed copy is freed; its extra peak is the packed batch's size. See docs/transfer.md.
+ * The path that preceded this one (the whole packed batch copied to the device once,
+ * each sample's slice cloned from it, the copy freed: an extra peak of the packed
+ * batch's size) is kept inside the project as the baseline repro/cuda_peak_memory
+ * measures; it is not part of this API. See docs/transfer.md.
  *
  * Contents are ready when ferry_device_batch_event completes (ferry_device_batch_wait
  * waits for it). Work queued later on the same stream may use them at once.
@@ -39,11 +38,6 @@ extern "C" {
 #endif
 
 typedef struct ferry_device_batch ferry_device_batch;
-
-typedef enum ferry_transfer_mode {
-  FERRY_TRANSFER_DIRECT = 0,           /* per-sample allocations straight from the arena */
-  FERRY_TRANSFER_PACKED_THEN_CLONE = 1 /* the previous path: whole batch, then clones */
-} ferry_transfer_mode;
 
 /* Device-side normalisation of a u8 [H,W,3] image field: out = (x/255 - mean) / std,
  * written channel-first. Copying u8 and widening on the device moves 4x fewer bytes
@@ -85,10 +79,9 @@ typedef struct ferry_transfer_hook {
 
 #define FERRY_TRANSFER_MAX_HOOKS 8
 
-/* A zeroed struct (or a NULL pointer) means: direct path, image field "images", no
- * normalisation, no hooks. */
+/* A zeroed struct (or a NULL pointer) means: image field "images", no normalisation,
+ * no hooks. */
 typedef struct ferry_transfer_options {
-  ferry_transfer_mode mode;
   /* The field that becomes the batch tensor. NULL: "images". "": none; every field is
    * then a per-sample record. A batch without the named field is fine. The field must
    * be FERRY_FIELD_PER_SAMPLE. */
@@ -106,12 +99,10 @@ typedef struct ferry_transfer_options {
 
 /* Copy `batch` to `device` on `stream` (NULL: the device's default stream; otherwise a
  * stream of `device`). The batch stays the caller's and may be released at once.
- * Both packed and unpacked batches work on the direct path; the previous path needs a
- * packed one (FERRY_EUNSUPPORTED otherwise). Normalisation needs a u8 PER_SAMPLE image
+ * Both packed and unpacked batches work. Normalisation needs a u8 PER_SAMPLE image
  * field of inner shape [H,W,3] whose bytes the target can read (host memory, or the
- * target device itself). A batch held in GPU memory goes to the host device through
- * ferry_packed_to (FERRY_EUNSUPPORTED here). On failure nothing is left allocated and
- * *out is NULL. */
+ * target device itself). A batch held in GPU memory cannot go to the host backend
+ * (FERRY_EUNSUPPORTED). On failure nothing is left allocated and *out is NULL. */
 FERRY_API ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                       const ferry_transfer_options *options, ferry_device_batch **out);
 

@@ -7,8 +7,9 @@
  * job or kernel has run: the transfer holds the source batch by an event recorded
  * after all of them.
  * Invariant: for the same input and parameters, the host and the CUDA paths produce
- * the same bits (normalize.h says how); tests/transfer checks the host against the
- * formula in double precision and, on a GPU, the kernel against the host.
+ * the same bits: both apply ferry__normalize_value (normalize.h); tests/transfer
+ * checks the host against torchvision's steps and, on a GPU, the kernel against the
+ * host.
  * Not done here: validating mean and std (transfer.c's check_normalization refuses
  * a std with a zero or non-finite channel before anything runs), normalisation
  * across devices (the source is host memory or memory of the stream's device).
@@ -21,45 +22,33 @@
 #include "lib/device_internal.h"
 #include "lib/status.h"
 #include "lib/transfer/normalize.h"
+#include "ferry/image.h" /* FERRY_IMAGENET_MEAN and _STD: the statistics every layout uses */
 
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
 
-static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
-static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
-
 void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
                             int bf16) {
+  static const float imagenet_mean[3] = FERRY_IMAGENET_MEAN, imagenet_std[3] = FERRY_IMAGENET_STD;
   int given = std && (std[0] != 0.0f || std[1] != 0.0f || std[2] != 0.0f);
   const float *m = given ? mean : imagenet_mean, *s = given ? std : imagenet_std;
-  /* Computed once here, in float, and handed to both paths as is: the CPU and the
-   * kernel never derive them separately. */
   for (int c = 0; c < 3; c++) {
-    p->scale[c] = 1.0f / (255.0f * s[c]);
-    p->bias[c] = -m[c] / s[c];
+    p->mean[c] = m[c];
+    p->std[c] = s[c];
   }
   p->bf16 = bf16;
 }
 
-/* Round to nearest even. Not NaN-safe (the carry can turn a NaN into another value),
- * which is fine for the finite values that a valid mean and std give. */
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 void ferry__normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p) {
   for (int c = 0; c < 3; c++) {
-    float scale = p->scale[c], bias = p->bias[c];
+    float mean = p->mean[c], std = p->std[c];
     if (p->bf16) {
       uint16_t *out = (uint16_t *)dst + (size_t)c * hw;
-      for (size_t i = 0; i < hw; i++) out[i] = f32_to_bf16(fmaf((float)src[3 * i + c], scale, bias));
+      for (size_t i = 0; i < hw; i++) out[i] = ferry__float_to_bf16(ferry__normalize_value(src[3 * i + c], mean, std));
     } else {
       float *out = (float *)dst + (size_t)c * hw;
-      for (size_t i = 0; i < hw; i++) out[i] = fmaf((float)src[3 * i + c], scale, bias);
+      for (size_t i = 0; i < hw; i++) out[i] = ferry__normalize_value(src[3 * i + c], mean, std);
     }
   }
 }

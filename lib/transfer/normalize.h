@@ -1,8 +1,16 @@
-/* lib/transfer/normalize.h - u8 [H,W,3] -> normalised [3,H,W] f32/bf16 (internal).
+/* lib/transfer/normalize.h - the one normalisation formula, and u8 [H,W,3] ->
+ * normalised [3,H,W] f32/bf16 in stream order (internal).
  *
- * Both backends compute y = fmaf(x, scale[c], bias[c]) with scale = 1/(255 std) and
- * bias = -mean/std precomputed in float, and round to bf16 to nearest even by the
- * same bit operation, so the CPU and the CUDA kernel agree bit for bit. */
+ * ferry__normalize_value is torchvision's ToDtype(float32, scale=True) followed by
+ * Normalize, in its float32 steps: ((float)v / 255 - mean) / std, each operation
+ * rounded to float (IEEE division: no -ffast-math, nvcc without -use_fast_math).
+ * Every normalised pixel ferry makes comes from it: the CPU loader's table
+ * (image/normalize_table.c), the transfer's host loop and CUDA kernel (here), the GPU
+ * resize's f32 output (image/gpu/resize_cuda.cu); the vector kernels compute the
+ * same steps by fma only where a check at start-up shows that to be bit-exact. bf16
+ * rounds that float to nearest even by one bit operation, on both backends. It lives
+ * in lib/ because the public ferry_transfer applies it, and lib/ calls nothing above
+ * it; image/ includes it from here. */
 #ifndef FERRY_LIB_TRANSFER_NORMALIZE_H
 #define FERRY_LIB_TRANSFER_NORMALIZE_H
 
@@ -11,13 +19,37 @@
 
 #include "ferry/device.h"
 
+#ifdef __CUDACC__
+#define FERRY_HOST_DEVICE __host__ __device__
+#else
+#define FERRY_HOST_DEVICE
+#endif
+
+/* The normalised value of byte v of a channel with this mean and std. */
+static inline FERRY_HOST_DEVICE float ferry__normalize_value(uint8_t v, float mean, float std) {
+  return ((float)v / 255.0f - mean) / std;
+}
+
+/* A float to bf16, rounded to nearest even. Not NaN-safe (the carry can turn a NaN
+ * into another value), which is fine for the finite values a valid mean and std
+ * give. */
+static inline FERRY_HOST_DEVICE uint16_t ferry__float_to_bf16(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } bits = {f};
+  uint32_t u = bits.u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct ferry_norm_params {
-  float scale[3];
-  float bias[3];
+  float mean[3];
+  float std[3];
   int bf16; /* 0: f32 out, 1: bf16 out */
 } ferry_norm_params;
 

@@ -1,7 +1,7 @@
 /* lib/transfer/normalize_cuda.cu - the normalisation kernel: one thread per pixel
  * reads its 3 bytes and writes one value to each channel plane. The arithmetic is
- * normalize.c's (fmaf, then round-to-nearest-even for bf16), so both backends agree
- * bit for bit. */
+ * ferry__normalize_value and ferry__float_to_bf16 (normalize.h), the host loop's, so
+ * both backends agree bit for bit. */
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -10,21 +10,15 @@
 
 namespace {
 
-__device__ inline uint16_t to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 struct norm_args {
-  float scale[3];
-  float bias[3];
+  float mean[3];
+  float std[3];
 };
 
 /* Overloads rather than explicit template specialisations: nvcc gives the host stubs
  * of the latter external linkage, and they would leave libferry.so as symbols. */
 __device__ inline void store(float *dst, float v) { *dst = v; }
-__device__ inline void store(uint16_t *dst, float v) { *dst = to_bf16(v); }
+__device__ inline void store(uint16_t *dst, float v) { *dst = ferry__float_to_bf16(v); }
 
 template <typename Out>
 __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__restrict__ dst,
@@ -32,7 +26,7 @@ __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__res
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hw; i += stride) {
     for (int c = 0; c < 3; c++)
-      store(&dst[(size_t)c * hw + i], fmaf((float)src[3 * i + c], a.scale[c], a.bias[c]));
+      store(&dst[(size_t)c * hw + i], ferry__normalize_value(src[3 * i + c], a.mean[c], a.std[c]));
   }
 }
 
@@ -42,8 +36,8 @@ extern "C" int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *sr
                                            size_t hw, const ferry_norm_params *p) {
   norm_args a;
   for (int c = 0; c < 3; c++) {
-    a.scale[c] = p->scale[c];
-    a.bias[c] = p->bias[c];
+    a.mean[c] = p->mean[c];
+    a.std[c] = p->std[c];
   }
   const int threads = 256;
   size_t blocks = (hw + threads - 1) / threads;

@@ -1,10 +1,10 @@
-/* lib/transfer/transfer.c - the direct path, the previous path, and ferry_packed_to.
+/* lib/transfer/transfer.c - the direct path: ferry_transfer.
  *
  * The direct path never makes a device buffer that holds a whole packed field: every
- * sample's slice goes from the arena straight into its own allocation. The previous
- * path is ferry_packed_to (one device copy of the whole packed batch) followed by the
- * direct path reading from that copy (device-to-device clones), then a stream-ordered
- * free of the copy; it is kept so the difference stays measurable.
+ * sample's slice goes from the arena straight into its own allocation. A batch that
+ * carries a producer (producer.h: the GPU decoder's) has its images tensor made by it
+ * instead of copied; nothing here knows what the producer does. The whole-batch copy
+ * that preceded this path is packed_copy.c's, kept as the measured baseline.
  *
  * Every copy goes through ferry__memcpy_or_wait: an arena is pinned memory of the
  * device its pool is bound for, so its copies are queued; the host side of any other
@@ -35,8 +35,8 @@
 
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
-#include "lib/transfer/jpeg_stage.h"
 #include "lib/transfer/normalize.h"
+#include "lib/transfer/producer.h"
 #include "lib/transfer/transfer_internal.h"
 #include "ferry/advanced.h"
 
@@ -52,109 +52,12 @@ ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream) 
   return st;
 }
 
-/* Bytes already in `device`'s own memory (a device batch there), as opposed to the
- * host memory of an arena bound for it. */
-static int batch_is_on(const ferry_batch *b, const ferry_device *device) {
-  return b->storage == STORAGE_DEVICE && b->device == device;
-}
-
-/* Keep `batch` from reuse until the work queued so far on `stream` has run. If no event
- * can be recorded, wait for the stream instead: the guarantee matters more than the
- * wait. */
-static void hold_batch(ferry_batch *batch, ferry_stream *stream) {
+/* If no event can be recorded, wait for the stream instead: the guarantee matters more
+ * than the wait. */
+void ferry__batch_hold_stream(ferry_batch *batch, ferry_stream *stream) {
   ferry_event *event = NULL;
   if (ferry_event_record(stream, &event) == FERRY_OK) ferry_batch_hold_until(batch, event);
   else ferry_stream_synchronize(stream);
-}
-
-/* ---- ferry_packed_to ---------------------------------------------------------- */
-
-/* A storage-less batch with b's fields and row counts: the layout is a function of
- * those alone, so its offsets and bytes are b's, and one copy of total_bytes moves the
- * whole batch. */
-static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
-  size_t n = b->nfields, bs = b->batch_size;
-  ferry_field_spec specs[FERRY_MAX_FIELDS];
-  int64_t *rows = ferry__malloc((n ? n : 1) * bs * sizeof *rows);
-  if (!rows) return ferry__fail(FERRY_ENOMEM, "packed_to: out of memory for row counts");
-  for (size_t f = 0; f < n; f++) {
-    specs[f] = b->fields[f].spec;
-    for (size_t i = 0; i < bs; i++)
-      rows[f * bs + i] = b->fields[f].offsets[i + 1] - b->fields[f].offsets[i];
-  }
-  ferry_status st = ferry__batch_shell(bs, n, specs, rows, out);
-  ferry__free(rows);
-  return st;
-}
-
-/* The stream that queues a copy of `b` to `device`: one of the CUDA side, since only
- * CUDA can move bytes out of GPU memory; `stream` (or NULL: the default one) must
- * belong to that device. */
-static ferry_status copying_stream(const ferry_batch *b, ferry_device *device,
-                                   ferry_stream **stream) {
-  int from_gpu = !ferry__batch_bytes_on_host(b);
-  ferry_device *copier = device->kind == FERRY_DEVICE_HOST && from_gpu ? b->device : device;
-  return ferry__resolve_stream(copier, stream);
-}
-
-/* A packed copy of `b` in one allocation of `device`, queued on `stream`. `b` is held
- * until the copy has read it; the copy is held until it has landed. */
-static ferry_status pack_onto(ferry_batch *b, ferry_device *device, ferry_stream *stream,
-                              ferry_batch **out) {
-  ferry_batch *nb = NULL;
-  ferry_status st = shell_like(b, &nb);
-  if (st != FERRY_OK) return st;
-  nb->storage = STORAGE_DEVICE;
-  nb->device = device;
-  /* Allocated in the order of the copy when the copy runs on `device`. */
-  ferry_stream *alloc_stream = stream->device == device ? stream : NULL;
-  st = ferry_device_malloc(device, alloc_stream, nb->total_bytes, &nb->base);
-  if (st == FERRY_OK)
-    st = ferry__memcpy_or_wait(stream, nb->base, b->base, nb->total_bytes,
-                              ferry__copy_kind_between(ferry__batch_bytes_on_host(b),
-                                                      device->kind == FERRY_DEVICE_HOST));
-  /* A queued copy may still be writing the new storage: let it finish, then free. */
-  if (st != FERRY_OK) {
-    ferry_stream_synchronize(stream);
-    ferry_device_free(device, alloc_stream, nb->base);
-    ferry__batch_shell_free(nb);
-    return ferry__error_prefix(st, "packing a batch onto %s: ", device->name);
-  }
-  /* nb's event makes releasing nb wait for the copy into it (a device batch's release
-   * waits for its held events before freeing). */
-  hold_batch(b, stream);
-  hold_batch(nb, stream);
-  *out = nb;
-  return FERRY_OK;
-}
-
-/* Drop a packed device copy without waiting: its storage is freed in stream order,
- * after everything queued on `stream` that reads it. */
-static void drop_packed_copy(ferry_batch *nb, ferry_stream *stream) {
-  for (size_t i = 0; i < nb->nheld; i++) ferry_event_destroy(nb->held[i]);
-  nb->nheld = 0;
-  ferry_device_free(nb->device, stream, nb->base);
-  ferry__batch_shell_free(nb);
-}
-
-ferry_status ferry_packed_to(ferry_batch *batch, ferry_device *device, ferry_stream *stream,
-                             ferry_batch **out) {
-  if (!batch || !device || !out)
-    return ferry__fail(FERRY_EINVAL, "ferry_packed_to: batch, device and out are required");
-  if (batch->storage == STORAGE_UNPACKED)
-    return ferry__fail(FERRY_EUNSUPPORTED, "ferry_packed_to: the batch is unpacked");
-  if (batch_is_on(batch, device)) {
-    *out = batch;
-    return FERRY_OK;
-  }
-  /* `batch` is held by the copy's event, so releasing it now returns at once for an
-   * arena, and its memory is reused only once the copy has read it. On failure the
-   * caller keeps it. */
-  ferry_status st = copying_stream(batch, device, &stream);
-  if (st == FERRY_OK) st = pack_onto(batch, device, stream, out);
-  if (st != FERRY_OK) return st;
-  ferry_batch_release(batch);
-  return FERRY_OK;
 }
 
 /* ---- the direct path ---------------------------------------------------------- */
@@ -286,42 +189,44 @@ static ferry_status queue_copies(transfer_job *job, int image_field) {
   return st;
 }
 
-/* The GPU decoder's stage, when it makes this transfer's images tensor: the batch has
- * one and the options ask for the images field (the default). */
-static ferry_jpeg_stage *images_stage(const ferry_batch *batch, const ferry_transfer_options *o) {
+void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *producer) { batch->producer = producer; }
+
+/* The batch's producer, when it makes this transfer's image field (the options name
+ * the field it outputs: by default "images"). */
+static const ferry__producer *images_producer(const ferry_batch *batch, const ferry_transfer_options *o) {
   const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
-  return strcmp(image_name, FERRY_FIELD_IMAGES) == 0 ? batch->jpeg_stage : NULL;
+  return batch->producer && strcmp(image_name, batch->producer->output) == 0 ? batch->producer : NULL;
 }
 
 /* The fields that do not become per-sample records: the image field, or the fields a
- * stage makes the images tensor from. */
-static uint32_t fields_not_records(const ferry_batch *batch, int image_field, const ferry_jpeg_stage *stage) {
-  if (!stage) return image_field >= 0 ? 1u << image_field : 0;
+ * producer makes the images tensor from. */
+static uint32_t fields_not_records(const ferry_batch *batch, int image_field, const ferry__producer *producer) {
+  if (!producer) return image_field >= 0 ? 1u << image_field : 0;
   uint32_t mask = 0;
-  int jpeg = ferry_batch_find_field(batch, FERRY_FIELD_JPEG);
-  int cpu = ferry_batch_find_field(batch, FERRY_FIELD_CPU_IMAGES);
-  if (jpeg >= 0) mask |= 1u << jpeg;
-  if (cpu >= 0) mask |= 1u << cpu;
+  for (size_t k = 0; k < producer->ninputs; k++) {
+    int f = ferry_batch_find_field(batch, producer->inputs[k]);
+    if (f >= 0) mask |= 1u << f;
+  }
   return mask;
 }
 
-static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
-                                    const ferry_transfer_options *o, ferry_device_batch **out) {
+ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
+                                   const ferry_transfer_options *o, ferry_device_batch **out) {
   const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
-  ferry_jpeg_stage *stage = images_stage(batch, o);
+  const ferry__producer *producer = images_producer(batch, o);
   ferry_device_batch *db = NULL;
   ferry_status st = ferry__device_batch_new(device, stream, batch,
-                                            fields_not_records(batch, image_field, stage), &db);
+                                            fields_not_records(batch, image_field, producer), &db);
   if (st != FERRY_OK) return st;
   transfer_job job = {.db = db, .batch = batch, .options = o,
                       .src_on_host = ferry__batch_bytes_on_host(batch)};
   job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
-  if (stage) st = ferry__jpeg_stage_images(stage, db, batch, o);
-  if (st == FERRY_OK) st = queue_copies(&job, stage ? -1 : image_field);
+  if (producer) st = producer->produce(producer->self, db, batch, o);
+  if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field);
   /* Whatever was queued reads the batch: hold it until that has run, even on failure.
    * The hold comes before the hooks: the source batch need not wait for them. */
-  hold_batch(batch, stream);
+  ferry__batch_hold_stream(batch, stream);
   if (st == FERRY_OK) st = schedule_hooks(db, o);
   if (st == FERRY_OK) st = ferry_event_record(stream, &db->ready);
   if (st != FERRY_OK) {
@@ -332,26 +237,6 @@ static ferry_status transfer_direct(ferry_device *device, ferry_stream *stream, 
   }
   *out = db;
   return FERRY_OK;
-}
-
-/* The previous path: the whole packed batch onto the device, clone each sample's
- * slice from there, free the packed copy in stream order. */
-static ferry_status transfer_previous(ferry_device *device, ferry_stream *stream,
-                                      ferry_batch *batch, const ferry_transfer_options *o,
-                                      ferry_device_batch **out) {
-  if (batch->storage == STORAGE_UNPACKED)
-    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the previous path needs a packed batch");
-  if (images_stage(batch, o))
-    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch of the GPU decoder takes the direct path "
-                       "(nvJPEG reads its compressed bytes from the pinned arena)");
-  if (batch_is_on(batch, device)) return transfer_direct(device, stream, batch, o, out);
-  ferry_batch *packed = NULL;
-  ferry_status st = pack_onto(batch, device, stream, &packed);
-  if (st != FERRY_OK) return st;
-  /* Dropped whether or not the clones were queued: its free is queued after them. */
-  st = transfer_direct(device, stream, packed, o, out);
-  drop_packed_copy(packed, stream);
-  return st;
 }
 
 /* An all-zero std asks for ImageNet's values; any other std must be finite and
@@ -368,8 +253,6 @@ static ferry_status check_normalization(const ferry_transfer_options *o) {
 }
 
 static ferry_status check_options(const ferry_transfer_options *o) {
-  if (o->mode != FERRY_TRANSFER_DIRECT && o->mode != FERRY_TRANSFER_PACKED_THEN_CLONE)
-    return ferry__fail(FERRY_EINVAL, "transfer: unknown mode %d", (int)o->mode);
   if (o->nhooks > FERRY_TRANSFER_MAX_HOOKS || (o->nhooks && !o->hooks))
     return ferry__fail(FERRY_EINVAL, "transfer: at most %d hooks, given as an array",
                       FERRY_TRANSFER_MAX_HOOKS);
@@ -380,21 +263,26 @@ static ferry_status check_options(const ferry_transfer_options *o) {
   return check_normalization(o);
 }
 
-ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
-                            const ferry_transfer_options *options, ferry_device_batch **out) {
+ferry_status ferry__transfer_begin(ferry_device *device, ferry_stream **stream, ferry_batch *batch,
+                                   const ferry_transfer_options *options, ferry_device_batch **out,
+                                   const ferry_transfer_options **o) {
   if (!device || !batch || !out)
     return ferry__fail(FERRY_EINVAL, "ferry_transfer: device, batch and out are required");
   *out = NULL;
   static const ferry_transfer_options defaults = {0};
-  const ferry_transfer_options *o = options ? options : &defaults;
-  ferry_status st = check_options(o);
+  *o = options ? options : &defaults;
+  ferry_status st = check_options(*o);
   /* The host backend's stream threads can only memmove, so GPU memory is out of reach. */
   if (st == FERRY_OK && device->kind == FERRY_DEVICE_HOST && !ferry__batch_bytes_on_host(batch))
     st = ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch in %s memory cannot be read by the host "
-                    "backend's streams; bring it over with ferry_packed_to first", batch->device->name);
-  if (st == FERRY_OK) st = ferry__resolve_stream(device, &stream);
-  if (st != FERRY_OK) return st;
-  if (o->mode == FERRY_TRANSFER_PACKED_THEN_CLONE)
-    return transfer_previous(device, stream, batch, o, out);
-  return transfer_direct(device, stream, batch, o, out);
+                    "backend's streams", batch->device->name);
+  if (st == FERRY_OK) st = ferry__resolve_stream(device, stream);
+  return st;
+}
+
+ferry_status ferry_transfer(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
+                            const ferry_transfer_options *options, ferry_device_batch **out) {
+  const ferry_transfer_options *o;
+  ferry_status st = ferry__transfer_begin(device, &stream, batch, options, out, &o);
+  return st == FERRY_OK ? ferry__transfer_direct(device, stream, batch, o, out) : st;
 }

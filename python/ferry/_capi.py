@@ -1,7 +1,7 @@
 """ctypes bindings for the parts of libferry the Python package uses.
 
-The structs below mirror include/ferry/*.h field for field; python/tests/test_layout.py
-compares every size and offset with what the C compiler gives for the headers, so a
+The structs below mirror include/ferry/*.h field for field; python/tests/test_loader.py
+(test_ctypes_mirrors_match_the_headers) compares every size and offset with what the C compiler gives for the headers, so a
 header change that is not mirrored here fails the tests instead of corrupting memory.
 libferry.so is the copy installed inside this package (pip install .), or the one
 named by $FERRY_LIB (a build tree, for development).
@@ -41,16 +41,16 @@ class Tensor(Structure):  # ferry_tensor, include/ferry/tensor.h
 
 class ImageOptions(Structure):  # ferry_image_options, include/ferry/image.h
     _fields_ = [("dct_scaling", c_int), ("apply_exif", c_int), ("max_pixels", c_uint64),
-                ("decode", c_int)]
+                ("decode", c_int), ("reserved", ctypes.c_uint32 * 7)]
 
 
 class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
-    _fields_ = [("annotations", c_char_p), ("images", c_char_p), ("batch_size", c_size_t),
-                ("workers", c_size_t), ("prefetch", c_size_t), ("max_outstanding", c_size_t),
+    _fields_ = [("struct_size", c_size_t), ("annotations", c_char_p), ("images", c_char_p),
+                ("batch_size", c_size_t), ("workers", c_size_t), ("prefetch", c_size_t), ("max_outstanding", c_size_t),
                 ("shuffle", c_int), ("seed", c_uint64), ("drop_last", c_int), ("rank", c_int),
                 ("world_size", c_int), ("resolution", c_int), ("fields", c_uint),
                 ("box_format", c_int), ("keep_crowd", c_int), ("remap_categories", c_int),
-                ("on_error", c_int), ("layout", c_int), ("packed", c_int),
+                ("on_error", c_int), ("layout", c_int),
                 ("allow_escaping_paths", c_int), ("image", ImageOptions), ("device", c_void_p),
                 ("progress", c_void_p), ("progress_user", c_void_p), ("max_pinned_bytes", c_size_t)]
 
@@ -60,7 +60,7 @@ class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h
                 ("seed", c_uint64)]
 
 
-class PoolStats(Structure):  # ferry_pool_stats, include/ferry/pool.h
+class PoolStats(Structure):  # ferry_pool_stats, include/ferry/device.h
     _fields_ = [("arenas", c_size_t), ("in_use", c_size_t), ("pending", c_size_t),
                 ("acquisitions", c_uint64), ("growths", c_uint64), ("reserved_bytes", c_uint64),
                 ("peak_reserved_bytes", c_uint64), ("in_use_bytes", c_uint64),
@@ -86,7 +86,7 @@ class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h
 
 
 class TransferOptions(Structure):  # ferry_transfer_options, include/ferry/transfer.h
-    _fields_ = [("mode", c_int), ("image_field", c_char_p), ("normalize", c_int),
+    _fields_ = [("image_field", c_char_p), ("normalize", c_int),
                 ("mean", ctypes.c_float * 3), ("std", ctypes.c_float * 3), ("hooks", c_void_p),
                 ("nhooks", c_size_t)]
 

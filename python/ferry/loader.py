@@ -22,7 +22,8 @@ from ferry import _capi
 from ferry._capi import check, lib
 from ferry._convert import converter
 
-# The DETR target fields, in the order a target dict lists them: (key, ferry field, bit).
+# The DETR target fields, in the order a target dict lists them: (key, its bit of
+# ferry_loader_config.fields). The key is also the batch's field name.
 TARGET_FIELDS = (("boxes", _capi.FIELD_BOXES), ("labels", _capi.FIELD_LABELS),
                  ("masks", _capi.FIELD_MASKS), ("area", _capi.FIELD_AREA),
                  ("iscrowd", _capi.FIELD_ISCROWD), ("image_id", _capi.FIELD_IMAGE_ID),

@@ -52,7 +52,10 @@ static inline void ferry_bench_unlock(ferry_loader *l) {
 """)
 edit(f"{copy}/loaders/handoff.c", '#include "loaders/loader_internal.h"\n',
      '#include "loaders/loader_internal.h"\n\nunsigned long long ferry_bench_held_ticks, ferry_bench_acquisitions;\n'
-     '__thread unsigned long long ferry_bench_since;\n')
+     '__thread unsigned long long ferry_bench_since;\n'
+     'void ferry_bench_counters(ferry_loader *l, unsigned long long out[2]) {\n'
+     '  pthread_mutex_lock(&l->lock);\n  out[0] = ferry_bench_held_ticks;\n  out[1] = ferry_bench_acquisitions;\n'
+     '  pthread_mutex_unlock(&l->lock);\n}\n')
 edit(f"{copy}/loaders/handoff.c", "  ferry__cond_wait(cv, &l->lock);\n",
      "  ferry_bench_held_ticks += __rdtsc() - ferry_bench_since;\n  ferry__cond_wait(cv, &l->lock);\n"
      "  ferry_bench_since = __rdtsc();\n  ferry_bench_acquisitions++;\n")

@@ -13,7 +13,9 @@
 #include <time.h>
 
 #include "ferry/ferry.h"
-#include "loaders/loader_internal.h"
+#ifdef OLD
+#include "loaders/loader_internal.h" /* ca9f8bc's: its coordinator thread and its counters */
+#endif
 
 static double cpu_of(clockid_t c) {
   struct timespec ts;

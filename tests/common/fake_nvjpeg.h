@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ferry/ferry.h"
-#include "lib/nvjpeg_table.h"
+#include "image/gpu/nvjpeg_table.h"
 
 static struct {
   unsigned fallback_every; /* 0: every JPEG goes to nvJPEG */

@@ -8,6 +8,7 @@
  * and never skipped; the stats count samples per path and fallbacks by reason.
  */
 #include "loader_fixture.h"
+#include "lib/transfer/packed_copy.h"
 #include "loaders/loader_internal.h"
 #include "tests/common/fake_nvjpeg.h"
 
@@ -305,9 +306,9 @@ Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .time
   cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_EDEVICE);
   cr_expect_null(db);
   cr_expect(strstr(ferry_last_error(), "nvjpegDecodeBatched"), "%s", ferry_last_error());
-  /* The previous path cannot carry the stage: refused rather than handing out bytes. */
-  o.mode = FERRY_TRANSFER_PACKED_THEN_CLONE;
-  cr_expect_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_EUNSUPPORTED);
+  /* The packed-then-clone baseline cannot carry the producer: refused rather than
+   * handing out compressed bytes as images. */
+  cr_expect_eq(ferry__transfer_packed_then_clone(host, NULL, b, &o, &db), FERRY_EUNSUPPORTED);
   ferry_batch_release(b);
   ferry_loader_close(gpu);
   ferry_device_close(host);

@@ -14,6 +14,7 @@
 #include "ferry/advanced.h"
 #include "ferry/ferry.h"
 #include "ferry/transfer.h"
+#include "lib/transfer/packed_copy.h"
 
 /* One Criterion test per backend for a body taking the device name. */
 #define ON_EVERY_BACKEND(suite, name, body_fn)      \

@@ -33,10 +33,9 @@ static void real_batches_transfer_exactly(const char *name) {
     cr_assert_geq(ferry_batch_find_field(b, "masks"), 0);
     snapshot s;
     snapshot_take(&s, b, stream);
-    ferry_transfer_options o = {.mode = batches % 2 ? FERRY_TRANSFER_PACKED_THEN_CLONE
-                                                    : FERRY_TRANSFER_DIRECT};
+    ferry__transfer_path path = batches % 2 ? FERRY__PACKED_THEN_CLONE : FERRY__DIRECT;
     ferry_device_batch *db = NULL;
-    cr_assert_eq(ferry_transfer(d, stream, b, &o, &db), FERRY_OK, "%s", ferry_last_error());
+    cr_assert_eq(ferry__transfer_by(path, d, stream, b, NULL, &db), FERRY_OK, "%s", ferry_last_error());
     ferry_batch_release(b);
     cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
     expect_equal_to_snapshot(db, &s, stream);

@@ -1,6 +1,6 @@
 /* ferry_transfer: per-sample outputs equal their slices, own their storage, survive the
- * arena's reuse, and cost no extra device peak; the previous path as the baseline;
- * ferry_packed_to; hooks; normalisation. */
+ * arena's reuse, and cost no extra device peak; the packed-then-clone path as the
+ * baseline and ferry__packed_to (lib/transfer/packed_copy.h); hooks; normalisation. */
 #include "../common/gate.h"
 #include <math.h>
 #include <pthread.h>
@@ -36,22 +36,28 @@ static void rig_close(rig *r) {
   ferry_device_close(r->device);
 }
 
-static ferry_device_batch *transfer_or_die(rig *r, ferry_batch *b, const ferry_transfer_options *o) {
+/* By the direct path (ferry_transfer) or the packed-then-clone baseline
+ * (lib/transfer/packed_copy.h): both must give the same outputs. */
+static ferry_device_batch *transfer_by_or_die(rig *r, ferry_batch *b, ferry__transfer_path path,
+                                              const ferry_transfer_options *o) {
   ferry_device_batch *db = NULL;
-  cr_assert_eq(ferry_transfer(r->device, r->stream, b, o, &db), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry__transfer_by(path, r->device, r->stream, b, o, &db), FERRY_OK, "%s", ferry_last_error());
   cr_assert_not_null(db);
   return db;
 }
 
+static ferry_device_batch *transfer_or_die(rig *r, ferry_batch *b, const ferry_transfer_options *o) {
+  return transfer_by_or_die(r, b, FERRY__DIRECT, o);
+}
+
 static void outputs_equal_slices(const char *name) {
   rig r = rig_open(name, 2);
-  ferry_transfer_mode modes[2] = {FERRY_TRANSFER_DIRECT, FERRY_TRANSFER_PACKED_THEN_CLONE};
+  ferry__transfer_path modes[2] = {FERRY__DIRECT, FERRY__PACKED_THEN_CLONE};
   for (int m = 0; m < 2; m++) {
     ferry_batch *b = make_packed(r.pool, 5, default_instances, 11 + m);
     snapshot s;
     snapshot_take(&s, b, r.stream);
-    ferry_transfer_options o = {.mode = modes[m]};
-    ferry_device_batch *db = transfer_or_die(&r, b, &o);
+    ferry_device_batch *db = transfer_by_or_die(&r, b, modes[m], NULL);
     ferry_batch_release(b);
     cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
     cr_assert_eq(ferry_device_batch_num_fields(db), NFIELDS - 1, "every field but images is a record");
@@ -76,9 +82,8 @@ static void unpacked_batches_work_on_the_direct_path(const char *name) {
   snapshot s;
   snapshot_take(&s, b, r.stream);
   ferry_device_batch *db = transfer_or_die(&r, b, NULL);
-  ferry_transfer_options previous = {.mode = FERRY_TRANSFER_PACKED_THEN_CLONE};
   ferry_device_batch *none = NULL;
-  cr_assert_eq(ferry_transfer(r.device, r.stream, b, &previous, &none), FERRY_EUNSUPPORTED);
+  cr_assert_eq(ferry__transfer_packed_then_clone(r.device, r.stream, b, NULL, &none), FERRY_EUNSUPPORTED);
   cr_assert_null(none);
   cr_assert_neq(strstr(ferry_last_error(), "packed"), NULL, "%s", ferry_last_error());
   ferry_batch_release(b);
@@ -173,15 +178,14 @@ ON_EVERY_BACKEND(transfer, writing_one_output_changes_nothing_else,
  * is released: its only arena must stay out of reach until they have. */
 static void recycling_the_batch_leaves_outputs_intact(const char *name) {
   rig r = rig_open(name, 1);
-  ferry_transfer_mode modes[2] = {FERRY_TRANSFER_DIRECT, FERRY_TRANSFER_PACKED_THEN_CLONE};
+  ferry__transfer_path modes[2] = {FERRY__DIRECT, FERRY__PACKED_THEN_CLONE};
   for (int m = 0; m < 2; m++) {
     ferry_batch *b = make_packed(r.pool, 5, default_instances, 21 + m);
     snapshot s;
     snapshot_take(&s, b, r.stream);
     gate g = GATE_CLOSED;
     cr_assert_eq(ferry_stream_call(r.stream, wait_at_gate, &g), FERRY_OK);
-    ferry_transfer_options o = {.mode = modes[m]};
-    ferry_device_batch *db = transfer_or_die(&r, b, &o);
+    ferry_device_batch *db = transfer_by_or_die(&r, b, modes[m], NULL);
     ferry_batch_release(b); /* returns at once although nothing has been copied yet */
     ferry_arena *early = NULL;
     cr_assert_eq(ferry_pool_try_acquire(r.pool, 1, &early), FERRY_EAGAIN,
@@ -208,13 +212,12 @@ static uint64_t output_bytes(ferry_device_batch *db) {
 }
 
 /* Extra peak = peak - live after the transfer, the peak reset just before. */
-static uint64_t measure_extra_peak(rig *r, ferry_batch *b, ferry_transfer_mode mode,
+static uint64_t measure_extra_peak(rig *r, ferry_batch *b, ferry__transfer_path mode,
                                    uint64_t *retained) {
   ferry_device_synchronize(r->device);
   uint64_t live_before = stats_of(r->device).live_bytes;
   cr_assert_eq(ferry_device_reset_peak(r->device), FERRY_OK);
-  ferry_transfer_options o = {.mode = mode};
-  ferry_device_batch *db = transfer_or_die(r, b, &o);
+  ferry_device_batch *db = transfer_by_or_die(r, b, mode, NULL);
   cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
   ferry_memory_stats after = stats_of(r->device);
   *retained = output_bytes(db);
@@ -230,8 +233,8 @@ static void extra_peak_is_zero_on_the_direct_path(const char *name) {
   ferry_tensor masks;
   cr_assert_eq(ferry_batch_field(b, 2, &masks), FERRY_OK);
   uint64_t retained_direct = 0, retained_previous = 0;
-  cr_assert_eq(measure_extra_peak(&r, b, FERRY_TRANSFER_DIRECT, &retained_direct), 0);
-  uint64_t previous = measure_extra_peak(&r, b, FERRY_TRANSFER_PACKED_THEN_CLONE, &retained_previous);
+  cr_assert_eq(measure_extra_peak(&r, b, FERRY__DIRECT, &retained_direct), 0);
+  uint64_t previous = measure_extra_peak(&r, b, FERRY__PACKED_THEN_CLONE, &retained_previous);
   cr_assert_geq(previous, masks.nbytes, "the previous path holds the whole mask field (%llu < %zu)",
                 (unsigned long long)previous, masks.nbytes);
   cr_assert_eq(retained_direct, retained_previous, "both paths return the same tensors");
@@ -302,14 +305,14 @@ static void packed_to_keeps_batches_packed(const char *name) {
   snapshot s;
   snapshot_take(&s, b, r.stream);
   ferry_batch *moved = NULL;
-  cr_assert_eq(ferry_packed_to(b, r.device, r.stream, &moved), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry__packed_to(b, r.device, r.stream, &moved), FERRY_OK, "%s", ferry_last_error());
   cr_assert_neq(moved, b, "an arena batch is not yet in the device's memory");
   cr_assert_eq(ferry_batch_device(moved), r.device);
   uint64_t live = stats_of(r.device).live_bytes;
   cr_assert_gt(live, 0, "one device allocation holds the packed batch");
   cr_assert_eq(stats_of(r.device).live_allocations, 1);
   ferry_batch *again = NULL;
-  cr_assert_eq(ferry_packed_to(moved, r.device, r.stream, &again), FERRY_OK);
+  cr_assert_eq(ferry__packed_to(moved, r.device, r.stream, &again), FERRY_OK);
   cr_assert_eq(again, moved, "already there: the same batch comes back");
   expect_batch_bytes_equal(r.stream, moved, &s);
   /* A device batch transfers per sample from device memory. */
@@ -319,7 +322,7 @@ static void packed_to_keeps_batches_packed(const char *name) {
   ferry_device_batch_free(db);
   /* And onward to another device, still packed. */
   ferry_batch *back = NULL;
-  cr_assert_eq(ferry_packed_to(moved, other, NULL, &back), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry__packed_to(moved, other, NULL, &back), FERRY_OK, "%s", ferry_last_error());
   cr_assert_eq(ferry_batch_device(back), other);
   ferry_stream_synchronize(r.stream);
   cr_assert_eq(stats_of(r.device).live_bytes, 0, "the source was released after the copy");
@@ -462,6 +465,15 @@ static double expected_value(uint8_t x, int c) {
   return ((double)x / 255.0 - mean[c]) / std[c];
 }
 
+/* torchvision's ToDtype(float32, scale=True) then Normalize, step by step in float32:
+ * what the loader's F32_CHW layout holds, so device-normalised images equal it. */
+static float torchvision_value(uint8_t x, int c) {
+  static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
+  float scaled = (float)x / 255.0f;
+  float centred = scaled - mean[c];
+  return centred / std[c];
+}
+
 static void normalisation_matches_the_math(const char *name) {
   rig r = rig_open(name, 1);
   ferry_batch *b = make_packed(r.pool, 5, default_instances, 51);
@@ -489,6 +501,9 @@ static void normalisation_matches_the_math(const char *name) {
           double tol = kinds[k] == FERRY_NORMALIZE_F32 ? 2e-6 : fabs(want_v) / 256.0 + 1e-6;
           cr_assert_leq(fabs(got_v - want_v), tol, "image %zu c%d p%zu: %.9g vs %.9g", i, c, p,
                         got_v, want_v);
+          if (kinds[k] == FERRY_NORMALIZE_F32)
+            cr_assert_eq(((float *)got)[at], torchvision_value(src[3 * p + (size_t)c], c),
+                         "image %zu c%d p%zu: not torchvision's float32 steps", i, c, p);
         }
     }
     free(got);
@@ -524,10 +539,10 @@ Test(transfer, normalisation_cuda_equals_host) {
   ferry_normalize kinds[2] = {FERRY_NORMALIZE_F32, FERRY_NORMALIZE_BF16};
   for (int k = 0; k < 2; k++)
     for (int m = 0; m < 2; m++) {
-      ferry_transfer_options o = {.normalize = kinds[k],
-                                  .mode = m ? FERRY_TRANSFER_PACKED_THEN_CLONE : FERRY_TRANSFER_DIRECT};
-      ferry_device_batch *dg = transfer_or_die(&gpu, bg, &o);
-      ferry_device_batch *dc = transfer_or_die(&cpu, bc, &o);
+      ferry_transfer_options o = {.normalize = kinds[k]};
+      ferry__transfer_path path = m ? FERRY__PACKED_THEN_CLONE : FERRY__DIRECT;
+      ferry_device_batch *dg = transfer_by_or_die(&gpu, bg, path, &o);
+      ferry_device_batch *dc = transfer_by_or_die(&cpu, bc, path, &o);
       cr_assert_eq(ferry_device_batch_wait(dg), FERRY_OK);
       cr_assert_eq(ferry_device_batch_wait(dc), FERRY_OK);
       ferry_tensor *ig = ferry_device_batch_images(dg), *ic = ferry_device_batch_images(dc);
@@ -599,8 +614,7 @@ static void bad_arguments_fail_cleanly(const char *name) {
   cr_assert_neq(strstr(ferry_last_error(), "stream"), NULL);
   cr_assert_eq(ferry_transfer(NULL, NULL, b, NULL, &db), FERRY_EINVAL);
   cr_assert_eq(ferry_transfer(r.device, NULL, NULL, NULL, &db), FERRY_EINVAL);
-  ferry_transfer_options mode = {.mode = (ferry_transfer_mode)9};
-  cr_assert_eq(ferry_transfer(r.device, NULL, b, &mode, &db), FERRY_EINVAL);
+  cr_assert_eq(ferry__transfer_by((ferry__transfer_path)9, r.device, NULL, b, NULL, &db), FERRY_EINVAL);
   ferry_transfer_hook hook = {NULL, NULL, FERRY_HOOK_ENQUEUE};
   ferry_transfer_options hooks = {.hooks = &hook, .nhooks = 1};
   cr_assert_eq(ferry_transfer(r.device, NULL, b, &hooks, &db), FERRY_EINVAL);
@@ -608,12 +622,12 @@ static void bad_arguments_fail_cleanly(const char *name) {
   cr_assert_eq(ferry_transfer(r.device, NULL, b, &too_many, &db), FERRY_EINVAL);
   cr_assert_null(db);
   ferry_batch *same = NULL;
-  cr_assert_eq(ferry_packed_to(NULL, r.device, NULL, &same), FERRY_EINVAL);
+  cr_assert_eq(ferry__packed_to(NULL, r.device, NULL, &same), FERRY_EINVAL);
   ferry_batch_release(b);
   ferry_device *host = NULL;
   cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
   ferry_batch *u = make_unpacked(host, 5, default_instances, 1);
-  cr_assert_eq(ferry_packed_to(u, r.device, NULL, &same), FERRY_EUNSUPPORTED);
+  cr_assert_eq(ferry__packed_to(u, r.device, NULL, &same), FERRY_EUNSUPPORTED);
   ferry_batch_release(u);
   ferry_device_close(host);
   ferry_stream_close(foreign);
@@ -627,15 +641,14 @@ Test(transfer, pool_watermark_agrees_with_accounting) {
   rig r = rig_open("cuda", 1);
   int64_t many[8] = {30, 0, 31, 4, 17, 2, 0, 25};
   ferry_batch *b = make_packed(r.pool, 8, many, 4);
-  ferry_transfer_mode modes[2] = {FERRY_TRANSFER_DIRECT, FERRY_TRANSFER_PACKED_THEN_CLONE};
+  ferry__transfer_path modes[2] = {FERRY__DIRECT, FERRY__PACKED_THEN_CLONE};
   uint64_t high[2];
   for (int m = 0; m < 2; m++) {
     ferry_device_synchronize(r.device);
     cr_assert_eq(stats_of(r.device).live_bytes, 0);
     cr_assert_eq(ferry_device_reset_peak(r.device), FERRY_OK);
     uint64_t allocations = stats_of(r.device).allocations;
-    ferry_transfer_options o = {.mode = modes[m]};
-    ferry_device_batch *db = transfer_or_die(&r, b, &o);
+    ferry_device_batch *db = transfer_by_or_die(&r, b, modes[m], NULL);
     cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
     ferry_memory_stats s = stats_of(r.device);
     cr_assert(s.pool_witness, "the CUDA backend reads its pool's watermark");

@@ -30,10 +30,9 @@ static void *transfer_rounds(void *arg) {
     ferry_batch *b = make_packed(w->pool, 5, counts, (uint64_t)(w->id * 1000 + round));
     snapshot s;
     snapshot_take(&s, b, stream);
-    ferry_transfer_options o = {.mode = round % 3 == 2 ? FERRY_TRANSFER_PACKED_THEN_CLONE
-                                                       : FERRY_TRANSFER_DIRECT};
+    ferry__transfer_path path = round % 3 == 2 ? FERRY__PACKED_THEN_CLONE : FERRY__DIRECT;
     ferry_device_batch *db = NULL;
-    ferry_status st = ferry_transfer(w->device, stream, b, &o, &db);
+    ferry_status st = ferry__transfer_by(path, w->device, stream, b, NULL, &db);
     ferry_batch_release(b); /* at once: another thread may get the arena next */
     if (st == FERRY_OK && ferry_device_batch_wait(db) == FERRY_OK) {
       expect_equal_to_snapshot(db, &s, stream);

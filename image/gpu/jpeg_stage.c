@@ -1,0 +1,394 @@
+/* image/gpu/jpeg_stage.c - the GPU decoder's transfer stage (see jpeg_stage.h).
+ *
+ * Owns: one nvJPEG decoder (handle and state) per stream it has decoded on, each used
+ * by one transfer at a time (its lock); the CPU resize's filter tables for every input
+ * side met so far, in memory of the one device the stage serves (built on the host
+ * once per side, copied synchronously once, read by every later resize); and, per
+ * transfer, scratch device memory freed in stream order after the work that reads it.
+ * What one transfer queues on its stream, in order: the images tensor's allocation;
+ * the batched decode of the nvJPEG samples into scratch (nvJPEG itself does its host
+ * part in the call); per sample, the two resize passes into u8 [R,R,3] pixels (the
+ * images tensor itself without normalisation, else a u8 staging buffer); the
+ * fallbacks' u8 rows copied from the arena into the same pixels; per sample, the
+ * normalisation kernel; the scratch frees. On the host backend the same order holds:
+ * the decode runs in the call and the resizes run as one host function on the stream
+ * (ferry__resize_reference: the kernels' own element functions).
+ * Invariants: the arithmetic is the CPU path's (image/gpu/resize_cuda.h, normalize.h), so
+ * only the decoders' IDCT and chroma upsampling separate the two paths' pixels; on
+ * failure nothing the transfer allocated is left (the caller frees the images tensor
+ * with the device batch).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "ferry_config.h"
+#include "image/gpu/jpeg_stage.h"
+#include "lib/alloc.h"
+#include "lib/device_internal.h"
+#include "lib/transfer/normalize.h"
+#include "lib/transfer/transfer_internal.h"
+
+#if !FERRY_HAVE_NVJPEG
+
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+  *out = NULL;
+  return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
+}
+
+void ferry__jpeg_stage_close(ferry_jpeg_stage *stage) { (void)stage; }
+
+const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *stage) { return NULL; }
+
+#else
+#include "image/gpu/nvjpeg_table.h"
+#include "image/gpu/resize_cuda.h"
+#include "image/resize_kernels.h"
+
+/* JPEG sides are 16-bit. */
+enum { MAX_SIDE = 65536 };
+
+/* One input side's filter tables, in device memory. */
+typedef struct axis_entry {
+  void *mem;
+  ferry_resize_filter filter;
+} axis_entry;
+
+typedef struct stream_decoder {
+  ferry_stream *stream;
+  pthread_mutex_t lock; /* one decode at a time on this state */
+  ferry_nvjpeg_decoder decoder;
+  struct stream_decoder *next;
+} stream_decoder;
+
+struct ferry_jpeg_stage {
+  const ferry_nvjpeg_api *api;
+  ferry__producer producer;   /* what batches carry; self is the stage */
+  int resolution;
+  pthread_mutex_t lock;       /* guards everything below */
+  ferry_device *device;       /* the device of the first transfer: the tables live there */
+  axis_entry *axes;           /* [MAX_SIDE], by input side */
+  stream_decoder *decoders;
+};
+
+static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
+                                   const ferry_transfer_options *o);
+
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+  ferry_jpeg_stage *s = ferry__calloc(1, sizeof *s);
+  axis_entry *axes = ferry__calloc(MAX_SIDE, sizeof *axes);
+  if (!s || !axes) {
+    ferry__free(s);
+    ferry__free(axes);
+    return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for the GPU decoder's stage");
+  }
+  s->api = api;
+  s->producer = (ferry__producer){.output = FERRY_FIELD_IMAGES,
+                                  .inputs = {FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES},
+                                  .ninputs = 2,
+                                  .produce = produce_images,
+                                  .self = s};
+  s->resolution = resolution;
+  s->axes = axes;
+  pthread_mutex_init(&s->lock, NULL);
+  *out = s;
+  return FERRY_OK;
+}
+
+const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *s) { return &s->producer; }
+
+void ferry__jpeg_stage_close(ferry_jpeg_stage *s) {
+  if (!s) return;
+  if (s->device) ferry_device_synchronize(s->device);
+  for (int i = 0; i < MAX_SIDE; i++)
+    if (s->axes[i].mem) ferry_device_free(s->device, NULL, s->axes[i].mem);
+  while (s->decoders) {
+    stream_decoder *d = s->decoders;
+    s->decoders = d->next;
+    ferry__nvjpeg_decoder_close(&d->decoder);
+    pthread_mutex_destroy(&d->lock);
+    ferry__free(d);
+  }
+  pthread_mutex_destroy(&s->lock);
+  ferry__free(s->axes);
+  ferry__free(s);
+}
+
+/* ---- what the stage keeps between transfers (under s->lock) ---- */
+
+static void *relocate(const void *p, const void *from, void *to) {
+  return (char *)to + ((const char *)p - (const char *)from);
+}
+
+/* The filter tables of an input side, built and copied to the device the first time. */
+static ferry_status device_axis(ferry_jpeg_stage *s, ferry_stream *stream, int side, ferry_resize_filter *out) {
+  axis_entry *e = &s->axes[side];
+  if (!e->mem) {
+    size_t bytes = ferry__resize_axis_bytes(side, s->resolution);
+    void *host = ferry__malloc(bytes), *dev = NULL;
+    if (!host) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for resize tables");
+    ferry_resize_axis axis;
+    ferry__resize_axis_build(&axis, side, s->resolution, host);
+    ferry_resize_filter hf = {axis.first, axis.count, axis.offset, axis.weights};
+    ferry_status st = ferry_device_malloc(s->device, NULL, bytes, &dev);
+    if (st == FERRY_OK)
+      st = ferry_memcpy(stream, dev, host, bytes, ferry__copy_kind_between(1, s->device->kind == FERRY_DEVICE_HOST));
+    if (st == FERRY_OK)
+      e->filter = (ferry_resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
+                                        relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
+    ferry__free(host);
+    if (st != FERRY_OK) {
+      if (dev) ferry_device_free(s->device, NULL, dev);
+      return ferry__error_prefix(st, "transfer: resize tables for side %d: ", side);
+    }
+    e->mem = dev;
+  }
+  *out = e->filter;
+  return FERRY_OK;
+}
+
+static ferry_status bind_device(ferry_jpeg_stage *s, ferry_device *device) {
+  if (!s->device) s->device = device;
+  if (s->device == device) return FERRY_OK;
+  return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the GPU decoder's batches go to %s, not %s",
+                     s->device->name, device->name);
+}
+
+static ferry_status decoder_for(ferry_jpeg_stage *s, ferry_stream *stream, stream_decoder **out) {
+  for (stream_decoder *d = s->decoders; d; d = d->next)
+    if (d->stream == stream) return *out = d, FERRY_OK;
+  stream_decoder *d = ferry__calloc(1, sizeof *d);
+  if (!d) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for an nvJPEG decoder");
+  ferry_status st = ferry__nvjpeg_decoder_open(s->api, &d->decoder);
+  if (st != FERRY_OK) {
+    ferry__free(d);
+    return st;
+  }
+  d->stream = stream;
+  pthread_mutex_init(&d->lock, NULL);
+  d->next = s->decoders;
+  s->decoders = d;
+  *out = d;
+  return FERRY_OK;
+}
+
+/* ---- one transfer ---- */
+
+/* An nvJPEG sample: where its bytes are, its size, its scratch. */
+typedef struct gpu_sample {
+  size_t index;
+  const uint8_t *data;
+  size_t len;
+  int width, height;
+  uint8_t *decoded, *tmp;
+} gpu_sample;
+
+typedef struct stage_run {
+  ferry_jpeg_stage *s;
+  ferry_device_batch *db;
+  const ferry_batch *batch;
+  int jpeg, cpu_images;    /* field indices */
+  size_t item;             /* bytes of one u8 [R,R,3] image */
+  uint8_t *pixels;         /* u8 [B,R,R,3]: the images tensor, or staging */
+  uint8_t *staging;        /* owned when normalising */
+  gpu_sample *gpu;         /* [B] */
+  size_t ngpu;
+  stream_decoder *decoder;
+} stage_run;
+
+static ferry_status alloc_images(stage_run *r, const ferry_transfer_options *o) {
+  ferry_device_batch *db = r->db;
+  int64_t R = r->s->resolution, B = (int64_t)db->batch_size;
+  int64_t u8_shape[4] = {B, R, R, 3}, norm_shape[4] = {B, 3, R, R};
+  int normalise = o->normalize != FERRY_NORMALIZE_NONE;
+  ferry_dtype dtype = !normalise ? FERRY_U8 : o->normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
+  ferry_status st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, 4,
+                                       normalise ? norm_shape : u8_shape);
+  db->images.present = st == FERRY_OK;
+  if (st != FERRY_OK) return st;
+  if (!normalise) {
+    r->pixels = db->images.tensor.data;
+    return FERRY_OK;
+  }
+  st = ferry_device_malloc(db->device, db->stream, r->item * db->batch_size, (void **)&r->staging);
+  r->pixels = r->staging;
+  return st;
+}
+
+/* The nvJPEG samples (those with jpeg rows), their sizes and scratch. */
+static ferry_status collect_gpu(stage_run *r) {
+  ferry_device_batch *db = r->db;
+  const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->jpeg);
+  for (size_t i = 0; i < db->batch_size; i++) {
+    if (rows[i + 1] == rows[i]) continue;
+    gpu_sample *g = &r->gpu[r->ngpu++];
+    ferry_tensor view;
+    ferry_status st = ferry_batch_sample(r->batch, (size_t)r->jpeg, i, &view);
+    g->index = i;
+    g->data = view.data;
+    g->len = view.nbytes;
+    if (st == FERRY_OK)
+      st = ferry__nvjpeg_image_size(&r->decoder->decoder.parser, g->data, g->len, "jpeg row", &g->width,
+                                    &g->height);
+    if (st == FERRY_OK && (g->width >= MAX_SIDE || g->height >= MAX_SIDE))
+      st = ferry__fail(FERRY_EUNSUPPORTED, "image of %dx%d", g->width, g->height);
+    if (st == FERRY_OK)
+      st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3, (void **)&g->decoded);
+    int vfirst = st == FERRY_OK ? ferry__resize_vertical_first(g->width, g->height, r->s->resolution) : 0;
+    if (st == FERRY_OK)
+      st = ferry_device_malloc(db->device, db->stream,
+                               ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst),
+                               (void **)&g->tmp);
+    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+  }
+  return FERRY_OK;
+}
+
+static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry_resize_job *job) {
+  ferry_jpeg_stage *s = r->s;
+  int R = s->resolution;
+  *job = (ferry_resize_job){.src = g->decoded, .width = g->width, .height = g->height, .size = R,
+                            .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
+                            .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + g->index * r->item};
+  pthread_mutex_lock(&s->lock);
+  ferry_status st = device_axis(s, r->db->stream, g->width, &job->h);
+  if (st == FERRY_OK) st = device_axis(s, r->db->stream, g->height, &job->v);
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+/* The host backend's resizes: one host function on the stream, after the decode. */
+typedef struct host_resizes {
+  size_t n;
+  ferry_resize_job jobs[];
+} host_resizes;
+
+static void run_host_resizes(void *arg) {
+  host_resizes *h = arg;
+  for (size_t i = 0; i < h->n; i++) ferry__resize_reference(&h->jobs[i]);
+  ferry__free(h);
+}
+
+static ferry_status queue_resizes(stage_run *r) {
+  ferry_stream *stream = r->db->stream;
+  int on_host = stream->device->kind == FERRY_DEVICE_HOST;
+  host_resizes *h = ferry__malloc(sizeof *h + r->ngpu * sizeof h->jobs[0]);
+  if (!h) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu resizes", r->ngpu);
+  h->n = r->ngpu;
+  ferry_status st = FERRY_OK;
+  for (size_t k = 0; k < r->ngpu && st == FERRY_OK; k++) {
+    st = resize_job(r, &r->gpu[k], &h->jobs[k]);
+    int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(stream->impl, &h->jobs[k]) : 0;
+    if (err) st = ferry__fail(FERRY_EDEVICE, "transfer: the resize kernel of sample %zu failed to launch "
+                              "(CUDA error %d)", r->gpu[k].index, err);
+  }
+  if (st != FERRY_OK || !on_host) {
+    ferry__free(h);
+    return st;
+  }
+  st = ferry_stream_call(stream, run_host_resizes, h);
+  if (st != FERRY_OK) ferry__free(h);
+  return st;
+}
+
+static ferry_status decode_and_resize(stage_run *r) {
+  if (!r->ngpu) return FERRY_OK;
+  size_t n = r->ngpu;
+  const uint8_t **data = ferry__malloc(n * sizeof *data);
+  size_t *len = ferry__malloc(n * sizeof *len);
+  int *width = ferry__malloc(n * sizeof *width);
+  uint8_t **dst = ferry__malloc(n * sizeof *dst);
+  ferry_status st = FERRY_OK;
+  if (!data || !len || !width || !dst) st = ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu decodes", n);
+  for (size_t k = 0; k < n && st == FERRY_OK; k++) {
+    data[k] = r->gpu[k].data;
+    len[k] = r->gpu[k].len;
+    width[k] = r->gpu[k].width;
+    dst[k] = r->gpu[k].decoded;
+  }
+  if (st == FERRY_OK) {
+    pthread_mutex_lock(&r->decoder->lock);
+    st = ferry__nvjpeg_decode_rgbi(&r->decoder->decoder, data, len, width, dst, (int)n, r->db->stream);
+    pthread_mutex_unlock(&r->decoder->lock);
+  }
+  ferry__free(data);
+  ferry__free(len);
+  ferry__free(width);
+  ferry__free(dst);
+  return st == FERRY_OK ? queue_resizes(r) : st;
+}
+
+/* The fallbacks' u8 pixels, from the arena into their rows of the pixels. */
+static ferry_status copy_fallbacks(stage_run *r) {
+  ferry_device_batch *db = r->db;
+  const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->cpu_images);
+  ferry_copy_kind kind = ferry__copy_kind_between(1, db->device->kind == FERRY_DEVICE_HOST);
+  for (size_t i = 0; i < db->batch_size; i++) {
+    if (rows[i + 1] == rows[i]) continue;
+    ferry_tensor view;
+    ferry_status st = ferry_batch_sample(r->batch, (size_t)r->cpu_images, i, &view);
+    if (st == FERRY_OK && view.nbytes != r->item)
+      st = ferry__fail(FERRY_EINVAL, "cpu_images holds %zu bytes, not one %d x %d x 3 image", view.nbytes,
+                       r->s->resolution, r->s->resolution);
+    if (st == FERRY_OK) st = ferry__memcpy_or_wait(db->stream, r->pixels + i * r->item, view.data, r->item, kind);
+    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+  }
+  return FERRY_OK;
+}
+
+static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o) {
+  if (!r->staging) return FERRY_OK;
+  ferry_device_batch *db = r->db;
+  ferry_norm_params params;
+  ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
+  size_t hw = (size_t)r->s->resolution * r->s->resolution;
+  size_t out_item = db->images.tensor.nbytes / db->batch_size;
+  int pixels_on_host = db->device->kind == FERRY_DEVICE_HOST;
+  ferry_status st = FERRY_OK;
+  for (size_t i = 0; i < db->batch_size && st == FERRY_OK; i++)
+    st = ferry__normalize_enqueue(db->stream, r->pixels + i * r->item, pixels_on_host,
+                                  (char *)db->images.tensor.data + i * out_item, hw, &params);
+  return st;
+}
+
+/* Scratch back in stream order; after a failure, once the stream has run what was
+ * queued (a queued decode or resize may still write it). */
+static void free_scratch(stage_run *r, ferry_status st) {
+  ferry_device_batch *db = r->db;
+  if (st != FERRY_OK) ferry_stream_synchronize(db->stream);
+  for (size_t k = 0; k < r->ngpu; k++) {
+    if (r->gpu[k].decoded) ferry_device_free(db->device, db->stream, r->gpu[k].decoded);
+    if (r->gpu[k].tmp) ferry_device_free(db->device, db->stream, r->gpu[k].tmp);
+  }
+  if (r->staging) ferry_device_free(db->device, db->stream, r->staging);
+  ferry__free(r->gpu);
+}
+
+static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
+                                   const ferry_transfer_options *o) {
+  ferry_jpeg_stage *s = self;
+  stage_run r = {.s = s, .db = db, .batch = batch,
+                 .jpeg = ferry_batch_find_field(batch, FERRY_FIELD_JPEG),
+                 .cpu_images = ferry_batch_find_field(batch, FERRY_FIELD_CPU_IMAGES),
+                 .item = (size_t)s->resolution * s->resolution * 3};
+  if (r.jpeg < 0 || r.cpu_images < 0)
+    return ferry__fail(FERRY_EINVAL, "transfer: a GPU-decoded batch needs its '%s' and '%s' fields",
+                       FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES);
+  if (!ferry__batch_bytes_on_host(batch))
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: nvJPEG reads the compressed bytes from host memory");
+  pthread_mutex_lock(&s->lock);
+  ferry_status st = bind_device(s, db->device);
+  if (st == FERRY_OK) st = decoder_for(s, db->stream, &r.decoder);
+  pthread_mutex_unlock(&s->lock);
+  if (st != FERRY_OK) return st;
+  r.gpu = ferry__calloc(db->batch_size ? db->batch_size : 1, sizeof *r.gpu);
+  if (!r.gpu) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu samples", db->batch_size);
+  st = alloc_images(&r, o);
+  if (st == FERRY_OK) st = collect_gpu(&r);
+  if (st == FERRY_OK) st = decode_and_resize(&r);
+  if (st == FERRY_OK) st = copy_fallbacks(&r);
+  if (st == FERRY_OK) st = normalise_all(&r, o);
+  free_scratch(&r, st);
+  return st == FERRY_OK ? FERRY_OK : ferry__error_prefix(st, "GPU decode: ");
+}
+
+#endif /* FERRY_HAVE_NVJPEG */

@@ -1,0 +1,269 @@
+/* image/gpu/nvjpeg_api.c - nvJPEG's table, filled by dlopen, and the routing rules.
+ *
+ * Owns: the one process-wide table (loaded once under pthread_once and kept for the
+ * process' life: a dlclose would invalidate handles still in use), the per-worker
+ * parser, and the rules that send an image to nvJPEG or to the CPU path.
+ * Invariants: libferry has no link-time dependency on libnvjpeg (`ldd libferry.so`
+ * shows none; tests/lib checks it); every rule reads the image only through the table,
+ * so a test's fake table exercises exactly the code the real one runs.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/alloc.h"
+#include "lib/device_internal.h"
+#include "image/gpu/nvjpeg_table.h"
+#include "lib/status.h"
+
+static const char *const route_names[FERRY_NVJPEG_ROUTES] = {
+    "gpu", "not-jpeg", "corrupt", "components", "precision", "encoding", "subsampling",
+    "unsupported", "oriented"};
+
+const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route) {
+  return route >= 0 && route < FERRY_NVJPEG_ROUTES ? route_names[route] : "?";
+}
+
+ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
+  static const char need[] = "GPU decoding needs a CUDA device and nvJPEG";
+  if (!device || ferry_device_get_kind(device) != FERRY_DEVICE_CUDA)
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s; the device is %s", need,
+                      device ? ferry_device_name(device) : "host");
+  const struct ferry_nvjpeg_api *api;
+  if (ferry__nvjpeg_load(&api) != FERRY_OK)
+    return ferry__error_prefix(FERRY_EUNSUPPORTED, "%s: ", need);
+  return FERRY_OK;
+}
+
+#if !FERRY_HAVE_NVJPEG
+
+ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out) {
+  *out = NULL;
+  return ferry__fail(FERRY_ENODEV, "no nvJPEG: ferry was built without the CUDA backend or without "
+                                  "nvjpeg.h (pip install nvidia-nvjpeg, then meson -Dnvjpeg=enabled)");
+}
+
+#else
+#include <dlfcn.h>
+
+/* The sonames tried, newest first: CUDA 13's, then CUDA 12's (same entry points). */
+static const char *const sonames[] = {"libnvjpeg.so.13", "libnvjpeg.so.12"};
+
+static ferry_nvjpeg_api loaded;
+static ferry_status load_status;
+static char load_message[FERRY_ERROR_MAX];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+/* Each entry is checked against the header's prototype, then looked up by name. */
+#define ENTRY(name)                                                                           \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&nvjpeg##name),                      \
+                                              __typeof__(((ferry_nvjpeg_api *)0)->name)),     \
+                 "ferry_nvjpeg_api." #name " differs from nvjpeg.h");                         \
+  if (!(*(void **)&api->name = dlsym(lib, "nvjpeg" #name))) return "nvjpeg" #name;
+
+/* NULL when every entry point was found, else the first missing one. */
+static const char *fill_table(void *lib, ferry_nvjpeg_api *api) {
+  ENTRY(CreateEx)
+  ENTRY(Destroy)
+  ENTRY(JpegStateCreate)
+  ENTRY(JpegStateDestroy)
+  ENTRY(GetImageInfo)
+  ENTRY(JpegStreamCreate)
+  ENTRY(JpegStreamDestroy)
+  ENTRY(JpegStreamParse)
+  ENTRY(JpegStreamGetJpegEncoding)
+  ENTRY(JpegStreamGetComponentsNum)
+  ENTRY(JpegStreamGetSamplePrecision)
+  ENTRY(JpegStreamGetChromaSubsampling)
+  ENTRY(JpegStreamGetExifOrientation)
+  ENTRY(DecodeBatchedSupported)
+  ENTRY(DecodeBatchedInitialize)
+  ENTRY(DecodeBatched)
+  return NULL;
+}
+#undef ENTRY
+
+static void load_once_fn(void) {
+  char tried[FERRY_ERROR_MAX] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof sonames / sizeof *sonames; i++) {
+    void *lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
+    const char *why = lib ? fill_table(lib, &loaded) : dlerror();
+    if (lib && !why) {
+      load_status = FERRY_OK;
+      return;
+    }
+    int n = snprintf(tried + used, sizeof tried - used, "%s%s: %s%s", used ? "; " : "", sonames[i],
+                     lib ? "no symbol " : "", why ? why : "not found");
+    if (n > 0) used = used + (size_t)n < sizeof tried ? used + (size_t)n : sizeof tried - 1;
+    if (lib) dlclose(lib);
+  }
+  memset(&loaded, 0, sizeof loaded);
+  load_status = FERRY_ENODEV;
+  snprintf(load_message, sizeof load_message,
+           "no nvJPEG: %s (pip install nvidia-nvjpeg and put its nvidia/cu13/lib on LD_LIBRARY_PATH)",
+           tried);
+}
+
+ferry_status ferry__nvjpeg_load(const ferry_nvjpeg_api **out) {
+  pthread_once(&load_once, load_once_fn);
+  *out = load_status == FERRY_OK ? &loaded : NULL;
+  if (load_status != FERRY_OK) return ferry__fail(load_status, "%s", load_message);
+  return FERRY_OK;
+}
+
+/* ---- the per-worker parser ---- */
+
+static ferry_status nvjpeg_error(const char *what, nvjpegStatus_t st) {
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s failed with status %d", what, (int)st);
+}
+
+ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_parser *out) {
+  memset(out, 0, sizeof *out);
+  out->api = api;
+  /* The hardware engine where there is one; nvjpegCreateEx refuses it elsewhere. */
+  nvjpegStatus_t st = api->CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &out->handle);
+  out->hardware = st == NVJPEG_STATUS_SUCCESS;
+  if (!out->hardware) st = api->CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &out->handle);
+  if (st != NVJPEG_STATUS_SUCCESS) return nvjpeg_error("nvjpegCreateEx", st);
+  st = api->JpegStreamCreate(out->handle, &out->stream);
+  if (st != NVJPEG_STATUS_SUCCESS) {
+    api->Destroy(out->handle);
+    out->handle = NULL;
+    return nvjpeg_error("nvjpegJpegStreamCreate", st);
+  }
+  return FERRY_OK;
+}
+
+void ferry__nvjpeg_parser_close(ferry_nvjpeg_parser *p) {
+  if (p->stream) p->api->JpegStreamDestroy(p->stream);
+  if (p->handle) p->api->Destroy(p->handle);
+  p->stream = NULL;
+  p->handle = NULL;
+}
+
+/* ---- batched decode ---- */
+
+ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_decoder *out) {
+  memset(out, 0, sizeof *out);
+  ferry_status st = ferry__nvjpeg_parser_open(api, &out->parser);
+  if (st != FERRY_OK) return st;
+  nvjpegStatus_t ns = api->JpegStateCreate(out->parser.handle, &out->state);
+  if (ns != NVJPEG_STATUS_SUCCESS) {
+    ferry__nvjpeg_parser_close(&out->parser);
+    return nvjpeg_error("nvjpegJpegStateCreate", ns);
+  }
+  return FERRY_OK;
+}
+
+void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
+  if (d->state) d->parser.api->JpegStateDestroy(d->state);
+  d->state = NULL;
+  ferry__nvjpeg_parser_close(&d->parser);
+}
+
+ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
+                                      const char *name, int *width, int *height) {
+  int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
+  nvjpegChromaSubsampling_t css;
+  nvjpegStatus_t ns = p->api->GetImageInfo(p->handle, data, len, &components, &css,
+                                                  widths, heights);
+  if (ns != NVJPEG_STATUS_SUCCESS || widths[0] <= 0 || heights[0] <= 0)
+    return ferry__fail(FERRY_EFORMAT, "%s: nvJPEG cannot read the header (status %d)", name, (int)ns);
+  *width = widths[0];
+  *height = heights[0];
+  return FERRY_OK;
+}
+
+ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *const *data,
+                                       const size_t *len, const int *width, uint8_t *const *dst, int n,
+                                       ferry_stream *stream) {
+  const ferry_nvjpeg_api *api = d->parser.api;
+  if (n <= 0) return FERRY_OK;
+  nvjpegImage_t *out = ferry__calloc((size_t)n, sizeof *out);
+  if (!out) return ferry__fail(FERRY_ENOMEM, "nvJPEG: out of memory for %d destinations", n);
+  for (int i = 0; i < n; i++) {
+    out[i].channel[0] = dst[i];
+    out[i].pitch[0] = (size_t)width[i] * 3;
+  }
+  nvjpegStatus_t ns = NVJPEG_STATUS_SUCCESS;
+  const char *what = "nvjpegDecodeBatchedInitialize";
+  if (d->batch != n) ns = api->DecodeBatchedInitialize(d->parser.handle, d->state, n, 1, NVJPEG_OUTPUT_RGBI);
+  if (ns == NVJPEG_STATUS_SUCCESS) {
+    d->batch = n;
+    what = "nvjpegDecodeBatched";
+    ns = api->DecodeBatched(d->parser.handle, d->state, data, len, out, (cudaStream_t)stream->impl);
+  }
+  ferry__free(out);
+  if (ns == NVJPEG_STATUS_SUCCESS) return FERRY_OK;
+  d->batch = 0; /* nvJPEG: initialise again to reset a failed batch */
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d", what, n,
+                     stream->device->name, (int)ns);
+}
+
+/* ---- routing ---- */
+
+static int is_jpeg(const uint8_t *data, size_t len) {
+  return len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+/* Baseline and extended sequential Huffman everywhere; progressive on the GPU
+ * backends only (the hardware engine takes single-scan baseline); lossless and
+ * arithmetic coding (reported as unknown) nowhere. */
+static int encoding_ok(nvjpegJpegEncoding_t e, int hardware) {
+  if (e == NVJPEG_ENCODING_BASELINE_DCT || e == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN)
+    return 1;
+  return e == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN && !hardware;
+}
+
+/* nvjpeg.h: the hardware backend does not support 4:1:0 and 4:1:1. */
+static int subsampling_ok(nvjpegChromaSubsampling_t s, int hardware) {
+  if (s == NVJPEG_CSS_UNKNOWN) return 0;
+  if (!hardware) return 1;
+  return s != NVJPEG_CSS_411 && s != NVJPEG_CSS_410 && s != NVJPEG_CSS_410V;
+}
+
+/* What the parsed stream says, in the order of the rules (cheapest, most common
+ * reason first). */
+static ferry_nvjpeg_route route_parsed(ferry_nvjpeg_parser *p, int apply_exif) {
+  const ferry_nvjpeg_api *api = p->api;
+  unsigned components = 0, precision = 0;
+  nvjpegJpegEncoding_t encoding = NVJPEG_ENCODING_UNKNOWN;
+  nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
+  if (api->JpegStreamGetComponentsNum(p->stream, &components) != NVJPEG_STATUS_SUCCESS)
+    return FERRY_NVJPEG_ROUTE_CORRUPT;
+  if (components != 1 && components != 3) return FERRY_NVJPEG_ROUTE_COMPONENTS;
+  if (api->JpegStreamGetSamplePrecision(p->stream, &precision) != NVJPEG_STATUS_SUCCESS ||
+      precision != 8)
+    return FERRY_NVJPEG_ROUTE_PRECISION;
+  if (api->JpegStreamGetJpegEncoding(p->stream, &encoding) != NVJPEG_STATUS_SUCCESS ||
+      !encoding_ok(encoding, p->hardware))
+    return FERRY_NVJPEG_ROUTE_ENCODING;
+  if (api->JpegStreamGetChromaSubsampling(p->stream, &css) != NVJPEG_STATUS_SUCCESS ||
+      !subsampling_ok(css, p->hardware))
+    return FERRY_NVJPEG_ROUTE_SUBSAMPLING;
+  if (apply_exif) {
+    nvjpegExifOrientation_t o = NVJPEG_ORIENTATION_UNKNOWN;
+    if (api->JpegStreamGetExifOrientation(p->stream, &o) == NVJPEG_STATUS_SUCCESS &&
+        o != NVJPEG_ORIENTATION_UNKNOWN && o != NVJPEG_ORIENTATION_NORMAL)
+      return FERRY_NVJPEG_ROUTE_ORIENTED;
+  }
+  /* The engine's own word, for what the rules above cannot see (sizes, restart
+   * intervals). Its flag is 0 when the stream IS supported. */
+  int unsupported = 1;
+  if (p->hardware &&
+      (api->DecodeBatchedSupported(p->handle, p->stream, &unsupported) != NVJPEG_STATUS_SUCCESS ||
+       unsupported != 0))
+    return FERRY_NVJPEG_ROUTE_UNSUPPORTED;
+  return FERRY_NVJPEG_ROUTE_GPU;
+}
+
+ferry_nvjpeg_route ferry__nvjpeg_route(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
+                                       int apply_exif) {
+  if (!is_jpeg(data, len)) return FERRY_NVJPEG_ROUTE_NOT_JPEG;
+  if (p->api->JpegStreamParse(p->handle, data, len, 0, 0, p->stream) != NVJPEG_STATUS_SUCCESS)
+    return FERRY_NVJPEG_ROUTE_CORRUPT;
+  return route_parsed(p, apply_exif);
+}
+
+#endif /* FERRY_HAVE_NVJPEG */

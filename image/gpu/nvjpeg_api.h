@@ -1,0 +1,57 @@
+/* image/gpu/nvjpeg_api.h - nvJPEG, loaded at run time, and which images it may decode (internal).
+ *
+ * libferry never links libnvjpeg: ferry__nvjpeg_load opens libnvjpeg.so.13 (then
+ * .so.12) with dlopen and fills a table of the entry points ferry uses, so the
+ * library loads and runs where nvJPEG is absent. Everything that decides or decodes
+ * goes through a table (ferry_nvjpeg_api), which tests fill with fakes.
+ *
+ * This header has no nvJPEG types, so the loader can ask whether GPU decoding can
+ * open without seeing CUDA's headers; the table, the parser and the routing rules
+ * are in image/gpu/nvjpeg_table.h. The routing rules (ferry__nvjpeg_route) say, per image, whether nvJPEG's batched
+ * decode takes it or the CPU path (TurboJPEG/libpng) must: header parsing is CPU
+ * work, cheap, done by the worker that read the file.
+ */
+#ifndef FERRY_LIB_NVJPEG_API_H
+#define FERRY_LIB_NVJPEG_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/error.h"
+#include "ferry_config.h"
+
+#include "ferry/device.h"
+
+/* Why an image goes where it goes. Every value but GPU sends the sample to the CPU
+ * path; CORRUPT ones then fail or are skipped there by the loader's error policy,
+ * with the CPU decoder's message naming the file. */
+typedef enum ferry_nvjpeg_route {
+  FERRY_NVJPEG_ROUTE_GPU = 0,
+  FERRY_NVJPEG_ROUTE_NOT_JPEG,    /* PNG, or anything without the JPEG signature */
+  FERRY_NVJPEG_ROUTE_CORRUPT,     /* nvJPEG's parser refuses the stream */
+  FERRY_NVJPEG_ROUTE_COMPONENTS,  /* CMYK/YCCK (4 components) or another count but 1 and 3 */
+  FERRY_NVJPEG_ROUTE_PRECISION,   /* not 8-bit samples */
+  FERRY_NVJPEG_ROUTE_ENCODING,    /* lossless, arithmetic, or progressive on the hardware engine */
+  FERRY_NVJPEG_ROUTE_SUBSAMPLING, /* unknown, or 4:1:1 / 4:1:0 on the hardware engine */
+  FERRY_NVJPEG_ROUTE_UNSUPPORTED, /* the hardware engine's own check says no */
+  FERRY_NVJPEG_ROUTE_ORIENTED,    /* EXIF says rotate, and the config applies EXIF */
+  FERRY_NVJPEG_ROUTES
+} ferry_nvjpeg_route;
+
+/* A short name for a route ("gpu", "not-jpeg", ...); "?" out of range. */
+const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route);
+
+struct ferry_nvjpeg_api;
+
+/* Open nvJPEG once per process (later calls return the same table) and give its
+ * table. FERRY_ENODEV when ferry was built without nvjpeg.h or neither
+ * libnvjpeg.so.13 nor libnvjpeg.so.12 loads or has every entry point; the message
+ * says which. Thread-safe. */
+ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out);
+
+/* Whether `device` can decode with nvJPEG: FERRY_OK, or FERRY_EUNSUPPORTED with a
+ * message saying that GPU decoding needs a CUDA device and nvJPEG, and which of the
+ * two is missing (the host device; no libnvjpeg, and why). Opens no CUDA context. */
+ferry_status ferry__nvjpeg_device_check(ferry_device *device);
+
+#endif

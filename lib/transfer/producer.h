@@ -1,0 +1,39 @@
+/* lib/transfer/producer.h - a producer of a device field from host fields (internal).
+ *
+ * ferry_transfer copies every host field to the device as it is: the image field
+ * into the batch tensor, the others into per-sample records. A batch whose device
+ * images must be made rather than copied (the GPU decoder's: compressed bytes and
+ * CPU-decoded fallbacks, image/gpu/jpeg_stage.c) carries a producer, attached by
+ * whoever laid the batch out (the loader). The transfer then asks the producer for
+ * the device batch's images tensor, and the host fields it consumes become no
+ * records. This is the one place the transfer meets image code, through a pointer:
+ * lib/ links nothing above it, and a batch without a producer never leaves lib/.
+ *
+ * Contract of produce: called on the transfer's thread with the device batch made
+ * (no images tensor yet); it allocates db->images on db->stream (db->images.present
+ * once allocated, so a failed transfer frees it) and queues everything on that
+ * stream, reading the batch only from work queued there (the transfer holds the
+ * batch until that has run). On failure it leaves nothing of its own allocated.
+ */
+#ifndef FERRY_LIB_TRANSFER_PRODUCER_H
+#define FERRY_LIB_TRANSFER_PRODUCER_H
+
+#include "ferry/batch.h"
+#include "ferry/transfer.h"
+
+#define FERRY_PRODUCER_MAX_INPUTS 4
+
+typedef struct ferry__producer {
+  const char *output;                               /* the field it makes: "images" */
+  const char *inputs[FERRY_PRODUCER_MAX_INPUTS];    /* host fields it reads: no records */
+  size_t ninputs;
+  ferry_status (*produce)(void *self, ferry_device_batch *db, const ferry_batch *batch,
+                          const ferry_transfer_options *options);
+  void *self;
+} ferry__producer;
+
+/* Attach a producer to a batch (NULL detaches). Not owned: it must outlive every
+ * transfer of the batch. */
+void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *producer);
+
+#endif
