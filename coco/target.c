@@ -139,13 +139,14 @@ static ferry_status with_image(const ferry_coco *coco, ferry_status st, const co
 static ferry_status write_kept(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
                                ferry_coco_target *out, const ferry__mask_map *map, size_t mask_bytes, size_t K) {
   ferry_status st;
-  size_t slot = 0;
+  size_t slot = 0, kept = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
     const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
     int keep;
     if ((st = kept_box(coco, img, ann, opts, box, &keep)) < 0) return st;
     if (!keep) continue;
+    if (opts->select && !opts->select[kept++]) continue;
     if (out->boxes) memcpy(out->boxes + slot * 4, box, sizeof box);
     if (out->labels) out->labels[slot] = ferry__coco_label(coco, ann);
     if (out->area) out->area[slot] = (float)ann->pub.area;
@@ -175,7 +176,8 @@ ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const
   /* One map for every mask of the image: its tables cost O(height + mw) once. */
   ferry__mask_map map = {0};
   if (out->masks && img->num_anns &&
-      (st = ferry__mask_map_init(&map, (uint32_t)img->height, (uint32_t)img->width, mh, mw, NULL, NULL)) < 0)
+      (st = ferry__mask_map_init(&map, (uint32_t)img->height, (uint32_t)img->width, mh, mw, opts->mask_rows,
+                                 opts->mask_cols)) < 0)
     return with_image(coco, st, img);
   st = write_kept(coco, img, opts, out, &map, mask_bytes, K);
   ferry__mask_map_free(&map);

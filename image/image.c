@@ -82,6 +82,7 @@ void ferry_decoder_close(ferry_decoder *d) {
   ferry__scratch_free(&d->rows);
   ferry__scratch_free(&d->taps);
   ferry__scratch_free(&d->plan);
+  ferry__scratch_free(&d->augment);
   ferry__free(d);
 }
 

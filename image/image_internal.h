@@ -4,9 +4,10 @@
  * format into the decoder's scratch; exif.c finds and applies the orientation;
  * resize.c is the Pillow-compatible resampler writing the output layouts, its
  * inner loops in kernel sets (resize_kernels.h: portable, resize_avx2.c,
- * resize_avx512.c, resize_vbmi.c); normalize.c holds the f32 normalisation table;
- * scratch.c the growable buffers and limits.c the pixel limit, which every other
- * file uses and which call nothing back.
+ * resize_avx512.c, resize_vbmi.c); normalize_table.c holds the f32 normalisation
+ * table; augment.c the recipes' chains and geometry.c the boxes' geometry; scratch.c
+ * the growable buffers and limits.c the pixel limit, which every other file uses and
+ * which call nothing back.
  */
 #ifndef FERRY_LOADERS_IMAGE_INTERNAL_H
 #define FERRY_LOADERS_IMAGE_INTERNAL_H
@@ -34,9 +35,10 @@ struct ferry_decoder {
   ferry_scratch aux;      /* CMYK samples; the EXIF-rotated image */
   ferry_scratch rows;     /* resize: horizontally resampled rows */
   ferry_scratch taps;     /* resize: filter bounds and weights */
-  int taps_shape[3];      /* width, height, size the filters in taps are for (0: none) */
+  int taps_shape[4];      /* width, height, out_w, out_h the filters in taps are for (0: none) */
   ferry_scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
-  int plan_shape[2];      /* width, size the plan is for */
+  ferry_scratch augment;  /* augment.c: branch B's resized image, before its crop */
+  int plan_shape[2];      /* width, out_w the plan is for */
   const void *plan_kernels; /* the kernel set that laid it out (NULL: none) */
 };
 

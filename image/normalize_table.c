@@ -1,9 +1,9 @@
 /* image/normalize_table.c - the normalisation table and its portable kernel.
  *
- * F32_CHW images are torchvision's to_tensor then normalize, in float32 steps:
- * ferry__normalize_value (lib/transfer/normalize.h, the one formula). 256 values per
- * channel, so a table; the vector kernels compute the same operations instead
- * (resize_kernels.h).
+ * F32_CHW images are torchvision v2's ToDtype(scale=True) then Normalize, in float32
+ * steps: ferry__normalize_value (lib/transfer/normalize.h, the one formula). 256
+ * values per channel, so a table; the vector kernels compute the same operations
+ * instead (resize_kernels.h).
  *
  * Owns: the one table, for FERRY_IMAGENET_MEAN and _STD, built once per process
  * (pthread_once) and read-only after that.
@@ -13,7 +13,7 @@
  * the AVX-512 sets') computes them, by fma where fma_exact says that is exact.
  * Invariants: lut[c][v] is the float32 result of torchvision's steps, each
  * operation rounded to float as its float32 tensors round it (no -ffast-math here);
- * fma_exact is 1 only if the fma path gives all 768 entries bit for bit.
+ * fma_exact is 1 only if the fma division by std gives all 768 entries bit for bit.
  * Not done here: any mean and std other than ImageNet's (the F32_CHW layout is
  * defined with those).
  */
@@ -51,8 +51,9 @@ static void init_imagenet(void) {
     for (int v = 0; v < 256; v++) {
       /* the reference: torchvision's three float32 steps */
       n->lut[c][v] = ferry__normalize_value((uint8_t)v, mean[c], std[c]);
-      /* the same value as the AVX2 kernel would compute it by fma */
-      float q = divide_by_fma((float)v, 255.0f, n->recip255);
+      /* the same value as the AVX2 kernel would compute it: the scaling is one
+       * product in both, the division by std by fma */
+      float q = (float)v * n->recip255;
       float f = divide_by_fma(q - mean[c], std[c], n->recip_std[c]);
       if (memcmp(&f, &n->lut[c][v], sizeof f) != 0) n->fma_exact = 0;
     }

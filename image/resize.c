@@ -1,4 +1,4 @@
-/* image/resize.c - square resize with Pillow's BILINEAR, then the output layout.
+/* image/resize.c - resize with Pillow's BILINEAR, then the output layout.
  *
  * The arithmetic follows Pillow's Resample.c so that the u8 result is Pillow's:
  *  - per output pixel, a triangle filter centred at (i + 0.5) * scale, its support
@@ -6,7 +6,11 @@
  *    normalised to sum 1 and then rounded to 22-bit fixed point;
  *  - first the horizontal pass into u8 rows (rounded and clipped), then the
  *    vertical pass from those rows; only the source rows the vertical filter
- *    touches are resampled horizontally.
+ *    touches are resampled horizontally. Pillow 13 runs the vertical pass first
+ *    when the height shrinks by more than twice what the width does, and so does
+ *    this file (vertical_first);
+ *  - the source may be a rectangle of a larger image (a row stride): a crop is
+ *    resampled where it lies, as Pillow resamples the image Image.crop made.
  * The second pass writes the final values straight into the caller's buffer in the
  * requested layout (through staging rows for f32), so there is no full-size
  * intermediate copy of the output. This file plans a resize (filters, pass order,
@@ -29,8 +33,9 @@
  *     window only drop rows from its top and resample below;
  *   - nothing is allocated outside the decoder's scratch, so once the scratch has
  *     grown to a shape, resizing that shape again allocates nothing.
- * Not done here: cropping or keeping the aspect ratio (the output is always square),
- * other filters than BILINEAR, and any resampling of masks (coco/ makes them at R).
+ * Not done here: choosing the output size (augment.c does, for the recipes), other
+ * filters than BILINEAR, and any resampling of masks (coco/ makes them through index
+ * maps).
  */
 #include <math.h>
 #include <string.h>
@@ -219,38 +224,31 @@ const ferry_resize_kernels *ferry__resize_best_kernels(void) {
 typedef struct resize_job {
   const ferry_resize_kernels *k;
   axis_taps h, v;
-  int size;
+  int out_w, out_h;
+  size_t src_stride; /* bytes from one source row to the next */
   ferry_image_layout layout;
   void *dst;
-  uint8_t *staging; /* FERRY_RESIZE_MAX_BLOCK rows of size pixels */
+  uint8_t *staging; /* FERRY_RESIZE_MAX_BLOCK rows of out_w pixels */
   void *block;      /* the horizontal kernel's scratch */
   const void *plan; /* and its plan for j->h */
   int src_rows;     /* the source image's height */
   const ferry_resize_norm *norm; /* F32_CHW */
 } resize_job;
 
-/* Where output rows y.. are written as RGB8 (rows of size pixels). */
+/* Where output rows y.. are written as RGB8 (rows of out_w pixels). */
 static uint8_t *out_rows(const resize_job *j, int y) {
-  if (j->layout == FERRY_LAYOUT_U8_HWC) return (uint8_t *)j->dst + (size_t)y * j->size * 3;
+  if (j->layout == FERRY_LAYOUT_U8_HWC) return (uint8_t *)j->dst + (size_t)y * j->out_w * 3;
   return j->staging;
 }
 
 /* Output rows y .. y+n are in out_rows(j, y): finish them in the layout. F32_CHW is
- * three planes of size*size floats; staging row r is output row y + r of each. */
+ * three planes of out_h*out_w floats; staging row r is output row y + r of each. */
 static void rows_done(const resize_job *j, int y, int n) {
   if (j->layout == FERRY_LAYOUT_U8_HWC) return;
-  size_t px = (size_t)j->size;
+  size_t px = (size_t)j->out_w;
   for (int r = 0; r < n; r++)
     j->k->normalize(j->staging + r * px * 3, px, j->norm, (float *)j->dst + (size_t)(y + r) * px,
-                    px * px);
-}
-
-/* Vertical pass of output row y: rows + i*n is source row row0 + i (n bytes each). */
-static void vertical_row(const resize_job *j, const uint8_t *rows, size_t n, int row0, int y,
-                         uint8_t *out) {
-  const axis_taps *v = &j->v;
-  j->k->vertical(rows + (size_t)(v->first[y] - row0) * n, n, v->weights + v->offset[y],
-                 v->count[y], n, out);
+                    px * (size_t)j->out_h);
 }
 
 /* Rows of the horizontal pass the vertical pass reads: a window sliding down the
@@ -269,9 +267,9 @@ enum { WINDOW_SLACK_ROWS = 4 * FERRY_RESIZE_MAX_BLOCK };
 
 /* The longest vertical filter plus room to resample ahead: after the rows output
  * row y no longer needs are dropped, a whole block always fits. */
-static int window_rows(const axis_taps *v, int size) {
+static int window_rows(const axis_taps *v, int out_h) {
   int most = 0;
-  for (int y = 0; y < size; y++) most = v->count[y] > most ? v->count[y] : most;
+  for (int y = 0; y < out_h; y++) most = v->count[y] > most ? v->count[y] : most;
   return most + WINDOW_SLACK_ROWS;
 }
 
@@ -287,7 +285,7 @@ static void window_make_room(row_window *w, int n) {
  * move down, so lo never decreases. Returns source row lo. */
 static const uint8_t *window_cover(const resize_job *j, row_window *w, const uint8_t *src,
                                    int width, int lo, int hi) {
-  size_t in_row = (size_t)width * 3;
+  size_t in_row = j->src_stride;
   int drop = lo - w->first;
   if (drop >= w->rows) {
     w->start = w->rows = 0;
@@ -302,7 +300,7 @@ static const uint8_t *window_cover(const resize_job *j, row_window *w, const uin
     if (n > j->src_rows - r) n = j->src_rows - r;
     if (n > w->cap - w->rows) n = w->cap - w->rows;
     window_make_room(w, n);
-    j->k->horizontal(src + (size_t)r * in_row, in_row, n, width, &j->h, j->size,
+    j->k->horizontal(src + (size_t)r * in_row, in_row, n, width, &j->h, j->out_w,
                      w->buf + (size_t)(w->start + w->rows) * w->row_bytes, w->row_bytes, j->block,
                      j->plan);
     w->rows += n;
@@ -315,42 +313,45 @@ static const uint8_t *window_cover(const resize_job *j, row_window *w, const uin
  * source rows are used as they are. */
 static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int width,
                                     uint8_t *tmp) {
-  int size = j->size;
-  size_t n = (size_t)size * 3;
-  row_window w = {tmp, n, 0, 0, 0, window_rows(&j->v, size)};
-  for (int y = 0; y < size; y++) {
+  size_t n = (size_t)j->out_w * 3;
+  row_window w = {tmp, n, 0, 0, 0, window_rows(&j->v, j->out_h)};
+  for (int y = 0; y < j->out_h; y++) {
     int lo = j->v.first[y], hi = lo + j->v.count[y];
-    const uint8_t *rows = width == size ? src + (size_t)lo * n /* the source rows as they are */
-                                        : window_cover(j, &w, src, width, lo, hi);
-    vertical_row(j, rows, n, lo, y, out_rows(j, y));
+    /* a width that already matches: the source rows as they are, at their stride */
+    const uint8_t *rows = width == j->out_w ? src + (size_t)lo * j->src_stride
+                                            : window_cover(j, &w, src, width, lo, hi);
+    size_t stride = width == j->out_w ? j->src_stride : n;
+    j->k->vertical(rows + (size_t)(j->v.first[y] - lo) * stride, stride, j->v.weights + j->v.offset[y],
+                   j->v.count[y], n, out_rows(j, y));
     rows_done(j, y, 1);
   }
 }
 
 /* Vertical over the full width, then horizontal, a block of rows at a time. tmp
- * holds size rows of the source width: every source row may be read, so there is no
+ * holds out_h rows of the source width: every source row may be read, so there is no
  * window to slide. */
 static void resize_vertical_first(const resize_job *j, const uint8_t *src, int width,
                                   uint8_t *tmp) {
-  int size = j->size;
   size_t n = (size_t)width * 3;
-  for (int y = 0; y < size; y++) vertical_row(j, src, n, 0, y, tmp + (size_t)y * n);
-  for (int y = 0; y < size; y += FERRY_RESIZE_MAX_BLOCK) {
-    int rows = size - y < FERRY_RESIZE_MAX_BLOCK ? size - y : FERRY_RESIZE_MAX_BLOCK;
-    j->k->horizontal(tmp + (size_t)y * n, n, rows, width, &j->h, size, out_rows(j, y),
-                     (size_t)size * 3, j->block, j->plan);
+  for (int y = 0; y < j->out_h; y++)
+    j->k->vertical(src + (size_t)j->v.first[y] * j->src_stride, j->src_stride, j->v.weights + j->v.offset[y],
+                   j->v.count[y], n, tmp + (size_t)y * n);
+  for (int y = 0; y < j->out_h; y += FERRY_RESIZE_MAX_BLOCK) {
+    int rows = j->out_h - y < FERRY_RESIZE_MAX_BLOCK ? j->out_h - y : FERRY_RESIZE_MAX_BLOCK;
+    j->k->horizontal(tmp + (size_t)y * n, n, rows, width, &j->h, j->out_w, out_rows(j, y),
+                     (size_t)j->out_w * 3, j->block, j->plan);
     rows_done(j, y, rows);
   }
 }
 
-/* Pillow 13 (python-pillow/Pillow#9549) runs the vertical pass first when the height
- * shrinks much more than the width. The pass order changes the intermediate
- * rounding, so ours must agree. Pillow's test of it is not in the source we read;
- * this rule was measured on Pillow 13.0 itself (every boundary, for R = 37, 64, 100
- * and widths from 20 to 300): vertical first iff both passes are needed, the
- * height shrinks, and it loses more than twice the pixels the width loses. */
-static int vertical_first(int width, int height, int size) {
-  return width != size && height > size && height - size > 2 * (width - size);
+/* Pillow 13 runs the vertical pass first when the height shrinks by more than twice
+ * what the width does (libImaging/Resample.c, ImagingResampleInner, 13.0.0's source:
+ * horizontal_first = !(in_h - out_h > 0 && in_h - out_h > (in_w - out_w) * 2)). The
+ * pass order changes the intermediate rounding, so ours must agree. With the width
+ * unchanged there is no horizontal pass, and the order does not matter. Pillow 12 and
+ * older always went horizontally first. */
+static int vertical_first(int width, int height, int out_w, int out_h) {
+  return width != out_w && height - out_h > 0 && height - out_h > (width - out_w) * 2;
 }
 
 size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size); }
@@ -360,15 +361,15 @@ void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size
 }
 
 int ferry__resize_vertical_first(int width, int height, int size) {
-  return vertical_first(width, height, size);
+  return vertical_first(width, height, size, size);
 }
 
-static ferry_status check_resize_args(const uint8_t *src, int width, int height, int size,
+static ferry_status check_resize_args(const uint8_t *src, int width, int height, int out_w, int out_h,
                                       ferry_image_layout layout, const void *dst) {
   if (!src || !dst || width <= 0 || height <= 0)
     return ferry__fail(FERRY_EINVAL, "image resize: no pixels or no destination");
-  if (size <= 0 || size > MAX_SIZE)
-    return ferry__fail(FERRY_EINVAL, "image resize: size %d is outside 1..%d", size, MAX_SIZE);
+  if (out_w <= 0 || out_w > MAX_SIZE || out_h <= 0 || out_h > MAX_SIZE)
+    return ferry__fail(FERRY_EINVAL, "image resize: size %dx%d is outside 1..%d", out_w, out_h, MAX_SIZE);
   if (layout != FERRY_LAYOUT_F32_CHW && layout != FERRY_LAYOUT_U8_HWC)
     return ferry__fail(FERRY_EINVAL, "image resize: unknown layout %d", (int)layout);
   return FERRY_OK;
@@ -389,13 +390,13 @@ static void *aligned_plan(const ferry_decoder *d) {
   return align_pointer(d->plan.data, FERRY_RESIZE_PLAN_ALIGN);
 }
 
-static scratch_plan plan_scratch(int width, int height, int size) {
+static scratch_plan plan_scratch(int width, int height, int out_w, int out_h) {
   scratch_plan p;
   p.v_taps = 0;
-  p.h_taps = align_to(taps_bytes(height, size), 8);
-  p.staging = p.h_taps + align_to(taps_bytes(width, size), 8);
-  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_MAX_BLOCK * size * 3 + FERRY_RESIZE_ROW_SLACK, 32);
-  p.total = p.block + ferry_resize_block_bytes(width, size) + 32;
+  p.h_taps = align_to(taps_bytes(height, out_h), 8);
+  p.staging = p.h_taps + align_to(taps_bytes(width, out_w), 8);
+  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_MAX_BLOCK * out_w * 3 + FERRY_RESIZE_ROW_SLACK, 32);
+  p.total = p.block + ferry_resize_block_bytes(width, out_w) + 32;
   return p;
 }
 
@@ -420,12 +421,12 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
   return FERRY_OK;
 }
 
-ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
-                                     const uint8_t *src, int width, int height, int size,
+ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, int out_w, int out_h,
                                      ferry_image_layout layout, void *dst) {
-  ferry_status st = check_resize_args(src, width, height, size, layout, dst);
+  ferry_status st = check_resize_args(src, width, height, out_w, out_h, layout, dst);
   if (st < 0) return st;
-  scratch_plan parts = plan_scratch(width, height, size);
+  scratch_plan parts = plan_scratch(width, height, out_w, out_h);
   size_t cap_before = d->taps.cap;
   st = ferry__scratch_reserve(&d->taps, parts.total, "image resize");
   if (st < 0) return st;
@@ -433,29 +434,29 @@ ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decod
   /* Datasets repeat a few image sizes: the filters of the last resize are kept in
    * the scratch and reused when the sizes match (and the scratch did not grow,
    * which loses its contents). */
-  const int shape[3] = {width, height, size};
+  const int shape[4] = {width, height, out_w, out_h};
   int reuse = d->taps.cap == cap_before && memcmp(shape, d->taps_shape, sizeof shape) == 0;
-  resize_job j = {.k = k, .size = size, .layout = layout, .dst = dst,
+  resize_job j = {.k = k, .out_w = out_w, .out_h = out_h, .src_stride = src_stride, .layout = layout, .dst = dst,
                   .staging = mem + parts.staging, .block = align_pointer(mem + parts.block, 32),
                   .src_rows = height,
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry__resize_imagenet_norm() : NULL};
   if (reuse) {
-    layout_taps(&j.v, height, size, mem + parts.v_taps);
-    layout_taps(&j.h, width, size, mem + parts.h_taps);
+    layout_taps(&j.v, height, out_h, mem + parts.v_taps);
+    layout_taps(&j.h, width, out_w, mem + parts.h_taps);
   } else {
-    build_taps(&j.v, height, size, mem + parts.v_taps);
-    build_taps(&j.h, width, size, mem + parts.h_taps);
+    build_taps(&j.v, height, out_h, mem + parts.v_taps);
+    build_taps(&j.h, width, out_w, mem + parts.h_taps);
     memcpy(d->taps_shape, shape, sizeof shape);
   }
   /* a width that already matches is never resampled horizontally */
-  st = width == size ? FERRY_OK : horizontal_plan(k, d, &j.h, width, size, &j.plan);
+  st = width == out_w ? FERRY_OK : horizontal_plan(k, d, &j.h, width, out_w, &j.plan);
   if (st < 0) return st;
-  int v_first = vertical_first(width, height, size);
-  /* the intermediate image: size rows of the source width, or the source rows the
+  int v_first = vertical_first(width, height, out_w, out_h);
+  /* the intermediate image: out_h rows of the source width, or the source rows the
    * vertical filter reads at the output width */
-  size_t tmp_bytes = v_first         ? (size_t)size * width * 3
-                     : width == size ? 0
-                                     : (size_t)window_rows(&j.v, size) * size * 3;
+  size_t tmp_bytes = v_first          ? (size_t)out_h * width * 3
+                     : width == out_w ? 0
+                                      : (size_t)window_rows(&j.v, out_h) * out_w * 3;
   st = ferry__scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
   if (v_first)
@@ -466,6 +467,12 @@ ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decod
    * thread (the loader does, through its lock). */
   if (k->drain) k->drain();
   return FERRY_OK;
+}
+
+ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+                                     const uint8_t *src, int width, int height, int size,
+                                     ferry_image_layout layout, void *dst) {
+  return ferry__image_resize_rect(k, d, src, (size_t)width * 3, width, height, size, size, layout, dst);
 }
 
 ferry_status ferry_image_resize(ferry_decoder *d, const uint8_t *src, int width, int height,

@@ -215,7 +215,7 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
 }
 
 /* RGB8 -> three float planes, eight pixels per step: shuffles split the
- * channels, then the table's own float operations (divide, subtract, divide),
+ * channels, then the table's own float operations (multiply, subtract, divide),
  * which vector units round exactly as scalar ones do; the divisions by fma where
  * that is exact for every byte value (two fmas and a product cost less than a
  * divide). This is faster than a gather from the table.
@@ -229,7 +229,7 @@ void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resi
                                  float *dst, size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
   int stream = (((uintptr_t)dst | plane_stride * sizeof(float)) & 31) == 0;
-  const __m256 k255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(norm->recip255);
+  const __m256 r255 = _mm256_set1_ps(norm->recip255);
   __m256 mean[3], std[3], rstd[3];
   UNROLL for (int c = 0; c < 3; c++) {
     mean[c] = _mm256_set1_ps(norm->mean[c]);
@@ -241,10 +241,11 @@ void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resi
     __m128i hi = _mm_loadu_si128((const __m128i *)(rgb + 3 * x + 8));
     UNROLL for (int c = 0; c < 3; c++) {
       __m256 v = _mm256_cvtepi32_ps(channel_of_8(lo, hi, c)), f;
+      __m256 centred = _mm256_sub_ps(_mm256_mul_ps(v, r255), mean[c]);
       if (norm->fma_exact)
-        f = divide_by_fma(_mm256_sub_ps(divide_by_fma(v, k255, r255), mean[c]), std[c], rstd[c]);
+        f = divide_by_fma(centred, std[c], rstd[c]);
       else
-        f = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(v, k255), mean[c]), std[c]);
+        f = _mm256_div_ps(centred, std[c]);
       if (stream) _mm256_stream_ps(dst + c * plane_stride + x, f);
       else _mm256_storeu_ps(dst + c * plane_stride + x, f);
     }

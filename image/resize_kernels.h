@@ -40,11 +40,12 @@ void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size
 /* The pass order the CPU resize takes for this shape (1: vertical first). */
 int ferry__resize_vertical_first(int width, int height, int size);
 
-/* Normalisation, torchvision's to_tensor then normalize in float32 steps:
- * lut[c][v] == ((float)v / 255 - mean[c]) / std[c], each operation rounded to
- * float. A kernel may look the value up or compute it with the same operations;
- * when fma_exact is set, dividing by a product with the reciprocal and one fma
- * correction (q = a*r; q += fma(-q, b, a) * r, fused) gives every entry too. */
+/* Normalisation, torchvision v2's ToDtype(scale=True) then Normalize in float32
+ * steps: lut[c][v] == ((float)v * recip255 - mean[c]) / std[c], each operation
+ * rounded to float (lib/transfer/normalize.h). A kernel may look the value up or
+ * compute it with the same operations; when fma_exact is set, dividing by std as a
+ * product with the reciprocal and one fma correction (q = a*r; q += fma(-q, b, a) * r,
+ * fused) gives every entry too. */
 typedef struct ferry_resize_norm {
   float mean[3], std[3];
   float recip255, recip_std[3];
@@ -144,6 +145,11 @@ extern const ferry_resize_kernels ferry__resize_vbmi;
 /* The fastest set this CPU runs. */
 const ferry_resize_kernels *ferry__resize_best_kernels(void);
 
+/* A resize of the width x height RGB8 image at src (rows src_stride bytes apart: a
+ * rectangle of a larger image, a crop) to out_w x out_h in `layout`, with kernel set k. */
+ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, int out_w, int out_h,
+                                     ferry_image_layout layout, void *dst);
 /* ferry_image_resize with a given kernel set (tests compare the sets). */
 ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,

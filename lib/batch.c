@@ -24,7 +24,12 @@
  *     inputs give the same offsets and bytes, which is what lets the loader lay a
  *     batch out before any data exists and ferry__packed_to copy one in a single piece;
  *   - field names are unique, 1..FERRY_FIELD_NAME_MAX-1 characters, and each
- *     spec.name points at the batch's own copy.
+ *     spec.name points at the batch's own copy;
+ *   - a field with sample dimensions (FERRY_DIM_SAMPLE_H/_W in its inner shape)
+ *     takes them from the batch's sample_hw, given at creation (h, w >= 1 per
+ *     sample); its samples' bytes are consecutive in sample order, sample i at
+ *     sample_at[i] bytes into the field (sample_at[B] == nbytes), and its row_bytes
+ *     is 0: it has no one row size.
  * Not done here: storage is never cleared (an arena comes back holding the previous
  * batch's bytes); batch.c knows no field by name (the transfer stage picks the image
  * field).
@@ -39,6 +44,15 @@
 /* Every field starts on this boundary: what cudaMemcpyAsync and vector loads like. */
 enum { FIELD_ALIGN = 256 };
 
+static int is_sample_dim(int64_t n) { return n == FERRY_DIM_SAMPLE_H || n == FERRY_DIM_SAMPLE_W; }
+
+int ferry__spec_has_sample_dims(const ferry_field_spec *spec) {
+  for (int d = 0; d < spec->inner_ndim; d++)
+    if (is_sample_dim(spec->inner_shape[d])) return 1;
+  return 0;
+}
+
+/* *row_bytes: the bytes of one row, the sample dimensions left out (a factor of 1). */
 static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *row_bytes) {
   if (!spec->name || !spec->name[0] || strlen(spec->name) >= FERRY_FIELD_NAME_MAX)
     return ferry__fail(FERRY_EINVAL, "batch field %zu: name must be 1..%d characters", f, FERRY_FIELD_NAME_MAX - 1);
@@ -49,6 +63,7 @@ static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *r
   if (bytes == 0) return ferry__fail(FERRY_EINVAL, "batch field '%s': unknown dtype", spec->name);
   for (int d = 0; d < spec->inner_ndim; d++) {
     int64_t n = spec->inner_shape[d];
+    if (is_sample_dim(n)) continue;
     if (n < 0 || (n > 0 && bytes > SIZE_MAX / 4 / (size_t)n))
       return ferry__fail(FERRY_EINVAL, "batch field '%s': inner dimension %d is invalid (%lld)",
                         spec->name, d, (long long)n);
@@ -73,17 +88,54 @@ static ferry_status fill_offsets(batch_field *field, size_t batch_size, const in
   return FERRY_OK;
 }
 
+/* The inner shape of sample i of a field: the spec's, its sample dimensions replaced
+ * by the sample's height and width. */
+static void sample_inner_shape(const ferry_batch *b, const batch_field *field, size_t i, int64_t *shape) {
+  for (int d = 0; d < field->spec.inner_ndim; d++) {
+    int64_t n = field->spec.inner_shape[d];
+    shape[d] = n == FERRY_DIM_SAMPLE_H ? b->sample_hw[2 * i] : n == FERRY_DIM_SAMPLE_W ? b->sample_hw[2 * i + 1] : n;
+  }
+}
+
+/* The bytes of a field with sample dimensions, sample by sample into sample_at. */
+static ferry_status lay_out_samples(ferry_batch *b, batch_field *field, uint64_t *total) {
+  size_t elem = ferry_dtype_size(field->spec.dtype);
+  uint64_t at = 0;
+  for (size_t i = 0; i < b->batch_size; i++) {
+    int64_t inner[FERRY_MAX_RANK];
+    sample_inner_shape(b, field, i, inner);
+    uint64_t bytes = (uint64_t)(field->offsets[i + 1] - field->offsets[i]) * elem;
+    for (int d = 0; d < field->spec.inner_ndim; d++) {
+      if (inner[d] && bytes > (SIZE_MAX / 4) / (uint64_t)inner[d])
+        return ferry__fail(FERRY_EINVAL, "batch field '%s': sample %zu overflows the address space", field->name, i);
+      bytes *= (uint64_t)inner[d];
+    }
+    field->sample_at[i] = (size_t)at;
+    if (bytes > SIZE_MAX / 4 - at) return ferry__fail(FERRY_EINVAL, "batch field '%s': total size overflows", field->name);
+    at += bytes;
+  }
+  field->sample_at[b->batch_size] = (size_t)at;
+  *total = at;
+  return FERRY_OK;
+}
+
 static ferry_status lay_out(ferry_batch *b) {
   size_t cursor = 0;
   for (size_t f = 0; f < b->nfields; f++) {
     batch_field *field = &b->fields[f];
-    uint64_t total_rows = (uint64_t)field->offsets[b->batch_size];
-    if (field->row_bytes && total_rows > (SIZE_MAX / 4) / field->row_bytes)
+    uint64_t total_rows = (uint64_t)field->offsets[b->batch_size], total_bytes = 0;
+    if (field->sample_at) {
+      ferry_status st = lay_out_samples(b, field, &total_bytes);
+      if (st != FERRY_OK) return st;
+    } else if (field->row_bytes && total_rows > (SIZE_MAX / 4) / field->row_bytes) {
       return ferry__fail(FERRY_EINVAL, "batch field '%s': %llu rows overflow the address space",
                         field->name, (unsigned long long)total_rows);
+    } else {
+      total_bytes = total_rows * field->row_bytes;
+    }
     cursor = (cursor + FIELD_ALIGN - 1) / FIELD_ALIGN * FIELD_ALIGN;
     field->byte_offset = cursor;
-    field->nbytes = (size_t)total_rows * field->row_bytes;
+    field->nbytes = (size_t)total_bytes;
     if (field->nbytes > SIZE_MAX / 4 - cursor)
       return ferry__fail(FERRY_EINVAL, "batch: total size overflows");
     cursor += field->nbytes;
@@ -113,35 +165,68 @@ ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *f
   return FERRY_OK;
 }
 
+/* The sample sizes a batch of these fields needs: given (each at least 1) when a field
+ * has sample dimensions; the count of such fields into *nsampled. */
+static ferry_status check_sample_hw(size_t batch_size, const ferry__batch_fields *fields, const int64_t *sample_hw,
+                                    size_t *nsampled) {
+  *nsampled = 0;
+  for (size_t f = 0; f < fields->count; f++) *nsampled += ferry__spec_has_sample_dims(&fields->specs[f]);
+  if (!*nsampled) return FERRY_OK;
+  if (!sample_hw)
+    return ferry__fail(FERRY_EINVAL, "batch: a field has sample dimensions, so each sample's height and width "
+                       "are required");
+  for (size_t i = 0; i < batch_size; i++)
+    if (sample_hw[2 * i] < 1 || sample_hw[2 * i + 1] < 1 || sample_hw[2 * i] > INT32_MAX ||
+        sample_hw[2 * i + 1] > INT32_MAX)
+      return ferry__fail(FERRY_EINVAL, "batch: sample %zu has an invalid size %lldx%lld", i,
+                         (long long)sample_hw[2 * i], (long long)sample_hw[2 * i + 1]);
+  return FERRY_OK;
+}
+
 /* The shell of a batch of checked fields: offsets from the row counts, then the
- * layout. What is left to check is the row counts. */
+ * layout. What is left to check is the row counts and the sample sizes. */
 static ferry_status shell_checked(size_t batch_size, const ferry__batch_fields *fields,
-                                  const int64_t *rows, ferry_batch **out) {
+                                  const int64_t *rows, const int64_t *sample_hw, ferry_batch **out) {
   *out = NULL;
   if (batch_size == 0)
     return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
   for (size_t f = 0; f < fields->count && !rows; f++)
     if (fields->specs[f].kind == FERRY_FIELD_ROWS)
       return ferry__fail(FERRY_EINVAL, "batch field '%s': row counts are required", fields->names[f]);
-  size_t nfields = fields->count;
-  /* The offset tables follow the struct in one allocation: a loader makes and frees a
-   * batch shell per batch on its serial path, so one malloc rather than two. */
-  size_t noffsets = batch_size < SIZE_MAX / 8 / (FERRY_MAX_FIELDS + 1)
-                        ? nfields * (batch_size + 1) + 1 : SIZE_MAX;
-  ferry_batch *b = noffsets != SIZE_MAX ? ferry__calloc(1, sizeof *b + noffsets * sizeof(int64_t)) : NULL;
+  size_t nfields = fields->count, nsampled;
+  ferry_status st = check_sample_hw(batch_size, fields, sample_hw, &nsampled);
+  if (st != FERRY_OK) return st;
+  /* The offset tables, the sample sizes and the sample byte offsets follow the struct
+   * in one allocation: a loader makes and frees a batch shell per batch on its serial
+   * path, so one malloc rather than several. */
+  size_t nwords = batch_size < SIZE_MAX / 8 / (2 * FERRY_MAX_FIELDS + 3)
+                      ? nfields * (batch_size + 1) + 1 + (nsampled ? 2 * batch_size + nsampled * (batch_size + 1) : 0)
+                      : SIZE_MAX;
+  ferry_batch *b = nwords != SIZE_MAX ? ferry__calloc(1, sizeof *b + nwords * sizeof(int64_t)) : NULL;
   if (!b) return ferry__fail(FERRY_ENOMEM, "batch: out of memory for %zu samples' offset tables", batch_size);
   _Static_assert(sizeof(ferry_batch) % _Alignof(int64_t) == 0, "offset tables follow the struct");
-  int64_t *offsets = (int64_t *)(b + 1);
+  _Static_assert(sizeof(size_t) == sizeof(int64_t), "sample offsets share the offset tables' words");
+  int64_t *words = (int64_t *)(b + 1);
   b->batch_size = batch_size;
   b->nfields = nfields;
-  ferry_status st = FERRY_OK;
+  int64_t *next = words + nfields * (batch_size + 1);
+  if (nsampled) {
+    b->sample_hw = next;
+    memcpy(b->sample_hw, sample_hw, 2 * batch_size * sizeof *sample_hw);
+    next += 2 * batch_size;
+  }
   for (size_t f = 0; f < nfields && st == FERRY_OK; f++) {
     batch_field *field = &b->fields[f];
     memcpy(field->name, fields->names[f], sizeof field->name);
     field->spec = fields->specs[f];
     field->spec.name = field->name;
-    field->row_bytes = fields->row_bytes[f];
-    field->offsets = offsets + f * (batch_size + 1);
+    field->offsets = words + f * (batch_size + 1);
+    if (ferry__spec_has_sample_dims(&field->spec)) {
+      field->sample_at = (size_t *)next;
+      next += batch_size + 1;
+    } else {
+      field->row_bytes = fields->row_bytes[f];
+    }
     st = fill_offsets(field, batch_size, rows ? rows + f * batch_size : NULL);
   }
   if (st == FERRY_OK) st = lay_out(b);
@@ -154,13 +239,13 @@ static ferry_status shell_checked(size_t batch_size, const ferry__batch_fields *
 }
 
 ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
-                               const int64_t *rows, ferry_batch **out) {
+                               const int64_t *rows, const int64_t *sample_hw, ferry_batch **out) {
   if (!out || batch_size == 0)
     return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
   *out = NULL;
   ferry__batch_fields checked;
   ferry_status st = ferry__batch_fields_check(nfields, fields, &checked);
-  return st == FERRY_OK ? shell_checked(batch_size, &checked, rows, out) : st;
+  return st == FERRY_OK ? shell_checked(batch_size, &checked, rows, sample_hw, out) : st;
 }
 
 void ferry__batch_shell_free(ferry_batch *b) {
@@ -172,8 +257,13 @@ void ferry__batch_shell_free(ferry_batch *b) {
 ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfields,
                                       const ferry_field_spec *fields, const int64_t *rows,
                                       size_t *out_bytes) {
+  return ferry_batch_layout_bytes_sized(batch_size, nfields, fields, rows, NULL, out_bytes);
+}
+
+ferry_status ferry_batch_layout_bytes_sized(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
+                                            const int64_t *rows, const int64_t *sample_hw, size_t *out_bytes) {
   ferry_batch *b;
-  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, sample_hw, &b);
   if (st != FERRY_OK) return st;
   *out_bytes = b->total_bytes;
   ferry__batch_shell_free(b);
@@ -198,9 +288,15 @@ static ferry_status attach_arena(ferry_pool *pool, ferry_batch *b, ferry_batch *
 ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
                                 const ferry_field_spec *fields, const int64_t *rows,
                                 ferry_batch **out) {
+  return ferry_batch_create_sized(pool, batch_size, nfields, fields, rows, NULL, out);
+}
+
+ferry_status ferry_batch_create_sized(ferry_pool *pool, size_t batch_size, size_t nfields,
+                                      const ferry_field_spec *fields, const int64_t *rows, const int64_t *sample_hw,
+                                      ferry_batch **out) {
   if (!pool) return ferry__fail(FERRY_EINVAL, "ferry_batch_create: pool is NULL");
   ferry_batch *b;
-  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, sample_hw, &b);
   return st == FERRY_OK ? attach_arena(pool, b, out) : st;
 }
 
@@ -228,7 +324,8 @@ static ferry_status attach_unpacked(ferry_device *host, ferry_batch *b, ferry_ba
     field->sample_data = ferry__calloc(batch_size, sizeof(void *));
     if (!field->sample_data) st = FERRY_ENOMEM;
     for (size_t i = 0; i < batch_size && st == FERRY_OK; i++) {
-      size_t n = (size_t)(field->offsets[i + 1] - field->offsets[i]) * field->row_bytes;
+      size_t n = field->sample_at ? field->sample_at[i + 1] - field->sample_at[i]
+                                  : (size_t)(field->offsets[i + 1] - field->offsets[i]) * field->row_bytes;
       field->sample_data[i] = n ? ferry__aligned_alloc(64, n) : NULL;
       if (n && !field->sample_data[i]) st = FERRY_ENOMEM;
     }
@@ -246,15 +343,15 @@ ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, 
                                          const ferry_field_spec *fields, const int64_t *rows,
                                          ferry_batch **out) {
   ferry_batch *b;
-  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, &b);
+  ferry_status st = ferry__batch_shell(batch_size, nfields, fields, rows, NULL, &b);
   return st == FERRY_OK ? attach_unpacked(host, b, out) : st;
 }
 
 ferry_status ferry__batch_create_checked(ferry_pool *pool, ferry_device *host, size_t batch_size,
                                         const ferry__batch_fields *fields, const int64_t *rows,
-                                        ferry_batch **out) {
+                                        const int64_t *sample_hw, ferry_batch **out) {
   ferry_batch *b;
-  ferry_status st = shell_checked(batch_size, fields, rows, &b);
+  ferry_status st = shell_checked(batch_size, fields, rows, sample_hw, &b);
   if (st != FERRY_OK) return st;
   return pool ? attach_arena(pool, b, out) : attach_unpacked(host, b, out);
 }
@@ -282,12 +379,13 @@ size_t ferry_batch_row_bytes(const ferry_batch *b, size_t field) {
   return field < b->nfields ? b->fields[field].row_bytes : 0;
 }
 
-/* The shape of `rows` rows of a field: [rows, inner...], or inner alone per sample. */
-static int view_shape(const batch_field *field, int64_t rows, int64_t *shape) {
+/* The shape of sample i's `rows` rows of a field: [rows, inner...], or inner alone
+ * per sample (the sample's own, where the field has sample dimensions). */
+static int view_shape(const ferry_batch *b, const batch_field *field, size_t i, int64_t rows, int64_t *shape) {
   int ndim = 0;
   if (field->spec.kind == FERRY_FIELD_ROWS || rows != 1) shape[ndim++] = rows;
-  for (int d = 0; d < field->spec.inner_ndim; d++) shape[ndim++] = field->spec.inner_shape[d];
-  return ndim;
+  sample_inner_shape(b, field, i, shape + ndim);
+  return ndim + field->spec.inner_ndim;
 }
 
 ferry_status ferry_batch_sample(const ferry_batch *b, size_t field, size_t sample,
@@ -297,11 +395,19 @@ ferry_status ferry_batch_sample(const ferry_batch *b, size_t field, size_t sampl
   const batch_field *fd = &b->fields[field];
   int64_t begin = fd->offsets[sample], rows = fd->offsets[sample + 1] - begin;
   int64_t shape[FERRY_MAX_RANK];
-  int ndim = view_shape(fd, rows, shape);
-  void *data = b->storage == STORAGE_UNPACKED
-                   ? fd->sample_data[sample]
-                   : (char *)b->base + fd->byte_offset + (size_t)begin * fd->row_bytes;
+  int ndim = view_shape(b, fd, sample, rows, shape);
+  size_t at = fd->sample_at ? fd->sample_at[sample] : (size_t)begin * fd->row_bytes;
+  void *data = b->storage == STORAGE_UNPACKED ? fd->sample_data[sample] : (char *)b->base + fd->byte_offset + at;
   return ferry_tensor_view(view, b->device, data, fd->spec.dtype, ndim, shape);
+}
+
+ferry_status ferry_batch_sample_size(const ferry_batch *b, size_t sample, int64_t *height, int64_t *width) {
+  if (!b || sample >= b->batch_size || !height || !width)
+    return ferry__fail(FERRY_EINVAL, "ferry_batch_sample_size: no sample %zu", sample);
+  if (!b->sample_hw) return ferry__fail(FERRY_ENOTFOUND, "batch: no field has sample dimensions");
+  *height = b->sample_hw[2 * sample];
+  *width = b->sample_hw[2 * sample + 1];
+  return FERRY_OK;
 }
 
 ferry_status ferry_batch_field(const ferry_batch *b, size_t field, ferry_tensor *view) {
@@ -311,6 +417,9 @@ ferry_status ferry_batch_field(const ferry_batch *b, size_t field, ferry_tensor 
     return ferry__fail(FERRY_EUNSUPPORTED, "batch field '%s': an unpacked batch has no whole-field view",
                       b->fields[field].name);
   const batch_field *fd = &b->fields[field];
+  if (fd->sample_at)
+    return ferry__fail(FERRY_EUNSUPPORTED, "batch field '%s': its samples have their own shapes "
+                       "(ferry_batch_sample views each)", fd->name);
   int64_t shape[FERRY_MAX_RANK];
   int ndim = 0;
   shape[ndim++] = fd->offsets[b->batch_size];

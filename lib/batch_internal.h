@@ -11,7 +11,9 @@ typedef struct batch_field {
   ferry_field_spec spec;        /* spec.name points at name below */
   char name[FERRY_FIELD_NAME_MAX];
   int64_t *offsets;             /* batch_size + 1 row indices */
-  size_t row_bytes;
+  size_t *sample_at;            /* a field with sample dimensions: batch_size + 1 byte offsets
+                                 * of its samples in the field; NULL for the others */
+  size_t row_bytes;             /* 0 for a field with sample dimensions */
   size_t byte_offset;           /* packed: where the field starts in the storage */
   size_t nbytes;                /* packed: total bytes of the field */
   void **sample_data;           /* unpacked: one allocation per sample */
@@ -25,6 +27,8 @@ struct ferry_batch {
   size_t nfields;
   batch_field fields[FERRY_MAX_FIELDS];
   size_t total_bytes;           /* packed: bytes of the laid-out storage */
+  int64_t *sample_hw;           /* [2 * batch_size]: each sample's height and width, where a
+                                 * field has sample dimensions; NULL otherwise */
   batch_storage storage;
   ferry_device *device;         /* where the bytes live */
   void *base;                   /* packed: start of storage */
@@ -43,7 +47,9 @@ struct ferry_batch {
 /* Validate the fields and row counts and lay them out: offsets, byte offsets,
  * total bytes. No storage is attached; *out is freed with batch_shell_free. */
 ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_field_spec *fields,
-                               const int64_t *rows, ferry_batch **out);
+                               const int64_t *rows, const int64_t *sample_hw, ferry_batch **out);
+/* 1 when the spec's inner shape holds FERRY_DIM_SAMPLE_H or _W. */
+int ferry__spec_has_sample_dims(const ferry_field_spec *spec);
 void ferry__batch_shell_free(ferry_batch *batch);
 
 /* A field table checked once, for a caller that makes many batches of the same
@@ -63,7 +69,7 @@ ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *f
  * `host`, of fields checked by ferry__batch_fields_check. */
 ferry_status ferry__batch_create_checked(ferry_pool *pool, ferry_device *host, size_t batch_size,
                                         const ferry__batch_fields *fields, const int64_t *rows,
-                                        ferry_batch **out);
+                                        const int64_t *sample_hw, ferry_batch **out);
 
 /* Where a batch's bytes are: host memory unless the storage is a device allocation. */
 int ferry__batch_bytes_on_host(const ferry_batch *batch);

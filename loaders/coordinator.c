@@ -44,12 +44,77 @@ typedef struct epoch_run {
                            * flight: tried again once they are delivered, so that an error
                            * that persists reaches the consumer after them, in order */
   uint8_t *failed;       /* [per_rank]: positions known to fail (skip policy) */
+  uint64_t next_batch;   /* the batch index in the epoch of the plan at next_start */
+  /* a recipe's survivors of a crop, counted at layout: the image's boxes, room for
+   * `instances` (grown on the coordinator's thread only) */
+  float *boxes;
+  uint8_t *keep;
+  size_t instances;
 } epoch_run;
+
+/* Room for n instances' boxes in the run's scratch. */
+static ferry_status run_reserve(epoch_run *run, size_t n) {
+  if (n <= run->instances) return FERRY_OK;
+  ferry__free(run->boxes);
+  ferry__free(run->keep);
+  run->boxes = ferry__malloc(n * 4 * sizeof *run->boxes);
+  run->keep = ferry__malloc(n);
+  run->instances = run->boxes && run->keep ? n : 0;
+  return run->instances ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu boxes", n);
+}
+
+/* A recipe's sample: its record, drawn from (seed, epoch, dataset index) and the
+ * batch's scale; its size; its instance count, which a crop may cut (the survivors
+ * counted as the worker will, ferry__augment_targets on the same boxes). A sample
+ * past the pixel limit is laid out as 1 x 1 without instances: its fill fails. */
+static ferry_status plan_sample(ferry_loader *l, epoch_run *run, plan *p, size_t i, int batch_scale,
+                                int64_t *count) {
+  size_t index = p->dataset_index[i];
+  int32_t *rec = p->augment[i];
+  ferry_coco_image img;
+  ferry_status st = ferry_coco_image_at(l->coco, index, &img);
+  if (st != FERRY_OK) return st;
+  ferry__augment_draw(&l->fill.recipe, l->fill.seed, run->epoch, index, batch_scale, (int)img.height,
+                      (int)img.width, rec);
+  *count = l->instances[index];
+  p->sample_hw[2 * i] = rec[FERRY_AUGMENT_OUT_H];
+  p->sample_hw[2 * i + 1] = rec[FERRY_AUGMENT_OUT_W];
+  if (ferry__augment_over_limit(&l->fill, rec)) {
+    p->sample_hw[2 * i] = p->sample_hw[2 * i + 1] = 1;
+    *count = 0;
+    return FERRY_OK;
+  }
+  if (!rec[FERRY_AUGMENT_BRANCH] || *count == 0) return FERRY_OK;
+  ferry_coco_target t = {0};
+  if ((st = run_reserve(run, (size_t)*count)) != FERRY_OK) return st;
+  t.boxes = run->boxes;
+  if ((st = ferry_coco_target_write(l->coco, index, &l->fill.target, &t)) != FERRY_OK) return st;
+  *count = (int64_t)ferry__augment_targets(rec, (int)img.height, (int)img.width, run->boxes, NULL, (size_t)*count,
+                                           run->keep);
+  return FERRY_OK;
+}
+
+/* The rows of every field: each sample's instance count (a per-sample field ignores
+ * it, lib/batch.c); with a recipe, its records and sizes too. */
+static ferry_status plan_rows(ferry_loader *l, epoch_run *run, plan *p) {
+  int batch_scale = l->fill.recipe.options.multi_scale == FERRY_MULTI_SCALE_PER_BATCH
+                        ? ferry__augment_batch_scale(&l->fill.recipe, l->fill.seed, run->epoch, p->batch_index)
+                        : 0;
+  for (size_t i = 0; i < p->count; i++) {
+    int64_t n = l->instances[p->dataset_index[i]];
+    if (l->fill.varies) {
+      ferry_status st = plan_sample(l, run, p, i, batch_scale, &n);
+      if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", p->dataset_index[i]);
+    }
+    for (size_t f = 0; f < l->nfields; f++) p->rows[f * p->count + i] = n;
+  }
+  return FERRY_OK;
+}
 
 /* Choose the samples of the batch starting at run->next_start, lay it out in `p`
  * and take its memory. FERRY_EEND when no (complete enough) batch is left. Called
  * without the lock: it may block in the pool. */
-static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) {
+static ferry_status plan_create(ferry_loader *l, epoch_run *run, plan *p) {
   const ferry_sampler *s = &l->sampler;
   size_t B = l->config.batch_size;
   uint64_t pos = run->next_start;
@@ -69,14 +134,16 @@ static ferry_status plan_create(ferry_loader *l, const epoch_run *run, plan *p) 
   p->generation = run->generation;
   p->canceled = 0;
   p->batch = NULL;
+  p->batch_index = run->next_batch;
   if (p->count == 0 || (p->count < B && l->config.drop_last)) return FERRY_EEND;
-  /* The layout from the instance counts alone, before any pixel is decoded: every
-   * field gets the image's count (a per-sample field ignores it, lib/batch.c); the
-   * GPU decoder's jpeg and cpu_images rows are then set from its per-image facts. */
-  for (size_t f = 0; f < l->nfields; f++)
-    for (size_t i = 0; i < p->count; i++) p->rows[f * p->count + i] = l->instances[p->dataset_index[i]];
+  /* The layout from the instance counts (and a recipe's draws) alone, before any pixel
+   * is decoded; the GPU decoder's jpeg and cpu_images rows are then set from its
+   * per-image facts. */
+  ferry_status st = plan_rows(l, run, p);
+  if (st != FERRY_OK) return st;
   if (l->fill.gpu.api) ferry__gpu_plan_rows(&l->fill, p->dataset_index, p->count, p->rows);
-  ferry_status st = ferry__batch_create_checked(l->pool, l->device, p->count, &l->checked_fields, p->rows, &p->batch);
+  st = ferry__batch_create_checked(l->pool, l->device, p->count, &l->checked_fields, p->rows,
+                                   l->fill.varies ? p->sample_hw : NULL, &p->batch);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "loader: the batch from dataset index %zu (%zu samples): ",
                                p->dataset_index[0], p->count);
@@ -137,10 +204,11 @@ static void cancel_inflight(ferry_loader *l) {
  * after an end or an error (epoch + 1, 0), and at start-up. Each start restocks the
  * reserve item (push_marker's fallback). A failed draw of the order leaves the
  * previous one (sampler.h), so it is fatal rather than a wrong epoch. */
-static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t cursor) {
+static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t cursor, uint64_t batch) {
   run->generation = l->generation;
   run->epoch = epoch;
   run->next_start = cursor;
+  run->next_batch = batch;
   run->exhausted = 0;
   run->retry_when_drained = 0;
   l->coord.epoch_skipped = 0;
@@ -182,6 +250,7 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
         l->stats.samples_skipped++;
       }
     run->next_start = head->start;
+    run->next_batch = head->batch_index;
     run->exhausted = 0;
     l->stats.replans++;
     cancel_inflight(l);
@@ -198,7 +267,7 @@ static void learn_from_failures(ferry_loader *l, epoch_run *run) {
   ferry_status status = head->status[bad];
   cancel_inflight(l);
   push_marker(l, run, ITEM_ERROR, status, message);
-  begin_epoch(l, run, run->epoch + 1, 0);
+  begin_epoch(l, run, run->epoch + 1, 0, 0);
 }
 
 /* The head plan is complete: hand it out, or learn from its failures. */
@@ -232,6 +301,7 @@ static plan *plan_get(ferry_loader *l) {
 static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
   ferry__handoff_append(l, p);
   run->next_start = p->end;
+  run->next_batch = p->batch_index + 1;
   ferry__loader_dispatch(l, p);
 }
 
@@ -273,7 +343,7 @@ static int plan_ahead(ferry_loader *l, epoch_run *run) {
       run->retry_when_drained = 1;
     } else if (!l->stopping && run->generation == l->generation) {
       push_marker(l, run, ITEM_ERROR, st, message);
-      begin_epoch(l, run, run->epoch + 1, 0);
+      begin_epoch(l, run, run->epoch + 1, 0, 0);
     }
     return 1;
   }
@@ -296,7 +366,7 @@ static void *coordinate(void *arg) {
   pthread_mutex_lock(&l->lock);
   /* restart_epoch and restart_cursor are 0 at open, unless set_epoch or state_set
    * came before this thread took the lock. */
-  if (run.failed) begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor);
+  if (run.failed) begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor, l->coord.restart_batch);
   else fail_fatally(l, FERRY_ENOMEM, "loader: out of memory for the epoch's bookkeeping");
   /* One step per turn, most urgent first: a restart voids everything in flight; a
    * complete head is settled before planning further, since under the skip policy its
@@ -307,7 +377,7 @@ static void *coordinate(void *arg) {
     if (run.generation != l->generation) {
       cancel_inflight(l);
       ferry__handoff_drop_stale(l, l->generation);
-      begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor);
+      begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor, l->coord.restart_batch);
       continue;
     }
     if (l->hand.inflight_head && l->hand.inflight_head->pending == 0) {
@@ -317,7 +387,7 @@ static void *coordinate(void *arg) {
     if (plan_ahead(l, &run)) continue;
     if (!l->hand.inflight_head && run.exhausted) {
       push_marker(l, &run, ITEM_END, FERRY_EEND, NULL);
-      begin_epoch(l, &run, run.epoch + 1, 0);
+      begin_epoch(l, &run, run.epoch + 1, 0, 0);
       continue;
     }
     /* Idle: woken by a worker (a head needing it, a cancelled plan done), by a
@@ -339,6 +409,8 @@ static void *coordinate(void *arg) {
   ferry__handoff_free_spare_plans(l);
   ferry__loader_unlock(l);
   ferry__free(run.failed);
+  ferry__free(run.boxes);
+  ferry__free(run.keep);
   return NULL;
 }
 
@@ -356,10 +428,11 @@ void ferry__coordinator_join(ferry_loader *l) {
 
 /* The new generation voids every plan and ready item at once (the coordinator cancels
  * and drops them when it wakes). The wake-up is owed like any other. */
-void ferry__coordinator_restart(ferry_loader *l, int64_t epoch, uint64_t cursor) {
+void ferry__coordinator_restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t batch) {
   l->generation++;
   l->coord.restart_epoch = epoch;
   l->coord.restart_cursor = cursor;
+  l->coord.restart_batch = batch;
   ferry__loader_owe_coord(l);
 }
 

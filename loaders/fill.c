@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "image/augment.h"
 #include "image/geometry.h"
+#include "lib/alloc.h"
 #include "loaders/loader_internal.h"
 
 /* "..", or an absolute name, would let an annotation file read outside the folder. */
@@ -96,6 +98,12 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
   if (orig) orig[0] = img->height, orig[1] = img->width;
   int64_t *size = ferry__loader_slice(batch, f->size, slot);
   if (size) size[0] = size[1] = ctx->resolution;
+  int32_t *record = ferry__loader_slice(batch, f->augment, slot);
+  if (record) {
+    /* recipe none: no draw, the square resize */
+    memset(record, 0, FERRY_AUGMENT_RECORD_LEN * sizeof *record);
+    record[FERRY_AUGMENT_OUT_H] = record[FERRY_AUGMENT_OUT_W] = ctx->resolution;
+  }
   /* Always defined (loader.c define_fields), so never NULL. */
   *(int64_t *)ferry__loader_slice(batch, f->sample_index, slot) = (int64_t)index;
   return FERRY_OK;
@@ -115,23 +123,172 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
                      w, h, (long long)img->width, (long long)img->height);
 }
 
-ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
-                                      ferry_batch *batch, size_t slot, size_t index) {
-  ferry_coco_image img;
-  char path[4096];
-  ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
-  if (st != FERRY_OK) return st;
+/* ---- the square resize (no recipe) ----------------------------------------------- */
+
+static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch, size_t slot,
+                                size_t index, const ferry_coco_image *img, const char *path) {
   /* Straight into the slot's image slice, no copy. w and h come back as the file's
    * size, EXIF-rotated when ctx->image.apply_exif is set: the annotations must then
    * give the size as displayed. A size that differs from the annotations fails the
    * sample: the boxes and masks, made at the annotated size, would not fit the image. */
-  int w = 0, h = 0;
-  st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
-                                ferry__loader_slice(batch, ctx->slots.images, slot), &w, &h);
-  if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, &img);
+  ferry_status st = FERRY_OK;
+  if (ctx->slots.images >= 0) {
+    int w = 0, h = 0;
+    st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
+                                  ferry__loader_slice(batch, ctx->slots.images, slot), &w, &h);
+    if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
+  }
   /* Targets only for an image that loaded and matches: a failed sample's work stops
    * at its first error. */
-  if (st == FERRY_OK) st = ferry__loader_write_targets(ctx, batch, slot, index, &img);
+  if (st == FERRY_OK) st = ferry__loader_write_targets(ctx, batch, slot, index, img);
+  return st;
+}
+
+/* ---- a recipe's record ------------------------------------------------------------ */
+
+void ferry__fill_scratch_free(fill_scratch *s) {
+  ferry__free(s->boxes);
+  ferry__free(s->areas);
+  ferry__free(s->keep);
+  ferry__free(s->maps);
+  memset(s, 0, sizeof *s);
+}
+
+static ferry_status scratch_reserve(fill_scratch *s, size_t instances, size_t map_entries) {
+  if (instances > s->instances) {
+    ferry__free(s->boxes);
+    ferry__free(s->areas);
+    ferry__free(s->keep);
+    s->boxes = ferry__malloc(instances * 4 * sizeof *s->boxes);
+    s->areas = ferry__malloc(instances * sizeof *s->areas);
+    s->keep = ferry__malloc(instances);
+    s->instances = s->boxes && s->areas && s->keep ? instances : 0;
+    if (!s->instances) return ferry__fail(FERRY_ENOMEM, "out of memory for %zu instances' targets", instances);
+  }
+  if (map_entries > s->map_entries) {
+    ferry__free(s->maps);
+    s->maps = ferry__malloc(map_entries * sizeof *s->maps);
+    s->map_entries = s->maps ? map_entries : 0;
+    if (!s->maps) return ferry__fail(FERRY_ENOMEM, "out of memory for masks' index maps");
+  }
+  return FERRY_OK;
+}
+
+int ferry__augment_over_limit(const fill_context *ctx, const int32_t *rec) {
+  uint64_t limit = ctx->image.max_pixels;
+  uint64_t out = (uint64_t)rec[FERRY_AUGMENT_OUT_H] * (uint64_t)rec[FERRY_AUGMENT_OUT_W];
+  uint64_t mid = (uint64_t)rec[FERRY_AUGMENT_RESIZE_H] * (uint64_t)rec[FERRY_AUGMENT_RESIZE_W];
+  return limit && (out > limit || mid > limit);
+}
+
+/* Boxes in the output image: xyxy as they are, or DETR's normalised cxcywh in
+ * float32 steps as RF-DETR's Normalize computes them (box_xyxy_to_cxcywh, then a
+ * division by [w, h, w, h]). */
+static void write_augmented_boxes(const fill_context *ctx, const float *in, size_t n, int out_h, int out_w,
+                                  float *out) {
+  for (size_t k = 0; k < n; k++) {
+    const float *b = in + 4 * k;
+    float *o = out + 4 * k;
+    if (ctx->box_format == FERRY_BOXES_CXCYWH_NORM) {
+      float cx = (b[0] + b[2]) / 2.0f, cy = (b[1] + b[3]) / 2.0f, w = b[2] - b[0], h = b[3] - b[1];
+      o[0] = cx / (float)out_w, o[1] = cy / (float)out_h, o[2] = w / (float)out_w, o[3] = h / (float)out_h;
+    } else {
+      memcpy(o, b, 4 * sizeof *o);
+    }
+  }
+}
+
+/* The instance rows the layout gave the slot (every per-instance field has the same),
+ * -1 when no per-instance field was asked for. */
+static int64_t laid_out_rows(const fill_context *ctx, ferry_batch *batch, size_t slot) {
+  const field_slots *f = &ctx->slots;
+  const int fields[] = {f->boxes, f->labels, f->masks, f->area, f->iscrowd};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (fields[i] >= 0)
+      return ferry_batch_offsets(batch, (size_t)fields[i])[slot + 1] - ferry_batch_offsets(batch, (size_t)fields[i])[slot];
+  return -1;
+}
+
+/* The targets through the record: boxes and areas moved and cropped here; labels,
+ * iscrowd and masks written by the target writer for the survivors only, the masks
+ * decoded straight through the chain's index maps. `rows` is the layout's instance
+ * count, which the survivors must match (the coordinator counted them the same way). */
+static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratch *sc, ferry_batch *batch, size_t slot,
+                                            size_t index, const ferry_coco_image *img, const int32_t *rec) {
+  const field_slots *f = &ctx->slots;
+  int out_h = rec[FERRY_AUGMENT_OUT_H], out_w = rec[FERRY_AUGMENT_OUT_W];
+  int64_t n0;
+  ferry_status st = ferry_coco_target_count(ctx->coco, index, &ctx->target, &n0);
+  if (st == FERRY_OK) st = scratch_reserve(sc, (size_t)n0 + 1, (size_t)out_h + (size_t)out_w);
+  ferry_coco_target t = {.boxes = sc->boxes, .area = sc->areas};
+  if (st == FERRY_OK) st = ferry_coco_target_write(ctx->coco, index, &ctx->target, &t);
+  if (st != FERRY_OK) return st;
+  size_t n = ferry__augment_targets(rec, (int)img->height, (int)img->width, sc->boxes, sc->areas, (size_t)n0, sc->keep);
+  int64_t rows = laid_out_rows(ctx, batch, slot);
+  if (rows >= 0 && (size_t)rows != n)
+    return ferry__fail(FERRY_EFORMAT, "%zu instances survive the crop, but %lld were laid out", n, (long long)rows);
+  if (f->boxes >= 0) write_augmented_boxes(ctx, sc->boxes, n, out_h, out_w, ferry__loader_slice(batch, f->boxes, slot));
+  if (f->area >= 0) memcpy(ferry__loader_slice(batch, f->area, slot), sc->areas, n * sizeof *sc->areas);
+  ferry_target_options opts = ctx->target;
+  opts.mask_height = out_h;
+  opts.mask_width = out_w;
+  opts.mask_rows = sc->maps;
+  opts.mask_cols = sc->maps + out_h;
+  opts.select = sc->keep;
+  ferry__augment_mask_maps(rec, (int)img->height, (int)img->width, sc->maps, sc->maps + out_h);
+  ferry_coco_target rest = {
+    .labels = ferry__loader_slice(batch, f->labels, slot),
+    .iscrowd = ferry__loader_slice(batch, f->iscrowd, slot),
+    .masks = ferry__loader_slice(batch, f->masks, slot),
+  };
+  return ferry_coco_target_write(ctx->coco, index, &opts, &rest);
+}
+
+/* The per-sample fields that do not move with the geometry. */
+static void write_sample_fields(const fill_context *ctx, ferry_batch *batch, size_t slot, size_t index,
+                                const ferry_coco_image *img, const int32_t *rec) {
+  const field_slots *f = &ctx->slots;
+  int64_t *id = ferry__loader_slice(batch, f->image_id, slot);
+  if (id) id[0] = img->id;
+  int64_t *orig = ferry__loader_slice(batch, f->orig_size, slot);
+  if (orig) orig[0] = img->height, orig[1] = img->width;
+  int64_t *size = ferry__loader_slice(batch, f->size, slot);
+  if (size) size[0] = rec[FERRY_AUGMENT_OUT_H], size[1] = rec[FERRY_AUGMENT_OUT_W];
+  int32_t *record = ferry__loader_slice(batch, f->augment, slot);
+  if (record) memcpy(record, rec, FERRY_AUGMENT_RECORD_LEN * sizeof *rec);
+  *(int64_t *)ferry__loader_slice(batch, f->sample_index, slot) = (int64_t)index;
+}
+
+static ferry_status fill_augmented(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+                                   ferry_batch *batch, size_t slot, size_t index, const ferry_coco_image *img,
+                                   const char *path, const int32_t *rec) {
+  if (ferry__augment_over_limit(ctx, rec))
+    return ferry__fail(FERRY_ELIMIT, "the augmented image of %dx%d (branch B's resize to %dx%d) would pass the "
+                       "pixel limit of %llu (config.image.max_pixels)", rec[FERRY_AUGMENT_OUT_W], rec[FERRY_AUGMENT_OUT_H],
+                       rec[FERRY_AUGMENT_RESIZE_W], rec[FERRY_AUGMENT_RESIZE_H],
+                       (unsigned long long)ctx->image.max_pixels);
+  ferry_status st = FERRY_OK;
+  if (ctx->slots.images >= 0) {
+    const uint8_t *rgb;
+    int w = 0, h = 0;
+    st = ferry_image_load_rgb(decoder, path, &ctx->image, &rgb, &w, &h);
+    if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
+    if (st == FERRY_OK)
+      st = ferry__augment_pixels(decoder, rec, rgb, w, h, ctx->layout, ferry__loader_slice(batch, ctx->slots.images, slot));
+  }
+  if (st == FERRY_OK) st = write_augmented_targets(ctx, scratch, batch, slot, index, img, rec);
+  if (st == FERRY_OK) write_sample_fields(ctx, batch, slot, index, img, rec);
+  return st;
+}
+
+ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+                                      ferry_batch *batch, size_t slot, size_t index, const int32_t *record) {
+  ferry_coco_image img;
+  char path[4096];
+  ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
+  if (st != FERRY_OK) return st;
+  st = ctx->varies ? fill_augmented(ctx, decoder, scratch, batch, slot, index, &img, path, record)
+                   : fill_square(ctx, decoder, batch, slot, index, &img, path);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
                               (long long)img.id, img.file_name);

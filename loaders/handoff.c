@@ -100,6 +100,8 @@ static void plan_free(plan *p) {
   ferry__free(p->status);
   ferry__free(p->message);
   ferry__free(p->rows);
+  ferry__free(p->sample_hw);
+  ferry__free(p->augment);
   ferry__free(p);
 }
 
@@ -113,7 +115,9 @@ plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields) {
   p->status = ferry__calloc(batch_size, sizeof *p->status);
   p->message = ferry__calloc(batch_size, sizeof *p->message);
   p->rows = ferry__calloc(nfields * batch_size + 1, sizeof *p->rows);
-  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows) {
+  p->sample_hw = ferry__calloc(2 * batch_size, sizeof *p->sample_hw);
+  p->augment = ferry__calloc(batch_size, sizeof *p->augment);
+  if (!p->dataset_index || !p->position || !p->status || !p->message || !p->rows || !p->sample_hw || !p->augment) {
     plan_free(p);
     return NULL;
   }

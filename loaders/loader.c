@@ -43,7 +43,8 @@
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
-void ferry_loader_config_default(ferry_loader_config *c) {
+/* The defaults of every option this library knows. */
+static void config_defaults(ferry_loader_config *c) {
   memset(c, 0, sizeof *c);
   c->struct_size = sizeof *c;
   c->batch_size = 8;
@@ -58,6 +59,15 @@ void ferry_loader_config_default(ferry_loader_config *c) {
   c->on_error = FERRY_ON_ERROR_FAIL;
   c->layout = FERRY_LAYOUT_F32_CHW;
   ferry_image_options_default(&c->image);
+  ferry_augment_options_default(&c->augment);
+}
+
+void ferry_loader_config_init(ferry_loader_config *c, size_t size) {
+  ferry_loader_config d;
+  config_defaults(&d);
+  d.struct_size = size;
+  memcpy(c, &d, size < sizeof d ? size : sizeof d);
+  if (size > sizeof d) memset((char *)c + sizeof d, 0, size - sizeof d);
 }
 
 /* A wrong images path would otherwise pass open and fail the first sample, each
@@ -68,6 +78,24 @@ static ferry_status check_images_folder(const char *images) {
     return ferry__fail(errno == ENOENT || errno == ENOTDIR ? FERRY_ENOTFOUND : FERRY_EIO,
                       "loader: images folder %s: %s", images, strerror(errno));
   if (!S_ISDIR(st.st_mode)) return ferry__fail(FERRY_EIO, "loader: images folder %s is not a folder", images);
+  return FERRY_OK;
+}
+
+/* The recipe's options, and the combinations it cannot take: keypoints (the recipes
+ * would need their flip pairs) and the GPU decoder (it resizes square on the device),
+ * each refused naming both options rather than given a different recipe silently. */
+static ferry_status check_augment(const ferry_loader_config *c) {
+  ferry_status st = ferry_augment_options_check(&c->augment, c->resolution);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.");
+  if (c->augment.recipe == FERRY_AUGMENT_NONE) return FERRY_OK;
+  if (c->fields & FERRY_LOADER_FIELD_KEYPOINTS)
+    return ferry__fail(FERRY_EUNSUPPORTED, "loader: config.augment.recipe %s with the keypoints field: the recipes "
+                       "do not move keypoints (drop FERRY_LOADER_FIELD_KEYPOINTS or use recipe none)",
+                       ferry_augment_name(c->augment.recipe));
+  if (c->image.decode == FERRY_DECODE_GPU)
+    return ferry__fail(FERRY_EUNSUPPORTED, "loader: config.augment.recipe %s with config.image.decode = GPU: the GPU "
+                       "decoder resizes to R x R only; decode on the CPU (FERRY_DECODE_CPU) to augment",
+                       ferry_augment_name(c->augment.recipe));
   return FERRY_OK;
 }
 
@@ -97,7 +125,8 @@ static ferry_status check_config(const ferry_loader_config *c) {
     return ferry__fail(FERRY_EINVAL, "loader: config.box_format %d is not a ferry_box_format", (int)c->box_format);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
-  return check_images_folder(c->images);
+  ferry_status st = check_augment(c);
+  return st == FERRY_OK ? check_images_folder(c->images) : st;
 }
 
 /* One field spec; returns its index. The table has FERRY_MAX_FIELDS entries and
@@ -116,30 +145,37 @@ static int add_field(ferry_loader *l, const char *name, ferry_dtype dtype, ferry
  * has them. */
 static void define_fields(ferry_loader *l) {
   const ferry_loader_config *c = &l->config;
+  /* With a recipe, every sample has its own height and width (batch.h's sample
+   * dimensions); without one, R x R. */
+  int64_t H = l->fill.varies ? FERRY_DIM_SAMPLE_H : c->resolution, W = l->fill.varies ? FERRY_DIM_SAMPLE_W : c->resolution;
   int64_t R = c->resolution;
   unsigned want = c->fields;
   field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
-  if (l->fill.gpu.api) {
+  if (want & FERRY_LOADER_FIELD_NO_IMAGES) {
+    /* no pixels: nothing is decoded */
+  } else if (l->fill.gpu.api) {
     /* No pixels but the fallbacks' u8 ones: the device makes the images tensor. */
     s->jpeg = add_field(l, FERRY_FIELD_JPEG, FERRY_U8, FERRY_FIELD_ROWS, 0, 0, 0, 0);
     s->cpu_images = add_field(l, FERRY_FIELD_CPU_IMAGES, FERRY_U8, FERRY_FIELD_ROWS, 3, R, R, 3);
   } else if (c->layout == FERRY_LAYOUT_U8_HWC) {
-    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, R, R, 3);
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_U8, FERRY_FIELD_PER_SAMPLE, 3, H, W, 3);
   } else {
-    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, R, R);
+    s->images = add_field(l, FERRY_FIELD_IMAGES, FERRY_F32, FERRY_FIELD_PER_SAMPLE, 3, 3, H, W);
   }
   s->sample_index = add_field(l, FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
   if (want & FERRY_LOADER_FIELD_BOXES) s->boxes = add_field(l, FERRY_FIELD_BOXES, FERRY_F32, FERRY_FIELD_ROWS, 1, 4, 0, 0);
   if (want & FERRY_LOADER_FIELD_LABELS) s->labels = add_field(l, FERRY_FIELD_LABELS, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
-  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, FERRY_FIELD_MASKS, FERRY_BOOL, FERRY_FIELD_ROWS, 2, R, R, 0);
+  if (want & FERRY_LOADER_FIELD_MASKS) s->masks = add_field(l, FERRY_FIELD_MASKS, FERRY_BOOL, FERRY_FIELD_ROWS, 2, H, W, 0);
   if (want & FERRY_LOADER_FIELD_AREA) s->area = add_field(l, FERRY_FIELD_AREA, FERRY_F32, FERRY_FIELD_ROWS, 0, 0, 0, 0);
   if (want & FERRY_LOADER_FIELD_ISCROWD) s->iscrowd = add_field(l, FERRY_FIELD_ISCROWD, FERRY_I64, FERRY_FIELD_ROWS, 0, 0, 0, 0);
   if (want & FERRY_LOADER_FIELD_IMAGE_ID) s->image_id = add_field(l, FERRY_FIELD_IMAGE_ID, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 1, 0, 0);
   if (want & FERRY_LOADER_FIELD_ORIG_SIZE) s->orig_size = add_field(l, FERRY_FIELD_ORIG_SIZE, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
-  if (want & FERRY_LOADER_FIELD_SIZE) s->size = add_field(l, "size", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
+  if (want & FERRY_LOADER_FIELD_SIZE) s->size = add_field(l, FERRY_FIELD_SIZE, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, 2, 0, 0);
   if ((want & FERRY_LOADER_FIELD_KEYPOINTS) && l->keypoints)
     s->keypoints = add_field(l, "keypoints", FERRY_F32, FERRY_FIELD_ROWS, 2, (int64_t)l->keypoints, 3, 0);
+  if (want & FERRY_LOADER_FIELD_AUGMENT)
+    s->augment = add_field(l, FERRY_FIELD_AUGMENT, FERRY_I32, FERRY_FIELD_PER_SAMPLE, 1, FERRY_AUGMENT_RECORD_LEN, 0, 0);
 }
 
 /* Instance counts of every image, up front: they lay every batch out. Counted with the
@@ -170,6 +206,10 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.coco = l->coco;
   l->fill.images_dir = l->images_dir;
   l->fill.resolution = l->config.resolution;
+  l->fill.seed = l->config.seed;
+  st = ferry__augment_recipe_init(&l->fill.recipe, &l->config.augment, l->config.resolution);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.");
+  l->fill.varies = ferry__augment_varies(&l->fill.recipe);
   l->fill.box_format = l->config.box_format;
   l->fill.layout = l->config.layout;
   l->fill.image = l->config.image;
@@ -216,10 +256,14 @@ static size_t typical_arena_bytes(const ferry_loader *l) {
     rows[l->fill.slots.jpeg] = mean_up(l->fill.gpu.file_bytes, n);
     rows[l->fill.slots.cpu_images] = 0;
   }
+  /* With a recipe, a sample of the largest scale, 4:3 (capped) unless square. */
+  const ferry__augment_recipe *r = &l->fill.recipe;
+  int64_t s = r->scales[r->nscales - 1], hw[2] = {s, s};
+  if (r->options.recipe != FERRY_AUGMENT_RFDETR_SQUARE) hw[1] = s * 4 / 3 < r->options.max_size ? s * 4 / 3 : r->options.max_size;
   size_t per_sample = 0;
   for (size_t f = 0; f < l->nfields; f++) {
     size_t one;
-    if (ferry_batch_layout_bytes(1, 1, &l->fields[f], &rows[f], &one) != FERRY_OK) return SIZE_MAX;
+    if (ferry_batch_layout_bytes_sized(1, 1, &l->fields[f], &rows[f], hw, &one) != FERRY_OK) return SIZE_MAX;
     per_sample += one;
   }
   return per_sample > SIZE_MAX / 2 / B ? SIZE_MAX : per_sample * B + per_sample * B / 4;
@@ -299,6 +343,11 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
   if (want != FERRY_DECODE_CPU && want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
   if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
+  /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
+   * (check_augment refuses GPU with one), or no images at all. */
+  if (!api && want == FERRY_DECODE_AUTO &&
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES)))
+    return FERRY_OK;
   if (!api) {
     ferry_status st = ferry__nvjpeg_device_check(l->config.device);
     if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
@@ -323,7 +372,7 @@ static ferry_status adopt_config(const ferry_loader_config *given, ferry_loader_
   if (n < offsetof(ferry_loader_config, annotations) + sizeof given->annotations)
     return ferry__fail(FERRY_EINVAL, "loader: config.struct_size is %zu: fill the config with "
                        "ferry_loader_config_default before setting options", n);
-  ferry_loader_config_default(c);
+  config_defaults(c);
   memcpy(c, given, n < sizeof *c ? n : sizeof *c);
   c->struct_size = sizeof *c;
   for (size_t i = sizeof *c; i < n; i++)
@@ -468,7 +517,7 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
  * be taken in between. Batches the consumer holds stay valid. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
   pthread_mutex_lock(&l->lock);
-  ferry__coordinator_restart(l, epoch, cursor);
+  ferry__coordinator_restart(l, epoch, cursor, delivered);
   consumer_view *v = &l->view;
   v->state.epoch = epoch;
   v->state.batches_delivered = delivered;

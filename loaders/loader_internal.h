@@ -46,6 +46,7 @@
 #include "ferry/advanced.h"
 #include "ferry/coco.h"
 #include "ferry/loader.h"
+#include "image/augment.h"
 #include "lib/batch_internal.h"
 #include "lib/cond.h"
 #include "lib/status.h"
@@ -54,7 +55,7 @@
 /* Where each requested field sits in a batch (-1 when absent). */
 typedef struct field_slots {
   int images, sample_index, boxes, labels, masks, area, iscrowd, image_id, orig_size, size,
-      keypoints, jpeg, cpu_images;
+      keypoints, jpeg, cpu_images, augment;
 } field_slots;
 
 struct ferry_nvjpeg_api;
@@ -86,6 +87,11 @@ typedef struct fill_context {
   int allow_escaping_paths;
   field_slots slots;
   gpu_decode gpu;            /* api NULL: the CPU decoder */
+  /* The recipe (image/augment.h); varies: samples have their own sizes and records
+   * (any recipe but none), drawn at layout time from (seed, epoch, dataset index). */
+  ferry__augment_recipe recipe;
+  int varies;
+  uint64_t seed;
 } fill_context;
 
 struct ready_item;
@@ -100,6 +106,9 @@ typedef struct plan {
   ferry_status *status;    /* [count], written by workers */
   char (*message)[FERRY_ERROR_MAX]; /* [count], written only for a failed sample */
   int64_t *rows;           /* [nfields * count]: the layout's row counts */
+  int64_t *sample_hw;      /* [2 * count]: each sample's height and width, with a recipe */
+  int32_t (*augment)[FERRY_AUGMENT_RECORD_LEN]; /* [count]: each sample's record, with a recipe */
+  uint64_t batch_index;    /* its place in the epoch: batch k (per-batch scales) */
   size_t claimed;          /* slots handed to workers so far (under the lock) */
   size_t pending;          /* slots not yet finished */
   size_t failures;         /* slots that finished with an error */
@@ -188,9 +197,10 @@ typedef struct coordinator_part {
   ferry_status fatal_status;
   char fatal_message[FERRY_ERROR_MAX];
   uint64_t epoch_skipped;          /* samples skipped in the epoch being laid out so far */
-  /* where the next generation begins (ferry__coordinator_restart) */
+  /* where the next generation begins (ferry__coordinator_restart): the cursor, and the
+   * index in the epoch of the batch that starts there */
   int64_t restart_epoch;
-  uint64_t restart_cursor;
+  uint64_t restart_cursor, restart_batch;
 } coordinator_part;
 
 /* The consumer's view: what has been delivered (loader.c). */
@@ -244,9 +254,24 @@ struct ferry_loader {
 ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
                                    ferry_loader **out);
 
-/* Fill sample `slot` of `batch` with dataset image `index` (fill.c). */
-ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder,
-                                      ferry_batch *batch, size_t slot, size_t index);
+/* A worker's own buffers for the fill of an augmented sample: the targets before the
+ * crop and the masks' index maps (fill.c grows them; workers.c frees them). */
+typedef struct fill_scratch {
+  float *boxes, *areas;
+  uint8_t *keep;
+  size_t instances;       /* room for this many in boxes, areas and keep */
+  uint32_t *maps;         /* rows then columns */
+  size_t map_entries;
+} fill_scratch;
+void ferry__fill_scratch_free(fill_scratch *s);
+
+/* Fill sample `slot` of `batch` with dataset image `index` (fill.c): by the square
+ * resize, or, with a recipe, by its record (the plan's, drawn at layout time). */
+ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+                                      ferry_batch *batch, size_t slot, size_t index, const int32_t *record);
+/* A sample's record is laid out with no pixel and no instance when its sizes pass
+ * the image options' pixel limit; its fill then fails, naming the sizes. 1 when so. */
+int ferry__augment_over_limit(const fill_context *ctx, const int32_t *record);
 /* The image's record and the path of its file, refusing names that leave the images
  * folder; the message names the dataset index (fill.c). */
 ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
@@ -300,7 +325,7 @@ void ferry__coordinator_join(ferry_loader *loader);
 /* Restart at (epoch, cursor): a new generation, so what is in flight or ready is
  * dropped once the coordinator wakes. The caller holds the lock (and sets the
  * consumer's view in the same hold). */
-void ferry__coordinator_restart(ferry_loader *loader, int64_t epoch, uint64_t cursor);
+void ferry__coordinator_restart(ferry_loader *loader, int64_t epoch, uint64_t cursor, uint64_t batch);
 /* Stop for close: `stopping` set, a new generation, the consumer and the coordinator
  * woken. Takes the lock. */
 void ferry__coordinator_stop(ferry_loader *loader);

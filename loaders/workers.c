@@ -43,6 +43,7 @@ typedef struct worker_slot {
   int woken;           /* set by wake_worker when it takes the worker off the idle stack */
   ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
   gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
+  fill_scratch scratch;   /* its augmented fills' buffers */
 } worker_slot;
 
 /* Wake one idle worker if there are unclaimed slots no running worker will take
@@ -167,7 +168,8 @@ static void *worker_main(void *arg) {
     size_t index = p->dataset_index[slot];
     int fallback = -1;
     ferry_status st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
-                          : ferry__loader_fill_sample(&l->fill, decoder, p->batch, slot, index);
+                          : ferry__loader_fill_sample(&l->fill, decoder, &self->scratch, p->batch, slot, index,
+                                                      l->fill.varies ? p->augment[slot] : NULL);
     /* The message is this thread's (error.c): copied into the slot here, so that the
      * consumer's thread can restore it with the status. */
     if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());
@@ -226,6 +228,7 @@ void ferry__loader_stop_workers(ferry_loader *l) {
   for (size_t i = 0; l->work.slots && i < l->work.nworkers; i++) {
     ferry_decoder_close(l->work.slots[i].decoder); /* NULL once its worker closed it */
     ferry__gpu_worker_close(l->work.slots[i].gpu);
+    ferry__fill_scratch_free(&l->work.slots[i].scratch);
   }
   pthread_mutex_lock(&l->lock);
   l->work.started = l->work.nworkers = l->work.idle = 0;

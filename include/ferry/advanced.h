@@ -38,6 +38,15 @@ FERRY_API ferry_status ferry_batch_layout_bytes(size_t batch_size, size_t nfield
 FERRY_API ferry_status ferry_batch_create(ferry_pool *pool, size_t batch_size, size_t nfields,
                                           const ferry_field_spec *fields, const int64_t *rows,
                                           ferry_batch **out);
+/* The same for fields with sample dimensions (batch.h): sample_hw[2*i], [2*i+1] is
+ * sample i's height and width, each at least 1 (required when a field has sample
+ * dimensions, ignored otherwise). */
+FERRY_API ferry_status ferry_batch_create_sized(ferry_pool *pool, size_t batch_size, size_t nfields,
+                                                const ferry_field_spec *fields, const int64_t *rows,
+                                                const int64_t *sample_hw, ferry_batch **out);
+FERRY_API ferry_status ferry_batch_layout_bytes_sized(size_t batch_size, size_t nfields,
+                                                      const ferry_field_spec *fields, const int64_t *rows,
+                                                      const int64_t *sample_hw, size_t *out_bytes);
 /* An unpacked batch: one host allocation per sample and field. */
 FERRY_API ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t batch_size, size_t nfields,
                                                    const ferry_field_spec *fields, const int64_t *rows,

@@ -10,6 +10,13 @@
  *   FERRY_FIELD_PER_SAMPLE  exactly one item per sample (an image [3,R,R],
  *                           image_id [1]); the sample view has the inner shape
  *
+ * A field's inner shape may name SAMPLE DIMENSIONS, FERRY_DIM_SAMPLE_H and
+ * FERRY_DIM_SAMPLE_W: each sample's own height and width, given when the batch is
+ * made (ferry_batch_create_sized). That is how samples of different sizes share a
+ * batch (an augmented image [3,h_i,w_i], its masks [N_i,h_i,w_i]); their bytes still
+ * lie consecutively in the field, laid out before any is written, and
+ * ferry_batch_sample gives each sample's view its own shape.
+ *
  * The layout (every offset, every byte) is computed from the per-sample row counts
  * before any data is written, so the arena is sized once and workers fill their
  * slices in place.
@@ -56,11 +63,18 @@ typedef enum ferry_field_kind {
 #define FERRY_FIELD_ISCROWD "iscrowd"           /* i64 [N] rows */
 #define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
 #define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
+#define FERRY_FIELD_SIZE "size"                 /* i64 [2] = h, w of the content, per sample */
+#define FERRY_FIELD_AUGMENT "augment"           /* i32 [FERRY_AUGMENT_RECORD_LEN] per sample: the
+                                                   sample's augmentation record (ferry/image.h) */
 /* With the GPU decoder (ferry_image_options.decode), a loader's batch has no images
  * field: each sample's pixels arrive in exactly one of these two, and the transfer
  * stage builds the images tensor on the device from them (docs/images.md). */
 #define FERRY_FIELD_JPEG "jpeg"                 /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
 #define FERRY_FIELD_CPU_IMAGES "cpu_images"     /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
+
+/* In ferry_field_spec.inner_shape: this dimension is the sample's height (width). */
+#define FERRY_DIM_SAMPLE_H (-1)
+#define FERRY_DIM_SAMPLE_W (-2)
 
 typedef struct ferry_field_spec {
   const char *name;        /* copied; at most FERRY_FIELD_NAME_MAX-1 characters */
@@ -84,14 +98,19 @@ FERRY_API int ferry_batch_find_field(const ferry_batch *batch, const char *name)
 FERRY_API const ferry_field_spec *ferry_batch_field_spec(const ferry_batch *batch, size_t field);
 /* The offset table: batch_size + 1 row indices (for PER_SAMPLE fields 0, 1, ..., B). */
 FERRY_API const int64_t *ferry_batch_offsets(const ferry_batch *batch, size_t field);
-/* Bytes of one row (ROWS) or one item (PER_SAMPLE). */
+/* Bytes of one row (ROWS) or one item (PER_SAMPLE); 0 for a field with sample
+ * dimensions, whose rows have each sample's size. */
 FERRY_API size_t ferry_batch_row_bytes(const ferry_batch *batch, size_t field);
+/* Sample i's height and width, for a batch with sample dimensions (FERRY_ENOTFOUND
+ * for one without). */
+FERRY_API ferry_status ferry_batch_sample_size(const ferry_batch *batch, size_t sample, int64_t *height,
+                                               int64_t *width);
 
 /* A view of sample i's slice of a field (no copy). */
 FERRY_API ferry_status ferry_batch_sample(const ferry_batch *batch, size_t field, size_t sample,
                                           ferry_tensor *view);
 /* A view of a whole packed field: [total_rows, inner...] or [B, inner...].
- * FERRY_EUNSUPPORTED on an unpacked batch. */
+ * FERRY_EUNSUPPORTED on an unpacked batch, and for a field with sample dimensions. */
 FERRY_API ferry_status ferry_batch_field(const ferry_batch *batch, size_t field, ferry_tensor *view);
 
 /* Hand the batch back: its arena returns to the pool once every held event has

@@ -155,6 +155,17 @@ FERRY_API ferry_status ferry_coco_annotation_rle(const ferry_coco *coco, size_t 
 typedef struct ferry_target_options {
   int keep_crowd;          /* 0 (default): drop iscrowd=1 annotations */
   int64_t mask_height, mask_width;   /* masks produced at this size by nearest from the image's (height,width); 0 = the image's own size */
+  /* Optional index maps for the masks (an augmentation's resize/crop/resize/flip, as
+   * one map per axis): output pixel (i, j) is source pixel (mask_rows[i],
+   * mask_cols[j]), mask_rows[mask_height] non-decreasing, mask_cols[mask_width]
+   * monotonic (a flip reverses it), every index inside the image (FERRY_EINVAL
+   * otherwise). NULL: the nearest resize of that axis (ferry_nearest_index_map). */
+  const uint32_t *mask_rows, *mask_cols;
+  /* Optional: of the instances the target keeps (crowd policy, degenerate boxes),
+   * write only those whose select[k] is nonzero (k counts kept instances in order):
+   * what a crop drops. NULL: all. Every array is then filled with the selected ones,
+   * packed in order. */
+  const uint8_t *select;
 } ferry_target_options;
 
 /* Defaults: drop crowds, masks at the image's size. */

@@ -102,6 +102,88 @@ typedef struct ferry_image_options {
  * decode FERRY_DECODE_CPU. */
 FERRY_API void ferry_image_options_default(ferry_image_options *o);
 
+/* ---- augmentation recipes (docs/augment.md) ----------------------------------------
+ *
+ * The geometry a loader gives each sample: RF-DETR 1.11's own transforms
+ * (rfdetr/datasets/_torchvision.py), restated. Every random choice is drawn from
+ * (seed, epoch, dataset index) (per-batch scales from (seed, epoch, batch index)), so
+ * batch k has the same pixels whatever the worker count, rank split or resume. Images
+ * are resized with Pillow's BILINEAR on u8, masks with torch's nearest rule, boxes and
+ * areas as torchvision moves them; each sample records its choices (the "augment"
+ * field, FERRY_AUGMENT_RECORD_LEN int32s) so that anyone can replay it through the
+ * reference transforms. */
+
+typedef enum ferry_augment {
+  /* "none" (= "val-square"): Resize((R, R)), the validation transform (the default) */
+  FERRY_AUGMENT_NONE = 0,
+  /* "val": RandomResize([R], max_size): shortest side R, longest at most max_size */
+  FERRY_AUGMENT_VAL = 1,
+  /* "rfdetr-square": RF-DETR's square training recipe. A coin picks branch A,
+   * Resize((s, s)), or branch B, RandomResize(resize_b) then RandomSizedCrop((crop_min,
+   * crop_max), (s, s)); then RandomHorizontalFlip(hflip). s is drawn from the scales. */
+  FERRY_AUGMENT_RFDETR_SQUARE = 2,
+  /* "rfdetr": the non-square one. Branch A is RandomResize([s], max_size); branch B
+   * crops to (min(s, max_size), min(s, max_size)). */
+  FERRY_AUGMENT_RFDETR = 3
+} ferry_augment;
+#define FERRY_AUGMENT_VAL_SQUARE FERRY_AUGMENT_NONE
+
+typedef enum ferry_multi_scale {
+  FERRY_MULTI_SCALE_OFF = 0,        /* the one scale is the resolution */
+  FERRY_MULTI_SCALE_PER_SAMPLE = 1, /* s drawn per sample from compute_multi_scale_scales */
+  FERRY_MULTI_SCALE_PER_BATCH = 2   /* one s per batch, from (seed, epoch, batch index) */
+} ferry_multi_scale;
+
+/* The int32 fields of a sample's augment record, in this order. */
+enum {
+  FERRY_AUGMENT_FLIP = 0,     /* 1 when flipped horizontally (last) */
+  FERRY_AUGMENT_BRANCH,       /* 0: branch A; 1: branch B */
+  FERRY_AUGMENT_RESIZE_H,     /* branch B's first resize: output height (0 for A) */
+  FERRY_AUGMENT_RESIZE_W,     /* and width */
+  FERRY_AUGMENT_CROP_TOP,     /* branch B's crop in that image (zeros for A) */
+  FERRY_AUGMENT_CROP_LEFT,
+  FERRY_AUGMENT_CROP_H,
+  FERRY_AUGMENT_CROP_W,
+  FERRY_AUGMENT_OUT_H,        /* the sample's final content height and width */
+  FERRY_AUGMENT_OUT_W,
+  FERRY_AUGMENT_RECORD_LEN
+};
+
+typedef struct ferry_augment_options {
+  ferry_augment recipe;          /* FERRY_AUGMENT_NONE */
+  ferry_multi_scale multi_scale; /* FERRY_MULTI_SCALE_OFF */
+  /* compute_multi_scale_scales(resolution, expanded_scales, patch_size, num_windows):
+   * the multiples of patch_size * num_windows around the resolution, offsets -3..4
+   * (expanded: -5..5), at least twice that multiple. Defaults 0, 16, 4. */
+  int expanded_scales;
+  int patch_size;
+  int num_windows;
+  int scale_jitter;              /* 1: the coin picks branch A or B; 0: A only */
+  float hflip;                   /* probability of the flip, in [0, 1]: 0.5 */
+  int max_size;                  /* the non-square recipes' longest side: 1333 */
+  int crop_min, crop_max;        /* RandomSizedCrop's side range: 384, 600 */
+  int resize_b[3];               /* branch B's shortest sides: 400, 500, 600 */
+  uint32_t reserved[8];          /* zero */
+} ferry_augment_options;
+
+/* Fill *o with the defaults above (recipe none). */
+FERRY_API void ferry_augment_options_default(ferry_augment_options *o);
+/* "none", "val-square", "val", "rfdetr-square", "rfdetr" into *out (FERRY_EINVAL
+ * naming the value otherwise), and back ("?" out of range). */
+FERRY_API ferry_status ferry_augment_parse(const char *name, ferry_augment *out);
+FERRY_API const char *ferry_augment_name(ferry_augment recipe);
+/* "off", "per-sample", "per-batch" likewise. */
+FERRY_API ferry_status ferry_multi_scale_parse(const char *name, ferry_multi_scale *out);
+FERRY_API const char *ferry_multi_scale_name(ferry_multi_scale mode);
+/* Check the options (FERRY_EINVAL naming the option: an unknown recipe or mode, a
+ * scale, patch or window that is not positive, crop bounds out of order, a
+ * probability outside [0, 1]). */
+FERRY_API ferry_status ferry_augment_options_check(const ferry_augment_options *o, int resolution);
+/* The scales a recipe draws s from at this resolution, in increasing order, into
+ * scales[0 .. *n) (at most `cap`): [resolution] without multi-scale. */
+FERRY_API ferry_status ferry_augment_scales(const ferry_augment_options *o, int resolution, int *scales,
+                                            size_t cap, size_t *n);
+
 /* Per-thread decoder: TurboJPEG handle plus reusable scratch. Not thread-safe;
  * open one per worker. */
 typedef struct ferry_decoder ferry_decoder;

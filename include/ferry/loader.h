@@ -45,14 +45,19 @@ typedef struct ferry_loader ferry_loader;
 enum {
   FERRY_LOADER_FIELD_BOXES = 1 << 0,     /* "boxes"     f32 [N,4] in box_format */
   FERRY_LOADER_FIELD_LABELS = 1 << 1,    /* "labels"    i64 [N] */
-  FERRY_LOADER_FIELD_MASKS = 1 << 2,     /* "masks"     bool [N,R,R] */
+  FERRY_LOADER_FIELD_MASKS = 1 << 2,     /* "masks"     bool [N,R,R] ([N,h,w] with a recipe) */
   FERRY_LOADER_FIELD_AREA = 1 << 3,      /* "area"      f32 [N] as annotated */
   FERRY_LOADER_FIELD_ISCROWD = 1 << 4,   /* "iscrowd"   i64 [N] */
   FERRY_LOADER_FIELD_IMAGE_ID = 1 << 5,  /* "image_id"  i64 [1] */
   FERRY_LOADER_FIELD_ORIG_SIZE = 1 << 6, /* "orig_size" i64 [2] = h, w of the file */
-  FERRY_LOADER_FIELD_SIZE = 1 << 7,      /* "size"      i64 [2] = R, R */
+  FERRY_LOADER_FIELD_SIZE = 1 << 7,      /* "size"      i64 [2] = h, w of the sample's content
+                                            (R, R without a recipe) */
   FERRY_LOADER_FIELD_KEYPOINTS = 1 << 8, /* "keypoints" f32 [N,K,3] */
-  FERRY_LOADER_FIELDS_DEFAULT = 0xff     /* all but keypoints */
+  FERRY_LOADER_FIELD_AUGMENT = 1 << 9,   /* "augment"   i32 [FERRY_AUGMENT_RECORD_LEN]: the sample's
+                                            draws and sizes (ferry/image.h), to replay it */
+  FERRY_LOADER_FIELD_NO_IMAGES = 1 << 15, /* no "images" field: no pixel is decoded (the
+                                            targets, the augment records) */
+  FERRY_LOADER_FIELDS_DEFAULT = 0xff     /* all but keypoints and augment */
 };
 
 typedef enum ferry_box_format {
@@ -95,8 +100,9 @@ FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, 
  * ferry_loader_config_default to the size this header gives, tells the library which
  * of them the caller knows: a program built against an older header gets every later
  * option's default, one built against a newer header may set options this library
- * lacks only to their zero default (else FERRY_EUNSUPPORTED, naming the offset). So
- * always start from ferry_loader_config_default. */
+ * lacks only to zero, their default (else FERRY_EUNSUPPORTED, naming the byte); the
+ * library writes no byte past struct_size. So always start from
+ * ferry_loader_config_default. */
 typedef struct ferry_loader_config {
   size_t struct_size;          /* sizeof(ferry_loader_config), set by ferry_loader_config_default */
   const char *annotations;     /* COCO instances/keypoints JSON (required) */
@@ -114,7 +120,8 @@ typedef struct ferry_loader_config {
   int drop_last;               /* 0: pad shards by wrapping, keep a short last batch;
                                   1: drop the shard tail and a short last batch */
   int rank, world_size;        /* -1: from RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*; else 0/1 */
-  int resolution;              /* R: images and masks are R x R (square resize): 312 */
+  int resolution;              /* R: images and masks are R x R (square resize): 312; with a
+                                  recipe, its base scale */
   unsigned fields;             /* FERRY_LOADER_FIELDS_DEFAULT */
   ferry_box_format box_format; /* FERRY_BOXES_XYXY */
   int keep_crowd;              /* 0: drop iscrowd annotations (RF-DETR's ConvertCoco) */
@@ -131,6 +138,12 @@ typedef struct ferry_loader_config {
                                   cut so that prefetch + max_outstanding arenas of a batch of
                                   mean instance counts fit (at least 1 batch ahead); 0: no
                                   bound. Default FERRY_LOADER_PINNED_BUDGET_DEFAULT */
+  /* The geometry each sample gets (ferry/image.h, docs/augment.md): recipe NONE (the
+   * default) is the square resize above; VAL and the training recipes RFDETR_SQUARE
+   * and RFDETR give samples their own sizes (images [3,h,w] or [h,w,3], masks
+   * [N,h,w]: FERRY_DIM_SAMPLE_H/_W, the "size" field), drawn from (seed, epoch,
+   * dataset index). Keypoints and the GPU decoder are refused with a recipe. */
+  ferry_augment_options augment;
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are
@@ -167,8 +180,13 @@ typedef struct ferry_loader_stats {
   uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
 } ferry_loader_stats;
 
+/* Fill the first `size` bytes of *config with the documented defaults (options this
+ * library does not know, past its own size, with zeros) and set struct_size to `size`.
+ * Call it through ferry_loader_config_default, which passes the size this header
+ * gives; bindings (ctypes) pass the size of their own mirror. */
+FERRY_API void ferry_loader_config_init(ferry_loader_config *config, size_t size);
 /* Fill *config with the documented defaults, struct_size included. */
-FERRY_API void ferry_loader_config_default(ferry_loader_config *config);
+#define ferry_loader_config_default(config) ferry_loader_config_init((config), sizeof *(config))
 
 /* Parse the annotations, start the workers and begin epoch 0. */
 FERRY_API ferry_status ferry_loader_open(const ferry_loader_config *config, ferry_loader **out);

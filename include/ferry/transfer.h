@@ -2,7 +2,10 @@
  *
  * ferry_transfer turns a packed (or unpacked) host batch into a DEVICE BATCH:
  *   - the image field becomes ONE device tensor [B, inner...] (or, normalised,
- *     [B,3,H,W] f32/bf16), because a training step consumes it whole;
+ *     [B,3,H,W] f32/bf16), because a training step consumes it whole; when the
+ *     samples' images differ in shape (an augmentation's sizes: batch.h's sample
+ *     dimensions), each sample's image is instead its own tensor, a per-sample record
+ *     under the image field's name ([3,h,w], or [h,w,3] unnormalised);
  *   - every other field becomes, for every sample, its own device allocation made on
  *     the given stream and filled by one asynchronous copy from that sample's slice.
  * No device buffer ever holds a whole packed field, so the device's extra peak
@@ -121,7 +124,9 @@ FERRY_API size_t ferry_device_batch_num_fields(const ferry_device_batch *batch);
 /* Name of per-sample field k (NULL when k is out of range). */
 FERRY_API const char *ferry_device_batch_field_name(const ferry_device_batch *batch, size_t k);
 
-/* The batch tensor, or NULL when there was no image field or it was taken out. */
+/* The batch tensor, or NULL when there was no image field, its samples differ in shape
+ * (each is then a record: ferry_device_batch_sample_field(db, i, "images")) or it was
+ * taken out. */
 FERRY_API ferry_tensor *ferry_device_batch_images(ferry_device_batch *batch);
 /* Sample i's tensor for field `name`: [rows, inner...] for a ROWS field (rows may be 0:
  * a valid empty tensor, data NULL), the inner shape for a PER_SAMPLE field. NULL when

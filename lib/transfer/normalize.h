@@ -1,9 +1,12 @@
 /* lib/transfer/normalize.h - the one normalisation formula, and u8 [H,W,3] ->
  * normalised [3,H,W] f32/bf16 in stream order (internal).
  *
- * ferry__normalize_value is torchvision's ToDtype(float32, scale=True) followed by
- * Normalize, in its float32 steps: ((float)v / 255 - mean) / std, each operation
- * rounded to float (IEEE division: no -ffast-math, nvcc without -use_fast_math).
+ * ferry__normalize_value is torchvision.transforms.v2's ToDtype(float32, scale=True)
+ * followed by Normalize, RF-DETR 1.11's pipeline, in its float32 steps:
+ * ((float)v * (float)(1/255) - mean) / std, each operation rounded to float (v2 scales
+ * by a product with the reciprocal, image.to(float32).mul_(1.0 / 255); v1's to_tensor
+ * divided by 255, which differs in the last bit for about 110 of the 256 values of a
+ * channel). IEEE arithmetic: no -ffast-math, nvcc without -use_fast_math.
  * Every normalised pixel ferry makes comes from it: the CPU loader's table
  * (image/normalize_table.c), the transfer's host loop and CUDA kernel (here), the GPU
  * resize's f32 output (image/gpu/resize_cuda.cu); the vector kernels compute the
@@ -27,7 +30,8 @@
 
 /* The normalised value of byte v of a channel with this mean and std. */
 static inline FERRY_HOST_DEVICE float ferry__normalize_value(uint8_t v, float mean, float std) {
-  return ((float)v / 255.0f - mean) / std;
+  const float scale = 1.0f / 255.0f; /* == (float)(1.0 / 255): both round the same quotient */
+  return ((float)v * scale - mean) / std;
 }
 
 /* A float to bf16, rounded to nearest even. Not NaN-safe (the carry can turn a NaN

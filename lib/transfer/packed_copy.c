@@ -38,7 +38,7 @@ static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
     for (size_t i = 0; i < bs; i++)
       rows[f * bs + i] = b->fields[f].offsets[i + 1] - b->fields[f].offsets[i];
   }
-  ferry_status st = ferry__batch_shell(bs, n, specs, rows, out);
+  ferry_status st = ferry__batch_shell(bs, n, specs, rows, b->sample_hw, out);
   ferry__free(rows);
   return st;
 }

@@ -85,29 +85,60 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
 }
 
 /* The shape and dtype of the batch tensor, checking what normalisation needs. */
-static ferry_status image_layout(const ferry_field_spec *spec, size_t batch_size,
-                                 ferry_normalize normalize, ferry_dtype *dtype, int *ndim,
-                                 int64_t *shape) {
+/* The shape and dtype of one image once it is on the device: its view's (`inner`, the
+ * sample's own shape), or, normalised, [3,H,W] from u8 [H,W,3]. */
+static ferry_status image_shape(const ferry_field_spec *spec, const ferry_tensor *inner, ferry_normalize normalize,
+                                ferry_dtype *dtype, int *ndim, int64_t *shape) {
   if (spec->kind != FERRY_FIELD_PER_SAMPLE)
     return ferry__fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
-  shape[0] = (int64_t)batch_size;
   if (normalize == FERRY_NORMALIZE_NONE) {
     *dtype = spec->dtype;
-    *ndim = 1 + spec->inner_ndim;
-    for (int d = 0; d < spec->inner_ndim; d++) shape[1 + d] = spec->inner_shape[d];
+    *ndim = inner->ndim;
+    for (int d = 0; d < inner->ndim; d++) shape[d] = inner->shape[d];
     return FERRY_OK;
   }
   if (normalize != FERRY_NORMALIZE_F32 && normalize != FERRY_NORMALIZE_BF16)
     return ferry__fail(FERRY_EINVAL, "transfer: unknown normalisation %d", (int)normalize);
-  if (spec->dtype != FERRY_U8 || spec->inner_ndim != 3 || spec->inner_shape[2] != 3)
+  if (spec->dtype != FERRY_U8 || inner->ndim != 3 || inner->shape[2] != 3)
     return ferry__fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
                       spec->name);
-  /* Normalisation also transposes: [H,W,3] per sample becomes [B,3,H,W]. */
+  /* Normalisation also transposes: [H,W,3] becomes [3,H,W]. */
   *dtype = normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
-  *ndim = 4;
-  shape[1] = 3;
-  shape[2] = spec->inner_shape[0];
-  shape[3] = spec->inner_shape[1];
+  *ndim = 3;
+  shape[0] = 3;
+  shape[1] = inner->shape[0];
+  shape[2] = inner->shape[1];
+  return FERRY_OK;
+}
+
+/* The batch tensor's: [B, one image's shape]. */
+static ferry_status image_layout(const ferry_batch *batch, size_t field, ferry_normalize normalize, ferry_dtype *dtype,
+                                 int *ndim, int64_t *shape) {
+  ferry_tensor first;
+  ferry_status st = ferry_batch_sample(batch, field, 0, &first);
+  if (st == FERRY_OK) st = image_shape(ferry_batch_field_spec(batch, field), &first, normalize, dtype, ndim, shape + 1);
+  shape[0] = (int64_t)ferry_batch_size(batch);
+  *ndim += 1;
+  return st;
+}
+
+/* 1 when the image field's samples do not all have one shape (a recipe's sizes,
+ * batch.h's sample dimensions): then each sample gets its own image tensor. */
+static int images_differ(const ferry_batch *batch, int field) {
+  if (field < 0 || !ferry__spec_has_sample_dims(ferry_batch_field_spec(batch, (size_t)field))) return 0;
+  for (size_t i = 1; i < batch->batch_size; i++)
+    if (batch->sample_hw[2 * i] != batch->sample_hw[0] || batch->sample_hw[2 * i + 1] != batch->sample_hw[1]) return 1;
+  return 0;
+}
+
+/* The kernel reads its source on the target device: a batch in another GPU's memory
+ * would need a copy between devices first. */
+static ferry_status normalisation_params(const transfer_job *job, ferry_norm_params *params) {
+  const ferry_transfer_options *o = job->options;
+  if (!job->src_on_host && job->batch->device != job->db->device)
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
+                      job->db->device->name, job->batch->device->name);
+  ferry__norm_params_init(params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
   return FERRY_OK;
 }
 
@@ -136,18 +167,12 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   ferry_dtype dtype = FERRY_U8;
   int ndim = 0;
   int64_t shape[FERRY_MAX_RANK];
-  ferry_status st = image_layout(ferry_batch_field_spec(job->batch, field), db->batch_size,
-                                 o->normalize, &dtype, &ndim, shape);
+  ferry_status st = image_layout(job->batch, field, o->normalize, &dtype, &ndim, shape);
   if (st != FERRY_OK) return st;
   ferry_norm_params params, *norm = NULL;
   size_t hw = 0;
   if (o->normalize != FERRY_NORMALIZE_NONE) {
-    /* The kernel reads its source on the target device: a batch in another GPU's
-     * memory would need a copy between devices first. */
-    if (!job->src_on_host && job->batch->device != db->device)
-      return ferry__fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
-                        db->device->name, job->batch->device->name);
-    ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
+    if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
     norm = &params;
     hw = (size_t)(shape[2] * shape[3]);
   }
@@ -155,6 +180,30 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
   return st == FERRY_OK ? copy_image_rows(job, field, hw, norm) : st;
+}
+
+/* A sample's own image tensor, when the batch's images differ in shape: a copy of its
+ * slice, or its normalisation into [3,h,w]. */
+static ferry_status copy_sample_image(transfer_job *job, size_t sample, size_t k) {
+  ferry_device_batch *db = job->db;
+  record_slot *slot = &db->slots[sample * db->nfields + k];
+  const ferry_transfer_options *o = job->options;
+  ferry_tensor view;
+  ferry_dtype dtype;
+  int ndim;
+  int64_t shape[FERRY_MAX_RANK];
+  size_t field = (size_t)db->source_field[k];
+  ferry_status st = ferry_batch_sample(job->batch, field, sample, &view);
+  if (st == FERRY_OK) st = image_shape(ferry_batch_field_spec(job->batch, field), &view, o->normalize, &dtype, &ndim, shape);
+  if (st == FERRY_OK) st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, dtype, ndim, shape);
+  if (st != FERRY_OK) return st;
+  slot->present = 1;
+  if (o->normalize == FERRY_NORMALIZE_NONE)
+    return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
+  ferry_norm_params params;
+  if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
+  return ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, slot->tensor.data,
+                                  (size_t)(shape[1] * shape[2]), &params);
 }
 
 static void run_stream_hooks(void *arg) {
@@ -177,12 +226,14 @@ static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_
   return st;
 }
 
-static ferry_status queue_copies(transfer_job *job, int image_field) {
+/* The batch tensor (image_field >= 0), then every sample's record of every other
+ * field; `own_images` is the record index of images that differ in shape (-1). */
+static ferry_status queue_copies(transfer_job *job, int image_field, int own_images) {
   ferry_status st = FERRY_OK;
   if (image_field >= 0) st = copy_images(job, (size_t)image_field);
   for (size_t i = 0; i < job->db->batch_size && st == FERRY_OK; i++)
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
-      st = copy_sample_field(job, i, k);
+      st = (int)k == own_images ? copy_sample_image(job, i, k) : copy_sample_field(job, i, k);
       if (st != FERRY_OK)
         ferry__error_prefix(st, "sample %zu field '%s': ", i, job->db->names[k]);
     }
@@ -215,6 +266,9 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
   const ferry__producer *producer = images_producer(batch, o);
+  /* Images of different shapes: no batch tensor, each sample's image a record. */
+  int own_images = !producer && images_differ(batch, image_field);
+  if (own_images) image_field = -1;
   ferry_device_batch *db = NULL;
   ferry_status st = ferry__device_batch_new(device, stream, batch,
                                             fields_not_records(batch, image_field, producer), &db);
@@ -222,8 +276,11 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   transfer_job job = {.db = db, .batch = batch, .options = o,
                       .src_on_host = ferry__batch_bytes_on_host(batch)};
   job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
+  int own_k = -1;
+  for (size_t k = 0; own_images && k < db->nfields; k++)
+    if (strcmp(db->names[k], image_name) == 0) own_k = (int)k;
   if (producer) st = producer->produce(producer->self, db, batch, o);
-  if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field);
+  if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field, own_k);
   /* Whatever was queued reads the batch: hold it until that has run, even on failure.
    * The hold comes before the hooks: the source batch need not wait for them. */
   ferry__batch_hold_stream(batch, stream);

@@ -8,7 +8,7 @@
 docs/python.md has the whole story; the C library's is in docs/api.md.
 """
 from ferry._capi import FerryError, library_path
-from ferry.loader import Loader, memory_stats
+from ferry.loader import Loader, memory_stats, pixel_mask
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "FerryError", "memory_stats", "library_path", "__version__"]
+__all__ = ["Loader", "FerryError", "memory_stats", "pixel_mask", "library_path", "__version__"]

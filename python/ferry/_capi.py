@@ -13,12 +13,15 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_int, c_int32, c_int64
 
 # ---- status codes and enums (include/ferry/error.h, loader.h, transfer.h) ------------
 OK = 0
+ENOTFOUND = -9
 EEND = -12
 
 FIELD_BOXES, FIELD_LABELS, FIELD_MASKS = 1 << 0, 1 << 1, 1 << 2
 FIELD_AREA, FIELD_ISCROWD, FIELD_IMAGE_ID = 1 << 3, 1 << 4, 1 << 5
 FIELD_ORIG_SIZE, FIELD_SIZE = 1 << 6, 1 << 7
+FIELD_AUGMENT, FIELD_NO_IMAGES = 1 << 9, 1 << 15
 FIELDS_DEFAULT = 0xFF
+AUGMENT_RECORD_LEN = 10  # FERRY_AUGMENT_RECORD_LEN, include/ferry/image.h
 
 BOXES_XYXY, BOXES_CXCYWH_NORM = 0, 1
 ON_ERROR_FAIL, ON_ERROR_SKIP = 0, 1
@@ -44,15 +47,23 @@ class ImageOptions(Structure):  # ferry_image_options, include/ferry/image.h
                 ("decode", c_int), ("reserved", ctypes.c_uint32 * 7)]
 
 
+class AugmentOptions(Structure):  # ferry_augment_options, include/ferry/image.h
+    _fields_ = [("recipe", c_int), ("multi_scale", c_int), ("expanded_scales", c_int),
+                ("patch_size", c_int), ("num_windows", c_int), ("scale_jitter", c_int),
+                ("hflip", ctypes.c_float), ("max_size", c_int), ("crop_min", c_int),
+                ("crop_max", c_int), ("resize_b", c_int * 3), ("reserved", ctypes.c_uint32 * 8)]
+
+
 class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
     _fields_ = [("struct_size", c_size_t), ("annotations", c_char_p), ("images", c_char_p),
-                ("batch_size", c_size_t), ("workers", c_size_t), ("prefetch", c_size_t), ("max_outstanding", c_size_t),
-                ("shuffle", c_int), ("seed", c_uint64), ("drop_last", c_int), ("rank", c_int),
-                ("world_size", c_int), ("resolution", c_int), ("fields", c_uint),
-                ("box_format", c_int), ("keep_crowd", c_int), ("remap_categories", c_int),
-                ("on_error", c_int), ("layout", c_int),
-                ("allow_escaping_paths", c_int), ("image", ImageOptions), ("device", c_void_p),
-                ("progress", c_void_p), ("progress_user", c_void_p), ("max_pinned_bytes", c_size_t)]
+                ("batch_size", c_size_t), ("workers", c_size_t), ("prefetch", c_size_t),
+                ("max_outstanding", c_size_t), ("shuffle", c_int), ("seed", c_uint64),
+                ("drop_last", c_int), ("rank", c_int), ("world_size", c_int),
+                ("resolution", c_int), ("fields", c_uint), ("box_format", c_int),
+                ("keep_crowd", c_int), ("remap_categories", c_int), ("on_error", c_int),
+                ("layout", c_int), ("allow_escaping_paths", c_int), ("image", ImageOptions),
+                ("device", c_void_p), ("progress", c_void_p), ("progress_user", c_void_p),
+                ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions)]
 
 
 class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h
@@ -111,6 +122,7 @@ class DLManagedTensor(Structure):  # DLManagedTensor
 
 # C type name of each mirror, for the layout test (and the headers declaring them).
 MIRRORS = {Tensor: "ferry_tensor", ImageOptions: "ferry_image_options",
+           AugmentOptions: "ferry_augment_options",
            LoaderConfig: "ferry_loader_config", LoaderState: "ferry_loader_state",
            PoolStats: "ferry_pool_stats", LoaderStats: "ferry_loader_stats",
            MemoryStats: "ferry_memory_stats", TransferOptions: "ferry_transfer_options",
@@ -134,12 +146,14 @@ _SIGNATURES = {
     "ferry_strerror": (c_char_p, c_int),
     "ferry_decode_mode_parse": (c_int, c_char_p, POINTER(c_int)),
     "ferry_decode_mode_name": (c_char_p, c_int),
+    "ferry_augment_parse": (c_int, c_char_p, POINTER(c_int)),
+    "ferry_multi_scale_parse": (c_int, c_char_p, POINTER(c_int)),
     "ferry_device_open": (c_int, c_char_p, handle),
     "ferry_device_close": (None, c_void_p),
     "ferry_device_get_kind": (c_int, c_void_p),
     "ferry_device_synchronize": (c_int, c_void_p),
     "ferry_device_memory_stats": (c_int, c_void_p, POINTER(MemoryStats)),
-    "ferry_loader_config_default": (None, POINTER(LoaderConfig)),
+    "ferry_loader_config_init": (None, POINTER(LoaderConfig), c_size_t),
     "ferry_loader_open": (c_int, POINTER(LoaderConfig), handle),
     "ferry_loader_next": (c_int, c_void_p, handle),
     "ferry_loader_set_epoch": (c_int, c_void_p, c_int64),

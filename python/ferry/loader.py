@@ -14,6 +14,7 @@ Invariants:
   - devices are opened once per process and never closed, because tensors handed out
     may outlive every Loader and their deleters free through the device.
 """
+import ctypes
 import os
 import threading
 from ctypes import byref, c_int, c_void_p
@@ -27,14 +28,21 @@ from ferry._convert import converter
 TARGET_FIELDS = (("boxes", _capi.FIELD_BOXES), ("labels", _capi.FIELD_LABELS),
                  ("masks", _capi.FIELD_MASKS), ("area", _capi.FIELD_AREA),
                  ("iscrowd", _capi.FIELD_ISCROWD), ("image_id", _capi.FIELD_IMAGE_ID),
-                 ("orig_size", _capi.FIELD_ORIG_SIZE), ("size", _capi.FIELD_SIZE))
+                 ("orig_size", _capi.FIELD_ORIG_SIZE), ("size", _capi.FIELD_SIZE),
+                 ("augment", _capi.FIELD_AUGMENT))
+# what a target holds when `fields` is not given: all but the augment record, which
+# comes too when a recipe draws anything
+DEFAULT_FIELDS = tuple(key for key, _ in TARGET_FIELDS if key != "augment")
 
 BOX_FORMATS = {"cxcywh": _capi.BOXES_CXCYWH_NORM, "xyxy": _capi.BOXES_XYXY}
 ON_ERROR = {"fail": _capi.ON_ERROR_FAIL, "skip": _capi.ON_ERROR_SKIP}
 # layout -> (what the workers write, what the transfer makes of it)
 LAYOUTS = {"f32": (_capi.LAYOUT_F32_CHW, _capi.NORMALIZE_NONE),
            "u8": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_F32),
-           "bf16": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_BF16)}
+           "bf16": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_BF16),
+           # the pixels as they are, [B, 3, H, W] uint8 (a channel-first view of ferry's
+           # [h, w, 3]): RF-DETR's gpu_postprocess normalises on the GPU itself
+           "uint8": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_NONE)}
 
 _devices = {}
 _devices_lock = threading.Lock()
@@ -105,10 +113,33 @@ def _distributed_default(rank, world_size):
     return (-1 if rank is None else rank), (-1 if world_size is None else world_size)
 
 
+def _parse(parser, value, what):
+    """A C enum from its name (ferry_augment_parse, ferry_multi_scale_parse)."""
+    out = c_int()
+    check(parser(str(value).encode(), byref(out)), what)
+    return out.value
+
+
 def _choice(table, value, what):
     if value not in table:
         raise ValueError(f"{what} must be one of {sorted(table)}, not {value!r}")
     return table[value]
+
+
+def pixel_mask(images, targets):
+    """DETR's padding mask of a batch: bool [B, H, W], True where a pixel is padding
+    (outside the sample's content, targets[i]["size"] = (h, w))."""
+    b, h, w = images.shape[0], images.shape[-2], images.shape[-1]
+    if hasattr(images, "new_ones"):  # torch
+        import torch
+        mask = torch.ones((b, h, w), dtype=torch.bool, device=images.device)
+    else:
+        import numpy
+        mask = numpy.ones((b, h, w), dtype=bool)
+    for i, target in enumerate(targets):
+        ch, cw = (int(v) for v in target["size"])
+        mask[i, :ch, :cw] = False
+    return mask
 
 
 class Loader:
@@ -116,22 +147,36 @@ class Loader:
 
     Iterating yields (images, targets) for one epoch: images a [B, 3, R, R] tensor,
     targets a list of B dicts (boxes, labels, masks, area, iscrowd, image_id,
-    orig_size, size). The next iteration continues where the loader stands: the rest
-    of the epoch, or the next epoch (reshuffled from seed + epoch). docs/python.md.
+    orig_size, size). With a training recipe (augment="rfdetr-square" or "rfdetr":
+    RF-DETR's flips, multi-scale and crops, drawn per sample from seed, epoch and
+    index), samples have their own sizes: images [B, 3, Hmax, Wmax] zero-padded at the
+    bottom and right, targets[i]["size"] the content's (h, w), masks [N, h, w], and
+    targets[i]["augment"] the sample's record. The next iteration continues where the
+    loader stands: the rest of the epoch, or the next epoch (reshuffled from seed +
+    epoch). docs/python.md.
     """
 
     def __init__(self, annotations, images, batch_size=8, workers=0, resolution=312,
                  device="cpu", seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, on_error="fail", layout="f32", prefetch=None, *,
                  box_format="cxcywh", keep_crowd=False, remap_categories=False,
-                 fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu"):
+                 fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu",
+                 augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
+                 num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
+                 size_divisibility=1, load_images=True):
         self._loader = None
         self.batch_size, self.resolution, self.device = batch_size, resolution, str(device)
         self._convert = converter(tensor_type)
         image_layout, normalize = _choice(LAYOUTS, layout, "layout")
+        self._channels_last = layout == "uint8"  # ferry's u8 images are [h, w, 3]
         if normalize == _capi.NORMALIZE_BF16 and self._convert.name == "numpy":
             raise ValueError("layout='bf16' needs torch tensors (numpy has no bfloat16)")
-        wanted = [key for key, _ in TARGET_FIELDS] if fields is None else list(fields)
+        if not isinstance(size_divisibility, int) or size_divisibility < 1:
+            raise ValueError(f"size_divisibility must be an integer >= 1, not {size_divisibility!r}")
+        self.size_divisibility, self._images = size_divisibility, bool(load_images)
+        recipe = _parse(lib.ferry_augment_parse, augment, "augment")
+        wanted = list(fields) if fields is not None else \
+            list(DEFAULT_FIELDS) + (["augment"] if recipe != 0 else [])
         unknown = sorted(set(wanted) - {key for key, _ in TARGET_FIELDS})
         if unknown:
             raise ValueError(f"unknown target fields {unknown}")
@@ -145,7 +190,7 @@ class Loader:
 
         rank, world_size = _distributed_default(rank, world_size)
         config = _capi.LoaderConfig()
-        lib.ferry_loader_config_default(byref(config))
+        lib.ferry_loader_config_init(byref(config), ctypes.sizeof(config))
         # ctypes keeps no reference to the bytes a c_char_p field points at
         self._paths = (os.fsencode(annotations), os.fsencode(images))
         config.annotations, config.images = self._paths
@@ -155,6 +200,13 @@ class Loader:
         config.rank, config.world_size = rank, world_size
         config.resolution = resolution
         config.fields = sum(bit for key, bit in TARGET_FIELDS if key in wanted)
+        if not self._images:
+            config.fields |= _capi.FIELD_NO_IMAGES
+        a = config.augment
+        a.recipe = recipe
+        a.multi_scale = _parse(lib.ferry_multi_scale_parse, multi_scale, "multi_scale")
+        a.expanded_scales, a.scale_jitter = int(bool(expanded_scales)), int(bool(scale_jitter))
+        a.patch_size, a.num_windows, a.hflip, a.max_size = patch_size, num_windows, hflip, max_size
         config.box_format = _choice(BOX_FORMATS, box_format, "box_format")
         config.keep_crowd, config.remap_categories = int(bool(keep_crowd)), int(bool(remap_categories))
         config.on_error = _choice(ON_ERROR, on_error, "on_error")
@@ -238,11 +290,24 @@ class Loader:
         """Every tensor of the device batch, taken out and converted: (images, targets)."""
         convert = self._convert
         tensor = convert.exporter.tensor_ref
-        check(lib.ferry_device_batch_take_images(landed, tensor))
-        images = convert()
-        targets = []
         take = lib.ferry_device_batch_take
-        for i in range(lib.ferry_device_batch_size(landed)):
+        n = lib.ferry_device_batch_size(landed)
+        images = None
+        if self._images:
+            status = lib.ferry_device_batch_take_images(landed, tensor)
+            if status == _capi.OK:
+                images = self._padded(self._channels_first(convert(), 1), None)
+            elif status == _capi.ENOTFOUND:
+                # the samples' images differ in shape: each its own tensor, padded here
+                own = []
+                for i in range(n):
+                    check(take(landed, i, b"images", tensor), f"sample {i}, its image")
+                    own.append(self._channels_first(convert(), 0))
+                images = self._padded(None, own)
+            else:
+                check(status, "the images")
+        targets = []
+        for i in range(n):
             sample = {}
             for key, name in self._fields:
                 status = take(landed, i, name, tensor)
@@ -251,6 +316,37 @@ class Loader:
                 sample[key] = convert()
             targets.append(sample)
         return images, targets
+
+    def _channels_first(self, images, batch_dims):
+        """[..., h, w, 3] as [..., 3, h, w] (a view) for the uint8 layout."""
+        if not self._channels_last:
+            return images
+        order = tuple(range(batch_dims)) + (batch_dims + 2, batch_dims, batch_dims + 1)
+        if self._convert.name == "torch":
+            return images.permute(*order)
+        return images.transpose(order)
+
+    def _padded(self, batch, own):
+        """The batch's images as one [B, 3, H, W] tensor, zero-padded at the bottom and
+        right to the largest height and width rounded up to size_divisibility (DETR's
+        NestedTensor): `batch`, a dense tensor already (padded only when its size is
+        not a multiple), or `own`, each sample's [3, h_i, w_i]."""
+        d = self.size_divisibility
+        shapes = [tuple(batch.shape[-2:])] if own is None else [tuple(t.shape[-2:]) for t in own]
+        h = -(-max(s[0] for s in shapes) // d) * d
+        w = -(-max(s[1] for s in shapes) // d) * d
+        if own is None and tuple(batch.shape[-2:]) == (h, w):
+            return batch
+        parts = [batch[i] for i in range(batch.shape[0])] if own is None else own
+        first = parts[0]
+        shape = (len(parts), first.shape[0], h, w)
+        if self._convert.name == "torch":
+            out = self._convert.torch.zeros(shape, dtype=first.dtype, device=first.device)
+        else:
+            out = self._convert.numpy.zeros(shape, dtype=first.dtype)
+        for i, part in enumerate(parts):
+            out[i, :, :part.shape[-2], :part.shape[-1]] = part
+        return out
 
     # ---- epochs, resume, statistics ----------------------------------------------------
 

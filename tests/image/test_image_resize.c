@@ -88,7 +88,7 @@ Test(image_resize, f32_chw_is_the_normalised_u8_hwc) {
   for (int y = 0; y < N; y++)
     for (int x = 0; x < N; x++)
       for (int c = 0; c < 3; c++) {
-        float want = ((float)u8[(y * N + x) * 3 + c] / 255.0f - MEAN[c]) / STD[c];
+        float want = ((float)u8[(y * N + x) * 3 + c] * (float)(1.0 / 255) - MEAN[c]) / STD[c];
         cr_assert_eq(f32[(c * N + y) * N + x], want, "(%d,%d,%d)", x, y, c);
       }
   /* the extremes land where ImageNet's statistics put them */

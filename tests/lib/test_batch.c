@@ -144,8 +144,8 @@ Test(batch, checked_fields_lay_out_as_ferry_batch_create_does) {
   cr_assert_eq(ferry__batch_fields_check(NF, FIELDS, &checked), FERRY_OK);
   ferry_batch *plain, *fast, *unpacked;
   cr_assert_eq(ferry_batch_create(p, B, NF, FIELDS, ROWS, &plain), FERRY_OK);
-  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, ROWS, &fast), FERRY_OK);
-  cr_assert_eq(ferry__batch_create_checked(NULL, d, B, &checked, ROWS, &unpacked), FERRY_OK);
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, ROWS, NULL, &fast), FERRY_OK);
+  cr_assert_eq(ferry__batch_create_checked(NULL, d, B, &checked, ROWS, NULL, &unpacked), FERRY_OK);
   cr_assert(ferry_batch_is_packed(fast));
   cr_assert_not(ferry_batch_is_packed(unpacked));
   for (size_t f = 0; f < NF; f++) {
@@ -191,14 +191,14 @@ Test(batch, checked_fields_refuse_what_create_refuses) {
   ferry_pool *p = host_pool(&d, 1);
   cr_assert_eq(ferry__batch_fields_check(NF, FIELDS, &checked), FERRY_OK);
   ferry_batch *b;
-  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, NULL, &b), FERRY_EINVAL);
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, NULL, NULL, &b), FERRY_EINVAL);
   cr_assert(strstr(ferry_last_error(), "'boxes': row counts are required"), "%s", ferry_last_error());
   int64_t negative[NF * B];
   memcpy(negative, ROWS, sizeof negative);
   negative[1 * B + 2] = -1;
-  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, negative, &b), FERRY_EINVAL);
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, negative, NULL, &b), FERRY_EINVAL);
   cr_assert(strstr(ferry_last_error(), "sample 2 has an invalid row count"), "%s", ferry_last_error());
-  cr_assert_eq(ferry__batch_create_checked(p, d, 0, &checked, ROWS, &b), FERRY_EINVAL);
+  cr_assert_eq(ferry__batch_create_checked(p, d, 0, &checked, ROWS, NULL, &b), FERRY_EINVAL);
   ferry_pool_close(p);
   ferry_device_close(d);
 }

@@ -378,6 +378,18 @@ Test(loader, the_config_grows_by_struct_size) {
   cr_assert_gt(st.prefetch, 1, "the default pinned budget, not 1 byte, sized the depth");
   ferry_batch_release(b);
   ferry_loader_close(l);
+  /* ferry_loader_config_init writes no byte past the size it is given (an older
+   * caller's struct ends there). */
+  union {
+    ferry_loader_config config;
+    unsigned char bytes[sizeof(ferry_loader_config)];
+  } older;
+  memset(&older, 0xAB, sizeof older);
+  size_t old_size = offsetof(ferry_loader_config, progress);
+  ferry_loader_config_init(&older.config, old_size);
+  cr_assert_eq(older.config.struct_size, old_size);
+  cr_assert_eq(older.config.batch_size, 8);
+  for (size_t i = old_size; i < sizeof older; i++) cr_assert_eq(older.bytes[i], 0xAB, "byte %zu written", i);
   /* A newer caller: 16 bytes more than this library knows. */
   union {
     ferry_loader_config config;

@@ -465,11 +465,12 @@ static double expected_value(uint8_t x, int c) {
   return ((double)x / 255.0 - mean[c]) / std[c];
 }
 
-/* torchvision's ToDtype(float32, scale=True) then Normalize, step by step in float32:
- * what the loader's F32_CHW layout holds, so device-normalised images equal it. */
+/* torchvision v2's ToDtype(float32, scale=True) (image.to(float32).mul_(1.0 / 255))
+ * then Normalize, step by step in float32: what the loader's F32_CHW layout holds, so
+ * device-normalised images equal it. */
 static float torchvision_value(uint8_t x, int c) {
   static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
-  float scaled = (float)x / 255.0f;
+  float scaled = (float)x * (float)(1.0 / 255);
   float centred = scaled - mean[c];
   return centred / std[c];
 }
