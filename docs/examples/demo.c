@@ -2,7 +2,8 @@
  *
  *   demo --annotations FILE --images DIR [--batch 8] [--workers N] [--resolution 312]
  *        [--epochs 1] [--device host|cuda] [--on-error skip|fail]
- *        [--decode cpu|gpu|auto]
+ *        [--decode cpu|gpu|auto] [--augment none|val-square|val|rfdetr-square|rfdetr]
+ *        [--multi-scale off|per-sample|per-batch]
  *
  * The command line is example_args.c's, shared with train_loop (demo --help).
  * `./run demo` runs it on the embedded synthetic dataset.
@@ -28,7 +29,11 @@ static void describe(const ferry_batch *b) {
     const ferry_field_spec *s = ferry_batch_field_spec(b, f);
     const int64_t *off = ferry_batch_offsets(b, f);
     printf("  %-12s %-4s inner [", s->name, ferry_dtype_name(s->dtype));
-    for (int d = 0; d < s->inner_ndim; d++) printf("%s%lld", d ? "," : "", (long long)s->inner_shape[d]);
+    for (int d = 0; d < s->inner_ndim; d++) {
+      int64_t n = s->inner_shape[d]; /* h and w: each sample's own size (a training recipe) */
+      if (n == FERRY_DIM_SAMPLE_H || n == FERRY_DIM_SAMPLE_W) printf("%s%s", d ? "," : "", n == FERRY_DIM_SAMPLE_H ? "h" : "w");
+      else printf("%s%lld", d ? "," : "", (long long)n);
+    }
     printf("]  rows per sample:");
     for (size_t i = 0; i < ferry_batch_size(b); i++) printf(" %lld", (long long)(off[i + 1] - off[i]));
     printf("\n");
@@ -39,7 +44,8 @@ int main(int argc, char **argv) {
   ferry_loader_config c;
   ferry_loader_config_default(&c);
   example_common o = {.device = "host", .batch = (int64_t)c.batch_size, .workers = (int64_t)c.workers,
-                      .resolution = c.resolution, .epochs = 1, .on_error = c.on_error, .decode = c.image.decode};
+                      .resolution = c.resolution, .epochs = 1, .on_error = c.on_error, .decode = c.image.decode,
+                      .augment = c.augment.recipe, .multi_scale = c.augment.multi_scale};
   example_flag flags[EXAMPLE_MAX_FLAGS];
   size_t nflags = example_common_flags(&o, flags);
   int exit_status = example_parse_args("demo", "The loader over a COCO set: throughput and what one batch holds.",

@@ -25,6 +25,10 @@ size_t example_common_flags(example_common *c, example_flag *out) {
        "a sample that fails to load: skip it (counted) or end the epoch", 0, 0, 0},
       {"--decode", ARG_DECODE, &c->decode, "cpu|gpu|auto",
        "where JPEGs are decoded (gpu: nvJPEG on a CUDA device; auto: gpu where it can)", 0, 0, 0},
+      {"--augment", ARG_AUGMENT, &c->augment, "none|val-square|val|rfdetr-square|rfdetr",
+       "each sample's geometry (rfdetr*: RF-DETR's training recipes, docs/augment.md)", 0, 0, 0},
+      {"--multi-scale", ARG_MULTI_SCALE, &c->multi_scale, "off|per-sample|per-batch",
+       "with a training recipe: the scale drawn per sample or per batch", 0, 0, 0},
   };
   memcpy(out, common, sizeof common);
   return EXAMPLE_COMMON_FLAGS;
@@ -38,6 +42,8 @@ void example_apply_common(const example_common *c, ferry_loader_config *config) 
   config->resolution = (int)c->resolution;
   config->on_error = c->on_error;
   config->image.decode = c->decode;
+  config->augment.recipe = c->augment;
+  config->augment.multi_scale = c->multi_scale;
 }
 
 /* The current value of a flag as the usage shows it (its default before parsing). */
@@ -54,6 +60,8 @@ static void format_value(const example_flag *f, char *buf, size_t n) {
       snprintf(buf, n, "%s", *(const ferry_error_policy *)f->value == FERRY_ON_ERROR_SKIP ? "skip" : "fail");
       break;
     case ARG_DECODE: snprintf(buf, n, "%s", ferry_decode_mode_name(*(const ferry_decode_mode *)f->value)); break;
+    case ARG_AUGMENT: snprintf(buf, n, "%s", ferry_augment_name(*(const ferry_augment *)f->value)); break;
+    case ARG_MULTI_SCALE: snprintf(buf, n, "%s", ferry_multi_scale_name(*(const ferry_multi_scale *)f->value)); break;
     case ARG_SWITCH: buf[0] = '\0'; break;
   }
 }
@@ -128,6 +136,14 @@ static int parse_decode(const example_flag *f, const char *text, ferry_decode_mo
   return -1;
 }
 
+/* A name a ferry parser takes (ferry_augment_parse, ferry_multi_scale_parse): its
+ * message names the choices, this one the flag. */
+static int parse_named(const example_flag *f, const char *text, ferry_status st, char *why) {
+  if (st == FERRY_OK) return 0;
+  snprintf(why, WHY_MAX, "%s: %s", f->name, ferry_last_error());
+  return -1;
+}
+
 static int parse_value(const example_flag *f, const char *text, char *why) {
   switch (f->kind) {
     case ARG_TEXT: *(const char **)f->value = text; return 0;
@@ -135,6 +151,8 @@ static int parse_value(const example_flag *f, const char *text, char *why) {
     case ARG_REAL: return parse_real(f, text, f->value, why);
     case ARG_ON_ERROR: return parse_on_error(f, text, f->value, why);
     case ARG_DECODE: return parse_decode(f, text, f->value, why);
+    case ARG_AUGMENT: return parse_named(f, text, ferry_augment_parse(text, f->value), why);
+    case ARG_MULTI_SCALE: return parse_named(f, text, ferry_multi_scale_parse(text, f->value), why);
     case ARG_SWITCH: break;
   }
   return -1;

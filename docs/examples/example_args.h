@@ -22,6 +22,8 @@ typedef enum example_arg_kind {
   ARG_SWITCH,   /* int *; takes no value, sets 1 */
   ARG_ON_ERROR, /* ferry_error_policy *; "skip" or "fail" */
   ARG_DECODE,   /* ferry_decode_mode *; "cpu", "gpu" or "auto" */
+  ARG_AUGMENT,  /* ferry_augment *; "none", "val-square", "val", "rfdetr-square", "rfdetr" */
+  ARG_MULTI_SCALE, /* ferry_multi_scale *; "off", "per-sample", "per-batch" */
 } example_arg_kind;
 
 typedef struct example_flag {
@@ -40,9 +42,11 @@ typedef struct example_common {
   int64_t batch, workers, resolution, epochs;
   ferry_error_policy on_error;
   ferry_decode_mode decode;
+  ferry_augment augment;
+  ferry_multi_scale multi_scale;
 } example_common;
 
-enum { EXAMPLE_COMMON_FLAGS = 9, EXAMPLE_MAX_FLAGS = 24 };
+enum { EXAMPLE_COMMON_FLAGS = 11, EXAMPLE_MAX_FLAGS = 26 };
 
 /* Write the EXAMPLE_COMMON_FLAGS flags bound to `c` into `out`; returns their number. */
 size_t example_common_flags(example_common *c, example_flag *out);

@@ -2,7 +2,8 @@
  *
  *   train_loop --annotations FILE --images DIR [--epochs 5] [--device host|cuda]
  *              [--batch 8] [--resolution 64] [--workers N] [--on-error skip|fail]
- *              [--decode cpu|gpu|auto]
+ *              [--decode cpu|gpu|auto] [--augment none|val-square|val|rfdetr-square|rfdetr]
+ *              [--multi-scale off|per-sample|per-batch]
  *              [--lr 0.05] [--resume-test] [--checkpoint FILE] [--print-steps]
  *
  * The command line is example_args.c's, shared with demo (train_loop --help).
@@ -29,6 +30,10 @@
  *     f32 tensor, normalised on the device from u8 (4x fewer bytes over the bus), and
  *     every sample's boxes and masks their own device allocations, which the step
  *     frees one by one as soon as it has used them;
+ *   - --augment rfdetr (RF-DETR's training recipe: flips, multi-scale, random crops)
+ *     gives every sample its own size: the images are then one [3,h,w] tensor per
+ *     sample, and the masks [N,h,w]; the model reads each at its size. The draws are
+ *     keyed by (seed, epoch, sample), so a resumed run replays them exactly;
  *   - the packed batch is released right after ferry_transfer: its arena goes back to
  *     the pool when the copies have read it;
  *   - on CUDA the model's arithmetic still runs here, on the host: the tensors it
@@ -147,35 +152,37 @@ static const void *read_back(trainer *t, ferry_stream *stream, const ferry_tenso
 
 /* ---- the model ---------------------------------------------------------------- */
 
-static int quadrant(int y, int x, int r) { return (y >= r / 2) * 2 + (x >= r / 2); }
+/* The quadrant of pixel (y, x) in an h x w image: 0 1 over 2 3. */
+static int quadrant(int y, int x, int h, int w) { return (y >= h / 2) * 2 + (x >= w / 2); }
 
-/* Mean of each channel over each quadrant of one normalised [3,R,R] image. */
-static void image_features(const float *chw, int r, double feat[NFEAT]) {
+/* Mean of each channel over each quadrant of one normalised [3,h,w] image (0 for a
+ * quadrant a 1-pixel-wide image does not have). */
+static void image_features(const float *chw, int h, int w, double feat[NFEAT]) {
   double count[NQUAD] = {0};
   memset(feat, 0, NFEAT * sizeof feat[0]);
-  for (int y = 0; y < r; y++)
-    for (int x = 0; x < r; x++) count[quadrant(y, x, r)] += 1;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) count[quadrant(y, x, h, w)] += 1;
   for (int c = 0; c < 3; c++)
-    for (int y = 0; y < r; y++)
-      for (int x = 0; x < r; x++)
-        feat[quadrant(y, x, r) * 3 + c] += chw[((size_t)c * r + y) * r + x];
+    for (int y = 0; y < h; y++)
+      for (int x = 0; x < w; x++)
+        feat[quadrant(y, x, h, w) * 3 + c] += chw[((size_t)c * h + y) * w + x];
   for (int q = 0; q < NQUAD; q++)
-    for (int c = 0; c < 3; c++) feat[q * 3 + c] /= count[q];
+    for (int c = 0; c < 3; c++) feat[q * 3 + c] = count[q] ? feat[q * 3 + c] / count[q] : 0;
   feat[NFEAT - 1] = 1.0;
 }
 
-/* Fraction of each quadrant covered by the union of n masks [n,R,R]. */
-static void mask_coverage(const uint8_t *masks, int64_t n, int r, double cover[NQUAD]) {
+/* Fraction of each quadrant covered by the union of n masks [n,h,w]. */
+static void mask_coverage(const uint8_t *masks, int64_t n, int h, int w, double cover[NQUAD]) {
   double count[NQUAD] = {0}, hit[NQUAD] = {0};
-  size_t plane = (size_t)r * r;
-  for (int y = 0; y < r; y++)
-    for (int x = 0; x < r; x++) {
-      int q = quadrant(y, x, r), any = 0;
-      for (int64_t i = 0; i < n && !any; i++) any = masks[(size_t)i * plane + (size_t)y * r + x];
+  size_t plane = (size_t)h * w;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      int q = quadrant(y, x, h, w), any = 0;
+      for (int64_t i = 0; i < n && !any; i++) any = masks[(size_t)i * plane + (size_t)y * w + x];
       count[q] += 1;
       hit[q] += any;
     }
-  for (int q = 0; q < NQUAD; q++) cover[q] = hit[q] / count[q];
+  for (int q = 0; q < NQUAD; q++) cover[q] = count[q] ? hit[q] / count[q] : 0;
 }
 
 static double dot(const double w[NFEAT], const double f[NFEAT]) {
@@ -226,7 +233,7 @@ static ferry_status read_sample(trainer *t, ferry_device_batch *db, size_t s,
   int64_t n = boxes->shape[0];
   const uint8_t *m = read_back(t, stream, masks, &t->host_field, &t->host_field_bytes, &st);
   if (st != FERRY_OK) return st;
-  if (n > 0) mask_coverage(m, n, (int)t->opt->common.resolution, out->cover);
+  if (n > 0) mask_coverage(m, n, (int)masks->shape[1], (int)masks->shape[2], out->cover);
   else memset(out->cover, 0, sizeof out->cover);
   const float *b = read_back(t, stream, boxes, &t->host_field, &t->host_field_bytes, &st);
   if (st != FERRY_OK) return st;
@@ -237,6 +244,37 @@ static ferry_status read_sample(trainer *t, ferry_device_batch *db, size_t s,
   return FERRY_OK;
 }
 
+/* Every sample's image features, then the images freed: the model needs nothing else
+ * of the pixels. One [B,3,H,W] tensor when the samples share a size; with a training
+ * recipe (--augment rfdetr, or --multi-scale per-sample) sizes differ and each sample's
+ * image is its own [3,h,w] record. */
+static ferry_status batch_features(trainer *t, ferry_device_batch *db, sample_targets *samples) {
+  ferry_stream *stream = ferry_device_batch_stream(db);
+  size_t bsz = ferry_device_batch_size(db);
+  ferry_status st = FERRY_OK;
+  ferry_tensor *whole = ferry_device_batch_images(db);
+  if (whole) {
+    int h = (int)whole->shape[2], w = (int)whole->shape[3];
+    const float *px = read_back(t, stream, whole, &t->host_images, &t->host_images_bytes, &st);
+    for (size_t s = 0; st == FERRY_OK && s < bsz; s++)
+      image_features(px + s * 3 * (size_t)h * w, h, w, samples[s].feat);
+    ferry_tensor images;
+    if (ferry_device_batch_take_images(db, &images) == FERRY_OK) ferry_tensor_free(&images);
+    return st;
+  }
+  for (size_t s = 0; st == FERRY_OK && s < bsz; s++) {
+    ferry_tensor one;
+    if ((st = ferry_device_batch_take(db, s, FERRY_FIELD_IMAGES, &one)) != FERRY_OK) {
+      fprintf(stderr, "train_loop: sample %zu has no image\n", s);
+      return st;
+    }
+    const float *px = read_back(t, stream, &one, &t->host_images, &t->host_images_bytes, &st);
+    if (st == FERRY_OK) image_features(px, (int)one.shape[1], (int)one.shape[2], samples[s].feat);
+    ferry_tensor_free(&one);
+  }
+  return st;
+}
+
 /* Train on one landed batch: forward, loss, gradient, update. Frees the batch's
  * tensors one by one as it goes. *loss receives the step's loss before the update. */
 static ferry_status train_step(trainer *t, ferry_device_batch *db, double loss[3]) {
@@ -244,19 +282,12 @@ static ferry_status train_step(trainer *t, ferry_device_batch *db, double loss[3
   ferry_status st = ferry_device_batch_wait(db);
   if (st != FERRY_OK) return st;
   size_t bsz = ferry_device_batch_size(db);
-  int r = (int)t->opt->common.resolution;
-  ferry_tensor images;
-  if ((st = ferry_device_batch_take_images(db, &images)) != FERRY_OK) return st;
-  const float *pixels = read_back(t, ferry_device_batch_stream(db), &images,
-                                  &t->host_images, &t->host_images_bytes, &st);
   sample_targets *samples = calloc(bsz, sizeof *samples);
-  if (st == FERRY_OK && !samples) {
+  if (!samples) {
     fprintf(stderr, "train_loop: out of host memory for %zu samples\n", bsz);
-    st = FERRY_ENOMEM;
+    return FERRY_ENOMEM;
   }
-  for (size_t s = 0; st == FERRY_OK && s < bsz; s++)
-    image_features(pixels + s * 3 * (size_t)r * r, r, samples[s].feat);
-  ferry_tensor_free(&images); /* the features are all the model needs of the pixels */
+  st = batch_features(t, db, samples);
 
   double centre_sum = 0, g_centre[NCENTRE][NFEAT] = {{0}}, g_cover[NQUAD][NFEAT] = {{0}};
   uint64_t instances = 0;
@@ -449,6 +480,9 @@ static int run_plain(trainer *t) {
          ", %" PRId64 " epochs on %s\n",
          ferry_loader_samples_per_epoch(loader), o->batch, o->resolution, o->resolution, o->epochs,
          ferry_device_name(t->device));
+  if (o->augment != FERRY_AUGMENT_NONE)
+    printf("train_loop: augment %s, multi-scale %s\n", ferry_augment_name(o->augment),
+           ferry_multi_scale_name(o->multi_scale));
   t->max_steps = nb * (uint64_t)o->epochs;
   if (t->save_to) t->save_after = nb * (uint64_t)(o->epochs / 2) + (nb + 1) / 2;
   t->losses = calloc(t->max_steps ? t->max_steps : 1, sizeof *t->losses);

@@ -68,7 +68,9 @@ def check_program(name, exe, ann, good, broken, victim):
            ("--batch", "0", "out of range"), ("--batch", "99999999999999999999", "out of range"),
            ("--workers", "x", "not a whole number"), ("--resolution", "1", "out of range"),
            ("--on-error", "sometimes", "neither skip nor fail"),
-           ("--decode", "fast", "none of cpu, gpu, auto")]
+           ("--decode", "fast", "none of cpu, gpu, auto"),
+           ("--augment", "flip", "none of none, val-square, val, rfdetr-square, rfdetr"),
+           ("--multi-scale", "often", "none of off, per-sample, per-batch")]
     for flag, value, why in bad:
         rc, out, err = run(base + [flag, value])
         check(rc == 2 and f"{name}: {flag}: " in err and value in err and why in err
