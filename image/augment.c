@@ -303,53 +303,25 @@ void ferry__augment_mask_maps(const int32_t *rec, int src_h, int src_w, uint32_t
 
 /* ---- pixels --------------------------------------------------------------------- */
 
-/* Mirror an out_h x out_w image in place: rows of RGB triples (U8_HWC), or each of
- * the three float planes (F32_CHW). */
-static void flip_image(void *dst, int out_h, int out_w, ferry_image_layout layout) {
-  size_t w = (size_t)out_w;
-  if (layout == FERRY_LAYOUT_U8_HWC) {
-    for (int y = 0; y < out_h; y++) {
-      uint8_t *row = (uint8_t *)dst + (size_t)y * w * 3;
-      for (size_t a = 0, z = w - 1; a < z; a++, z--)
-        for (int c = 0; c < 3; c++) {
-          uint8_t t = row[3 * a + c];
-          row[3 * a + c] = row[3 * z + c];
-          row[3 * z + c] = t;
-        }
-    }
-    return;
-  }
-  for (size_t r = 0; r < 3 * (size_t)out_h; r++) {
-    float *row = (float *)dst + r * w;
-    for (size_t a = 0, z = w - 1; a < z; a++, z--) {
-      float t = row[a];
-      row[a] = row[z];
-      row[z] = t;
-    }
-  }
-}
-
+/* Pillow's chain, each resize made as a view (resize_kernels.h): branch B's first
+ * resize makes only the crop's pixels (its u8 intermediate, as the PIL image between
+ * the two resizes is; the rest of it would be cropped away), and the flip is the last
+ * resize's columns taken right to left. The bytes are those of the full chain. */
 ferry_status ferry__augment_pixels(ferry_decoder *d, const int32_t *rec, const uint8_t *src, int src_w, int src_h,
                                    ferry_image_layout layout, void *dst) {
   const ferry_resize_kernels *k = ferry__resize_best_kernels();
   int oh = rec[FERRY_AUGMENT_OUT_H], ow = rec[FERRY_AUGMENT_OUT_W];
-  ferry_status st;
-  if (rec[FERRY_AUGMENT_BRANCH]) {
-    /* The intermediate is u8 RGB, as the PIL image between the two resizes is; the
-     * crop is a rectangle of it, resampled where it lies. */
-    int h1 = rec[FERRY_AUGMENT_RESIZE_H], w1 = rec[FERRY_AUGMENT_RESIZE_W];
-    st = ferry__scratch_reserve(&d->augment, (size_t)h1 * w1 * 3, "augment");
-    if (st == FERRY_OK)
-      st = ferry__image_resize_rect(k, d, src, (size_t)src_w * 3, src_w, src_h, w1, h1, FERRY_LAYOUT_U8_HWC,
-                                    d->augment.data);
-    const uint8_t *crop = (const uint8_t *)d->augment.data + ((size_t)rec[FERRY_AUGMENT_CROP_TOP] * w1 +
-                                                              (size_t)rec[FERRY_AUGMENT_CROP_LEFT]) * 3;
-    if (st == FERRY_OK)
-      st = ferry__image_resize_rect(k, d, crop, (size_t)w1 * 3, rec[FERRY_AUGMENT_CROP_W], rec[FERRY_AUGMENT_CROP_H],
-                                    ow, oh, layout, dst);
-  } else {
-    st = ferry__image_resize_rect(k, d, src, (size_t)src_w * 3, src_w, src_h, ow, oh, layout, dst);
-  }
-  if (st == FERRY_OK && rec[FERRY_AUGMENT_FLIP]) flip_image(dst, oh, ow, layout);
+  ferry_resize_view last = {ow, oh, 0, 0, ow, oh, rec[FERRY_AUGMENT_FLIP] != 0};
+  if (!rec[FERRY_AUGMENT_BRANCH])
+    return ferry__image_resize_view(k, d, src, (size_t)src_w * 3, src_w, src_h, &last, layout, dst);
+  int ch = rec[FERRY_AUGMENT_CROP_H], cw = rec[FERRY_AUGMENT_CROP_W];
+  ferry_resize_view crop = {rec[FERRY_AUGMENT_RESIZE_W], rec[FERRY_AUGMENT_RESIZE_H], rec[FERRY_AUGMENT_CROP_LEFT],
+                            rec[FERRY_AUGMENT_CROP_TOP], cw, ch, 0};
+  ferry_status st = ferry__scratch_reserve(&d->augment, (size_t)ch * cw * 3, "augment");
+  if (st == FERRY_OK)
+    st = ferry__image_resize_view(k, d, src, (size_t)src_w * 3, src_w, src_h, &crop, FERRY_LAYOUT_U8_HWC,
+                                  d->augment.data);
+  if (st == FERRY_OK)
+    st = ferry__image_resize_view(k, d, d->augment.data, (size_t)cw * 3, cw, ch, &last, layout, dst);
   return st;
 }

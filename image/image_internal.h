@@ -35,10 +35,10 @@ struct ferry_decoder {
   ferry_scratch aux;      /* CMYK samples; the EXIF-rotated image */
   ferry_scratch rows;     /* resize: horizontally resampled rows */
   ferry_scratch taps;     /* resize: filter bounds and weights */
-  int taps_shape[4];      /* width, height, out_w, out_h the filters in taps are for (0: none) */
+  int taps_shape[9];      /* width, height and the view (resize_kernels.h) the filters in taps are for (0: none) */
   ferry_scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
   ferry_scratch augment;  /* augment.c: branch B's resized image, before its crop */
-  int plan_shape[2];      /* width, out_w the plan is for */
+  int plan_shape[5];      /* width, full_w, x, w, mirror: the columns the plan is for */
   const void *plan_kernels; /* the kernel set that laid it out (NULL: none) */
 };
 

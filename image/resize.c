@@ -10,7 +10,13 @@
  *    when the height shrinks by more than twice what the width does, and so does
  *    this file (vertical_first);
  *  - the source may be a rectangle of a larger image (a row stride): a crop is
- *    resampled where it lies, as Pillow resamples the image Image.crop made.
+ *    resampled where it lies, as Pillow resamples the image Image.crop made;
+ *  - the output may be a view of the full resize (ferry_resize_view): a rectangle
+ *    of it, mirrored left to right or not. Every output pixel's filter depends only
+ *    on (input size, full output size, its index), and the pass order on the full
+ *    sizes, so a view's bytes are those of the full resize cropped (and flipped):
+ *    branch B's crop (augment.c) resamples only the pixels it keeps, and the flip
+ *    costs nothing. A mirrored axis' filters run right to left.
  * The second pass writes the final values straight into the caller's buffer in the
  * requested layout (through staging rows for f32), so there is no full-size
  * intermediate copy of the output. This file plans a resize (filters, pass order,
@@ -25,10 +31,10 @@
  * and this file's pass order (handed to it by gpu_fill.c), so that it agrees with
  * this file byte for byte.
  * Invariants:
- *   - d->taps holds the filters of d->taps_shape, tagged right after a build (which
- *     cannot fail halfway); d->plan holds the horizontal plan of (d->plan_kernels,
- *     d->plan_shape), untagged while it is rewritten; each is reused only when the
- *     shape (and for the plan the kernel set) matches;
+ *   - d->taps holds the filters of d->taps_shape (sizes and view), tagged right after
+ *     a build (which cannot fail halfway); d->plan holds the horizontal plan of
+ *     (d->plan_kernels, d->plan_shape), untagged while it is rewritten; each is
+ *     reused only when the shape (and for the plan the kernel set) matches;
  *   - the vertical filter's first rows never decrease with y, which lets the row
  *     window only drop rows from its top and resample below;
  *   - nothing is allocated outside the decoder's scratch, so once the scratch has
@@ -47,6 +53,8 @@
 enum { WEIGHT_BITS = FERRY_RESIZE_WEIGHT_BITS, MAX_SIZE = 32768 };
 
 typedef ferry_resize_axis axis_taps;
+_Static_assert(sizeof((ferry_decoder *)0)->taps_shape == FERRY_RESIZE_SHAPE_INTS * sizeof(int),
+               "the decoder keeps a whole view's shape");
 
 static double triangle(double x) {
   x = fabs(x);
@@ -71,9 +79,11 @@ static size_t total_taps(int in_size, int out_size) {
   return 2 * (size_t)in_size + 3 * (size_t)out_size;
 }
 
-static size_t taps_bytes(int in_size, int out_size) {
-  return max_taps(in_size, out_size) * sizeof(double) + (size_t)out_size * 4 * sizeof(int) +
-         total_taps(in_size, out_size) * sizeof(int32_t);
+/* The tables of n outputs of an in_size -> full resize (n <= full): the taps of
+ * any n of its outputs are at most those of all of them. */
+static size_t taps_bytes(int in_size, int full, int n) {
+  return max_taps(in_size, full) * sizeof(double) + (size_t)n * 4 * sizeof(int) +
+         total_taps(in_size, full) * sizeof(int32_t);
 }
 
 /* Output indices by tap count, stably: a filter's counts take two values (plus
@@ -96,27 +106,31 @@ static void order_by_count(axis_taps *t, int out_size) {
       if (t->count[i] == c) t->by_count[k++] = i;
 }
 
-/* Point the axis' arrays into mem (taps_bytes long, 8-byte aligned). */
-static void layout_taps(axis_taps *t, int in_size, int out_size, void *mem) {
-  t->first = (int *)((double *)mem + max_taps(in_size, out_size));
-  t->count = t->first + out_size;
-  t->offset = t->count + out_size;
-  t->by_count = t->offset + out_size;
-  t->weights = (int32_t *)(t->by_count + out_size);
+/* Point the axis' arrays, n outputs of a resize to `full`, into mem (taps_bytes
+ * long, 8-byte aligned). */
+static void layout_taps(axis_taps *t, int in_size, int full, int n, void *mem) {
+  t->first = (int *)((double *)mem + max_taps(in_size, full));
+  t->count = t->first + n;
+  t->offset = t->count + n;
+  t->by_count = t->offset + n;
+  t->weights = (int32_t *)(t->by_count + n);
 }
 
-/* Lay the axis out in mem and fill it. Each step is Pillow's precompute_coeffs: the
+/* Lay out in mem, and fill, the filters of outputs from .. from+n of a resize of
+ * in_size to full, in that order or (mirror) the reverse: output j is the full
+ * resize's from + j, or from + n-1 - j. Each step is Pillow's precompute_coeffs: the
  * window [lo, hi) rounds centre -/+ support to the nearest input and is clipped to
  * the image; the weights are normalised by their sum (left as 0 when it is 0, as
  * Pillow does) and rounded half away from zero. */
-static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
-  double scale = (double)in_size / out_size;
-  double support = filter_scale(in_size, out_size); /* triangle support 1, widened */
+static void build_taps(axis_taps *t, int in_size, int full, int from, int n, int mirror, void *mem) {
+  double scale = (double)in_size / full;
+  double support = filter_scale(in_size, full); /* triangle support 1, widened */
   double inv_filter_scale = 1.0 / support;
   double *w = mem; /* one output's float weights */
-  layout_taps(t, in_size, out_size, mem);
+  layout_taps(t, in_size, full, n, mem);
   int next = 0;
-  for (int i = 0; i < out_size; i++) {
+  for (int j = 0; j < n; j++) {
+    int i = mirror ? from + n - 1 - j : from + j;
     double center = (i + 0.5) * scale;
     int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
     if (lo < 0) lo = 0;
@@ -131,12 +145,12 @@ static void build_taps(axis_taps *t, int in_size, int out_size, void *mem) {
       t->weights[next + k] =
           (int32_t)(v < 0 ? -0.5 + v * (1 << WEIGHT_BITS) : 0.5 + v * (1 << WEIGHT_BITS));
     }
-    t->first[i] = lo;
-    t->count[i] = hi - lo;
-    t->offset[i] = next;
+    t->first[j] = lo;
+    t->count[j] = hi - lo;
+    t->offset[j] = next;
     next += hi - lo;
   }
-  order_by_count(t, out_size);
+  order_by_count(t, n);
 }
 
 /* The accumulators start at half a unit (1 << (WEIGHT_BITS - 1)), so this shift
@@ -311,16 +325,15 @@ static const uint8_t *window_cover(const resize_job *j, row_window *w, const uin
 /* Horizontal, then vertical (Pillow's usual order). Only the source rows the
  * vertical filter reads are resampled; when the width already matches, the
  * source rows are used as they are. */
-static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int width,
+static void resize_horizontal_first(const resize_job *j, const uint8_t *src, int width, int h_pass,
                                     uint8_t *tmp) {
   size_t n = (size_t)j->out_w * 3;
   row_window w = {tmp, n, 0, 0, 0, window_rows(&j->v, j->out_h)};
   for (int y = 0; y < j->out_h; y++) {
     int lo = j->v.first[y], hi = lo + j->v.count[y];
-    /* a width that already matches: the source rows as they are, at their stride */
-    const uint8_t *rows = width == j->out_w ? src + (size_t)lo * j->src_stride
-                                            : window_cover(j, &w, src, width, lo, hi);
-    size_t stride = width == j->out_w ? j->src_stride : n;
+    /* no horizontal pass: the source rows as they are, at their stride */
+    const uint8_t *rows = !h_pass ? src + (size_t)lo * j->src_stride : window_cover(j, &w, src, width, lo, hi);
+    size_t stride = !h_pass ? j->src_stride : n;
     j->k->vertical(rows + (size_t)(j->v.first[y] - lo) * stride, stride, j->v.weights + j->v.offset[y],
                    j->v.count[y], n, out_rows(j, y));
     rows_done(j, y, 1);
@@ -354,22 +367,25 @@ static int vertical_first(int width, int height, int out_w, int out_h) {
   return width != out_w && height - out_h > 0 && height - out_h > (width - out_w) * 2;
 }
 
-size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size); }
+size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size, out_size); }
 
 void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem) {
-  build_taps(axis, in_size, out_size, mem);
+  build_taps(axis, in_size, out_size, 0, out_size, 0, mem);
 }
 
 int ferry__resize_vertical_first(int width, int height, int size) {
   return vertical_first(width, height, size, size);
 }
 
-static ferry_status check_resize_args(const uint8_t *src, int width, int height, int out_w, int out_h,
+static ferry_status check_resize_args(const uint8_t *src, int width, int height, const ferry_resize_view *v,
                                       ferry_image_layout layout, const void *dst) {
   if (!src || !dst || width <= 0 || height <= 0)
     return ferry__fail(FERRY_EINVAL, "image resize: no pixels or no destination");
-  if (out_w <= 0 || out_w > MAX_SIZE || out_h <= 0 || out_h > MAX_SIZE)
-    return ferry__fail(FERRY_EINVAL, "image resize: size %dx%d is outside 1..%d", out_w, out_h, MAX_SIZE);
+  if (v->full_w <= 0 || v->full_w > MAX_SIZE || v->full_h <= 0 || v->full_h > MAX_SIZE)
+    return ferry__fail(FERRY_EINVAL, "image resize: size %dx%d is outside 1..%d", v->full_w, v->full_h, MAX_SIZE);
+  if (v->w <= 0 || v->h <= 0 || v->x < 0 || v->y < 0 || v->w > v->full_w - v->x || v->h > v->full_h - v->y)
+    return ferry__fail(FERRY_EINVAL, "image resize: view %dx%d at (%d, %d) is not inside the %dx%d output",
+                       v->w, v->h, v->x, v->y, v->full_w, v->full_h);
   if (layout != FERRY_LAYOUT_F32_CHW && layout != FERRY_LAYOUT_U8_HWC)
     return ferry__fail(FERRY_EINVAL, "image resize: unknown layout %d", (int)layout);
   return FERRY_OK;
@@ -390,23 +406,25 @@ static void *aligned_plan(const ferry_decoder *d) {
   return align_pointer(d->plan.data, FERRY_RESIZE_PLAN_ALIGN);
 }
 
-static scratch_plan plan_scratch(int width, int height, int out_w, int out_h) {
+static scratch_plan plan_scratch(int width, int height, const ferry_resize_view *v) {
   scratch_plan p;
   p.v_taps = 0;
-  p.h_taps = align_to(taps_bytes(height, out_h), 8);
-  p.staging = p.h_taps + align_to(taps_bytes(width, out_w), 8);
-  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_MAX_BLOCK * out_w * 3 + FERRY_RESIZE_ROW_SLACK, 32);
-  p.total = p.block + ferry_resize_block_bytes(width, out_w) + 32;
+  p.h_taps = align_to(taps_bytes(height, v->full_h, v->h), 8);
+  p.staging = p.h_taps + align_to(taps_bytes(width, v->full_w, v->w), 8);
+  p.block = align_to(p.staging + (size_t)FERRY_RESIZE_MAX_BLOCK * v->w * 3 + FERRY_RESIZE_ROW_SLACK, 32);
+  p.total = p.block + ferry_resize_block_bytes(width, v->w) + 32;
   return p;
 }
 
 /* The kernel set's plan for the horizontal filter h (resize_kernels.h), kept in
- * the decoder and laid out again only when the shape or the set changes. */
-static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder *d,
-                                    const axis_taps *h, int width, int size, const void **plan) {
+ * the decoder and laid out again only when the shape, the view's columns or the set
+ * changes. */
+static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder *d, const axis_taps *h,
+                                    int width, const ferry_resize_view *v, const void **plan) {
   *plan = NULL;
   if (!k->plan_horizontal) return FERRY_OK;
-  const int shape[2] = {width, size};
+  int size = v->w;
+  const int shape[5] = {width, v->full_w, v->x, v->w, v->mirror};
   if (d->plan_kernels != k || memcmp(shape, d->plan_shape, sizeof shape) != 0) {
     /* Invalid until rebuilt, so a failed reserve leaves no stale plan marked good. */
     d->plan_kernels = NULL;
@@ -421,12 +439,26 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
   return FERRY_OK;
 }
 
-ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, int out_w, int out_h,
+/* The filters of both axes for the view, or the last ones when they are for the
+ * same shape and view. */
+static void view_taps(ferry_decoder *d, uint8_t *mem, const scratch_plan *parts, int reuse, int width, int height,
+                      const ferry_resize_view *v, resize_job *j) {
+  if (reuse) {
+    layout_taps(&j->v, height, v->full_h, v->h, mem + parts->v_taps);
+    layout_taps(&j->h, width, v->full_w, v->w, mem + parts->h_taps);
+    return;
+  }
+  build_taps(&j->v, height, v->full_h, v->y, v->h, 0, mem + parts->v_taps);
+  build_taps(&j->h, width, v->full_w, v->x, v->w, v->mirror, mem + parts->h_taps);
+}
+
+ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, const ferry_resize_view *view,
                                      ferry_image_layout layout, void *dst) {
-  ferry_status st = check_resize_args(src, width, height, out_w, out_h, layout, dst);
+  ferry_status st = check_resize_args(src, width, height, view, layout, dst);
   if (st < 0) return st;
-  scratch_plan parts = plan_scratch(width, height, out_w, out_h);
+  int out_w = view->w, out_h = view->h;
+  scratch_plan parts = plan_scratch(width, height, view);
   size_t cap_before = d->taps.cap;
   st = ferry__scratch_reserve(&d->taps, parts.total, "image resize");
   if (st < 0) return st;
@@ -434,39 +466,45 @@ ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decod
   /* Datasets repeat a few image sizes: the filters of the last resize are kept in
    * the scratch and reused when the sizes match (and the scratch did not grow,
    * which loses its contents). */
-  const int shape[4] = {width, height, out_w, out_h};
+  const int shape[FERRY_RESIZE_SHAPE_INTS] = {width,   height,  view->full_w, view->full_h, view->x,
+                                              view->y, view->w, view->h,      view->mirror};
   int reuse = d->taps.cap == cap_before && memcmp(shape, d->taps_shape, sizeof shape) == 0;
   resize_job j = {.k = k, .out_w = out_w, .out_h = out_h, .src_stride = src_stride, .layout = layout, .dst = dst,
                   .staging = mem + parts.staging, .block = align_pointer(mem + parts.block, 32),
                   .src_rows = height,
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry__resize_imagenet_norm() : NULL};
-  if (reuse) {
-    layout_taps(&j.v, height, out_h, mem + parts.v_taps);
-    layout_taps(&j.h, width, out_w, mem + parts.h_taps);
-  } else {
-    build_taps(&j.v, height, out_h, mem + parts.v_taps);
-    build_taps(&j.h, width, out_w, mem + parts.h_taps);
-    memcpy(d->taps_shape, shape, sizeof shape);
-  }
-  /* a width that already matches is never resampled horizontally */
-  st = width == out_w ? FERRY_OK : horizontal_plan(k, d, &j.h, width, out_w, &j.plan);
+  view_taps(d, mem, &parts, reuse, width, height, view, &j);
+  if (!reuse) memcpy(d->taps_shape, shape, sizeof shape);
+  /* a width that already matches is never resampled horizontally, unless the view
+   * takes some of its columns or mirrors them (the filters are then exact copies,
+   * weight 1, so the bytes are the same) */
+  int h_pass = width != out_w || view->x != 0 || view->mirror;
+  st = h_pass ? horizontal_plan(k, d, &j.h, width, view, &j.plan) : FERRY_OK;
   if (st < 0) return st;
-  int v_first = vertical_first(width, height, out_w, out_h);
+  /* the order the full resize takes */
+  int v_first = vertical_first(width, height, view->full_w, view->full_h);
   /* the intermediate image: out_h rows of the source width, or the source rows the
    * vertical filter reads at the output width */
-  size_t tmp_bytes = v_first          ? (size_t)out_h * width * 3
-                     : width == out_w ? 0
-                                      : (size_t)window_rows(&j.v, out_h) * out_w * 3;
+  size_t tmp_bytes = v_first  ? (size_t)out_h * width * 3
+                     : !h_pass ? 0
+                               : (size_t)window_rows(&j.v, out_h) * out_w * 3;
   st = ferry__scratch_reserve(&d->rows, tmp_bytes, "image resize");
   if (st < 0) return st;
   if (v_first)
     resize_vertical_first(&j, src, width, d->rows.data);
   else
-    resize_horizontal_first(&j, src, width, d->rows.data);
+    resize_horizontal_first(&j, src, width, h_pass, d->rows.data);
   /* The non-temporal stores reach memory before the caller hands dst to another
    * thread (the loader does, through its lock). */
   if (k->drain) k->drain();
   return FERRY_OK;
+}
+
+ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, int out_w, int out_h,
+                                     ferry_image_layout layout, void *dst) {
+  ferry_resize_view whole = {out_w, out_h, 0, 0, out_w, out_h, 0};
+  return ferry__image_resize_view(k, d, src, src_stride, width, height, &whole, layout, dst);
 }
 
 ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,

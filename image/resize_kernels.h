@@ -150,6 +150,22 @@ const ferry_resize_kernels *ferry__resize_best_kernels(void);
 ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
                                      size_t src_stride, int width, int height, int out_w, int out_h,
                                      ferry_image_layout layout, void *dst);
+/* Part of a resize's output: the rectangle (x, y, w, h) of the full_w x full_h
+ * resize, mirrored left to right when `mirror` (output column j is the rectangle's
+ * w-1-j). Its bytes are the full resize's, cropped (and flipped), whatever part:
+ * each output pixel's filter depends only on the sizes and its own index. */
+typedef struct ferry_resize_view {
+  int full_w, full_h;
+  int x, y, w, h;
+  int mirror;
+} ferry_resize_view;
+enum { FERRY_RESIZE_SHAPE_INTS = 9 }; /* width, height and the view: the decoder's taps_shape */
+
+/* The view of a resize of the width x height RGB8 image at src (rows src_stride
+ * apart) into dst, view->w x view->h in `layout`. */
+ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, const ferry_resize_view *view,
+                                     ferry_image_layout layout, void *dst);
 /* ferry_image_resize with a given kernel set (tests compare the sets). */
 ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,

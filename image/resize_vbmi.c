@@ -64,17 +64,20 @@ typedef union plan_line {
   int16_t words[LINE / 2];
 } plan_line;
 
-/* Outputs x0 .. x0+n of axis h read source bytes [3*first(x0), 3*end) and have
- * at most `most` taps each. */
-static int group_span(const ferry_resize_axis *h, int x0, int n, int *most) {
-  int end = 0;
+/* Outputs x0 .. x0+n of axis h read source bytes [*base, *base + span), the span
+ * returned, and have at most `most` taps each. The lowest first input is not always
+ * x0's: a mirrored axis (resize.c's views) runs right to left. */
+static int group_span(const ferry_resize_axis *h, int x0, int n, int *most, int *base) {
+  int end = 0, lo = h->first[x0];
   *most = 0;
   for (int x = x0; x < x0 + n; x++) {
     int e = h->first[x] + h->count[x];
     end = e > end ? e : end;
+    lo = h->first[x] < lo ? h->first[x] : lo;
     *most = h->count[x] > *most ? h->count[x] : *most;
   }
-  return 3 * (end - h->first[x0]);
+  *base = 3 * lo;
+  return 3 * (end - lo);
 }
 
 /* The most pixels per group (down to 1) for which every group's taps fit the
@@ -82,9 +85,9 @@ static int group_span(const ferry_resize_axis *h, int x0, int n, int *most) {
 static int pick_group_pixels(const ferry_resize_axis *h, int out_w) {
   /* most pixels first: fewer groups, fewer windows and vpermbs per row */
   for (int p = MAX_GROUP_PIXELS; p >= 1; p--) {
-    int fits = 1, most;
+    int fits = 1, most, base;
     for (int x0 = 0; x0 < out_w && fits; x0 += p)
-      fits = group_span(h, x0, out_w - x0 < p ? out_w - x0 : p, &most) <= WINDOW;
+      fits = group_span(h, x0, out_w - x0 < p ? out_w - x0 : p, &most, &base) <= WINDOW;
     if (fits) return p;
   }
   return 0;
@@ -122,9 +125,9 @@ static size_t plan_vbmi(const ferry_resize_axis *h, int in_w, int out_w, void *m
   size_t lines = 1;
   if (line) line[0].header = (plan_header){p, groups};
   for (int g = 0; g < groups; g++) {
-    int x0 = g * p, n = out_w - x0 < p ? out_w - x0 : p, most;
-    group_span(h, x0, n, &most);
-    int pairs = (most + 1) / 2, base = 3 * h->first[x0], left = 3 * in_w - base;
+    int x0 = g * p, n = out_w - x0 < p ? out_w - x0 : p, most, base;
+    group_span(h, x0, n, &most, &base);
+    int pairs = (most + 1) / 2, left = 3 * in_w - base;
     if (line) {
       plan_line *info = line + lines;
       memset(info, 0, sizeof *info);

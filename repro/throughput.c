@@ -4,7 +4,8 @@
  *              [--warmup 20] [--batches 200] [--processes 3] [--resolution 312]
  *              [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct] [--json]
  *              [--only PATH]
- *              [--decode cpu|gpu|auto]
+ *              [--decode cpu|gpu|auto] [--augment RECIPE] [--multi-scale MODE]
+ *              [--patch-size 16] [--num-windows 4]
  *
  * Paths: `loader` (the loader alone: packed batches released as they arrive, no
  * transfer), `previous` (packed batch, whole-batch device copy then per-sample
@@ -27,6 +28,12 @@
  * loader alone decodes no pixel and the previous path cannot carry the decode; the
  * transfer normalises to f32 [B,3,R,R] (u8 [B,R,R,3] with --layout u8), the CPU
  * paths' images, so the rates compare the same end product.
+ * --augment (none, val-square, val, rfdetr-square, rfdetr) and --multi-scale (off,
+ * per-sample, per-batch) set config.augment (issue 24: RF-DETR's recipes), with
+ * --patch-size and --num-windows for RF-DETR's multi-scale rule (RF-DETR Seg Nano:
+ * --resolution 312 --patch-size 12 --num-windows 1 gives 276..360). A training
+ * recipe resizes branch B's images twice; its rate is still compared with the same
+ * decode-only limit, which knows no recipe.
  * Memory per delivered batch: the bytes of its pinned arena (`pinned_bytes_per_batch`)
  * and the device memory its transfer allocates (`device_bytes_per_batch`; 0 for the
  * loader alone), means over the measured batches (the pinned bytes over every 64th,
@@ -66,6 +73,7 @@ typedef struct options {
   const char *only; /* NULL: every path and the limit */
   int warmup, batches, processes, json, dct;
   ferry_decode_mode decode;
+  ferry_augment_options augment;
   int gpu_decoder; /* the loader resolved decode to the GPU (preflight) */
 } options;
 
@@ -99,18 +107,22 @@ typedef struct tally {
  * serial time this benchmark measures, so it samples rather than doing it each time. */
 enum { LAYOUT_SAMPLE_EVERY = 64 };
 
-/* The bytes of a batch's layout: what its arena holds (row counts from its offsets). */
+/* The bytes of a batch's layout: what its arena holds (row counts from its offsets,
+ * sample sizes from the batch). */
 static double layout_bytes(const ferry_batch *b) {
   size_t n = ferry_batch_num_fields(b), bs = ferry_batch_size(b), bytes = 0;
   ferry_field_spec specs[FERRY_MAX_FIELDS];
-  int64_t rows[FERRY_MAX_FIELDS * 1024];
+  int64_t rows[FERRY_MAX_FIELDS * 1024], hw[2 * 1024];
   if (bs > 1024) return 0;
   for (size_t f = 0; f < n; f++) {
     specs[f] = *ferry_batch_field_spec(b, f);
     const int64_t *o = ferry_batch_offsets(b, f);
     for (size_t i = 0; i < bs; i++) rows[f * bs + i] = o[i + 1] - o[i];
   }
-  return ferry_batch_layout_bytes(bs, n, specs, rows, &bytes) == FERRY_OK ? (double)bytes : 0;
+  /* each sample's own (h, w), for fields sized per sample (a training recipe's) */
+  for (size_t i = 0; i < bs; i++)
+    if (ferry_batch_sample_size(b, i, &hw[2 * i], &hw[2 * i + 1]) != FERRY_OK) hw[2 * i] = hw[2 * i + 1] = 0;
+  return ferry_batch_layout_bytes_sized(bs, n, specs, rows, hw, &bytes) == FERRY_OK ? (double)bytes : 0;
 }
 
 static double device_live_bytes(ferry_device *dev) {
@@ -166,6 +178,7 @@ static int measure_path(void *arg, double *out) {
   bench_loader_config(&c, &o->data, dev);
   c.image.dct_scaling = o->dct;
   c.image.decode = o->decode;
+  c.augment = o->augment;
   ferry_loader *l;
   ferry_stream *s;
   if (bench_loader_open(&c, run->packed, &l) != FERRY_OK) return fail("loader");
@@ -222,6 +235,9 @@ static int usage(void) {
                   "                  [--warmup N] [--batches N] [--processes N] [--resolution R]\n"
                   "                  [--layout f32|u8] [--prefetch N] [--device host|cuda] [--dct]\n"
                   "                  [--json] [--decode cpu|gpu|auto]\n"
+                  "                  [--augment none|val-square|val|rfdetr-square|rfdetr]\n"
+                  "                  [--multi-scale off|per-sample|per-batch]\n"
+                  "                  [--patch-size N] [--num-windows N]\n"
                   "                  [--only loader|previous|direct|unpacked]\n");
   return 2;
 }
@@ -229,6 +245,7 @@ static int usage(void) {
 static int parse(int argc, char **argv, options *o) {
   *o = (options){.device = "host", .warmup = 20, .batches = 200, .processes = 3};
   bench_common_default(&o->data);
+  ferry_augment_options_default(&o->augment);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) { o->json = 1; continue; }
@@ -244,8 +261,15 @@ static int parse(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--batches")) o->batches = atoi(v);
     else if (!strcmp(a, "--processes")) o->processes = atoi(v);
     else if (!strcmp(a, "--only")) o->only = v;
+    else if (!strcmp(a, "--patch-size")) o->augment.patch_size = atoi(v);
+    else if (!strcmp(a, "--num-windows")) o->augment.num_windows = atoi(v);
     else if (!strcmp(a, "--decode")) {
       if (ferry_decode_mode_parse(v, &o->decode) != FERRY_OK) return fail("--decode"), usage(), -1;
+    } else if (!strcmp(a, "--augment")) {
+      if (ferry_augment_parse(v, &o->augment.recipe) != FERRY_OK) return fail("--augment"), usage(), -1;
+    } else if (!strcmp(a, "--multi-scale")) {
+      if (ferry_multi_scale_parse(v, &o->augment.multi_scale) != FERRY_OK)
+        return fail("--multi-scale"), usage(), -1;
     }
     else return usage(), -1;
   }
@@ -299,12 +323,12 @@ static void print_row(const options *o, const char *name, const path_summary *p,
            "\"serial_work_us_min\": %.2f, \"serial_work_us_max\": %.2f, "
            "\"predicted_ceiling_images_per_s\": %.1f, \"dct_scaling\": %d, \"layout\": \"%s\", "
            "\"decode\": \"%s\", \"decoder\": \"%s\", \"pinned_bytes_per_batch\": %.0f, \"device_bytes_per_batch\": %.0f, "
-           "\"cpu_us_per_image\": %.2f}\n",
+           "\"cpu_us_per_image\": %.2f, \"augment\": \"%s\", \"multi_scale\": \"%s\"}\n",
            name, o->data.workers, o->data.batch, p->depth, p->rate.median, p->rate.min, p->rate.max, limit,
            p->ratio.median, p->ratio.min, p->ratio.max, p->serial_us.median, p->serial_us.min,
            p->serial_us.max, p->work_us.median, p->work_us.min, p->work_us.max, ceiling, o->dct,
            layout_name(o->data.layout), ferry_decode_mode_name(o->decode), ferry_decode_mode_name(p->decoder), p->pinned_bytes, p->device_bytes,
-           p->cpu_us.median);
+           p->cpu_us.median, ferry_augment_name(o->augment.recipe), ferry_multi_scale_name(o->augment.multi_scale));
   else
     printf("%-9s %7d %14.1f  [%8.1f, %8.1f] %12.1f %8.3f  [%.3f, %.3f] %10.1f %10.1f %12.0f\n", name,
            o->data.workers, p->rate.median, p->rate.min, p->rate.max, limit, p->ratio.median, p->ratio.min,
@@ -320,6 +344,7 @@ static int preflight(options *o) {
   ferry_loader_config c;
   bench_loader_config(&c, &o->data, dev);
   c.image.decode = o->decode;
+  c.augment = o->augment;
   ferry_loader *l;
   int failed = ferry_loader_open(&c, &l) != FERRY_OK;
   ferry_loader_stats st;
@@ -388,9 +413,10 @@ int main(int argc, char **argv) {
            "loader images as %s; ratio: the median over rounds of path / limit of that round;\n"
            "serial us: coordinator + consumer CPU per batch; work us: the same less their idling "
            "(sleeping and waking);\nceiling/s: batch / work us; prefetch %d batches; decoder %s; per batch "
-           "(direct): %.0f pinned bytes, %.0f device bytes\n",
+           "(direct): %.0f pinned bytes, %.0f device bytes; augment %s, multi-scale %s\n",
            limit.median, limit.min, limit.max, o.processes, o.data.workers,
            o.data.layout == FERRY_LAYOUT_U8_HWC ? "u8 HWC" : "f32 CHW normalised", (int)paths[0][first][DEPTH],
-           ferry_decode_mode_name((ferry_decode_mode)paths[0][2][DECODER]), paths[0][2][PINNED_BYTES], paths[0][2][DEVICE_BYTES]);
+           ferry_decode_mode_name((ferry_decode_mode)paths[0][2][DECODER]), paths[0][2][PINNED_BYTES], paths[0][2][DEVICE_BYTES],
+           ferry_augment_name(o.augment.recipe), ferry_multi_scale_name(o.augment.multi_scale));
   return 0;
 }

@@ -1,12 +1,13 @@
 """RF-DETR's training recipes (issue 24), replayed bit for bit against Pillow and torch.
 
 Every sample the Loader yields with a recipe carries its record (targets[i]["augment"]:
-flip, branch, branch B's resize, its crop, the output size). The reference below takes
-the same image and annotations, and the record's choices, through the transforms RF-DETR
-1.11 applies (rfdetr/datasets/_torchvision.py: Resize, RandomResize, RandomSizedCrop,
-crop, RandomHorizontalFlip, then ToDtype and Normalize), restated here from their
-semantics with Pillow for the pixels, torch for boxes, areas and masks, and pycocotools
-for the full-size masks (as RF-DETR's ConvertCoco makes them). ferry must give:
+flip, branch, branch B's resize, its crop, the output size). The reference
+(tests/common/rfdetr_reference.py) takes the same image and annotations, and the
+record's choices, through the transforms RF-DETR 1.11 applies
+(rfdetr/datasets/_torchvision.py: Resize, RandomResize, RandomSizedCrop, crop,
+RandomHorizontalFlip, then ToDtype and Normalize), restated from their semantics with
+Pillow for the pixels, torch for boxes, areas and masks, and pycocotools for the
+full-size masks (as RF-DETR's ConvertCoco makes them). ferry must give:
 images equal byte for byte in the uint8 layout and to 1e-6 normalised, masks equal,
 the kept instances equal and in order, boxes within 1e-4 px, areas within 1e-5
 relative, sizes equal. Over 2,000 samples: the real sets in ../shared/realdata and
@@ -28,7 +29,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 
 import ferry  # noqa: E402
 
-FLIP, BRANCH, RESIZE_H, RESIZE_W, TOP, LEFT, CROP_H, CROP_W, OUT_H, OUT_W = range(10)
+from rfdetr_reference import (FLIP, BRANCH, RESIZE_H, RESIZE_W, TOP, LEFT, CROP_H, CROP_W, OUT_H,  # noqa: E402
+                              OUT_W, RESIZE_B, multi_scale_scales, shortest_side)
 
 
 def need(module):
@@ -51,97 +53,10 @@ def ref():
     import numpy
     import torch
     from PIL import Image
-    from coco_masks import full_mask, images_with_annotations
-    return {"torch": torch, "np": numpy, "Image": Image, "full_mask": full_mask,
+    from coco_masks import images_with_annotations
+    from rfdetr_reference import Sample
+    return {"torch": torch, "np": numpy, "Image": Image, "Sample": Sample,
             "images_with_annotations": images_with_annotations}
-
-
-# ---- the reference transforms -------------------------------------------------------
-
-
-class Sample:
-    """One image and its target as RF-DETR's ConvertCoco makes them: crowds dropped,
-    boxes xywh -> xyxy in float32 clamped, degenerate boxes dropped with everything
-    else of their instance, masks from pycocotools at full size."""
-
-    def __init__(self, r, image_path, record, anns):
-        torch = r["torch"]
-        self.r = r
-        self.img = r["Image"].open(image_path).convert("RGB")
-        w, h = self.img.size
-        assert (h, w) == (record["height"], record["width"])
-        anns = [a for a in anns if not a.get("iscrowd", a.get("is_crowd", 0))]
-        boxes = torch.as_tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
-        boxes[:, 2:] += boxes[:, :2]
-        boxes[:, 0::2].clamp_(min=0, max=w)
-        boxes[:, 1::2].clamp_(min=0, max=h)
-        keep = (boxes[:, 3] > boxes[:, 1]) & (boxes[:, 2] > boxes[:, 0])
-        kept = [a for a, k in zip(anns, keep.tolist()) if k]
-        self.boxes = boxes[keep]
-        self.labels = torch.as_tensor([a["category_id"] for a in kept], dtype=torch.int64)
-        self.area = torch.as_tensor([a["area"] for a in kept], dtype=torch.float32)
-        self.masks = torch.from_numpy(r["np"].stack([r["full_mask"](a, h, w) for a in kept])
-                                      if kept else r["np"].zeros((0, h, w), "uint8")).bool()
-
-    def size(self):
-        return self.img.size[1], self.img.size[0]
-
-    def resize(self, oh, ow):
-        """Resize((oh, ow)): Pillow BILINEAR; boxes times the float32 ratios; area times
-        their product; masks by interpolate(mode="nearest")."""
-        torch, F = self.r["torch"], self.r["torch"].nn.functional
-        h, w = self.size()
-        self.img = self.img.resize((ow, oh), self.r["Image"].BILINEAR) if (oh, ow) != (h, w) else self.img
-        if (oh, ow) != (h, w):
-            self.boxes = self.boxes * torch.tensor([ow / w, oh / h, ow / w, oh / h])
-        self.area = self.area * ((ow / w) * (oh / h))
-        if len(self.masks):
-            self.masks = F.interpolate(self.masks[None].float(), size=(oh, ow), mode="nearest")[0].bool()
-        else:
-            self.masks = torch.zeros((0, oh, ow), dtype=torch.bool)
-
-    def crop(self, top, left, ch, cw):
-        """crop: the pixels and masks cut; boxes shifted and clamped; empty ones dropped
-        with their instance; the survivors' area is their box's."""
-        torch = self.r["torch"]
-        self.img = self.img.crop((left, top, left + cw, top + ch))
-        boxes = self.boxes - torch.tensor([left, top, left, top], dtype=torch.float32)
-        boxes[:, 0::2].clamp_(min=0, max=cw)
-        boxes[:, 1::2].clamp_(min=0, max=ch)
-        keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-        self.boxes = boxes[keep]
-        self.labels = self.labels[keep]
-        self.area = (self.boxes[:, 2] - self.boxes[:, 0]) * (self.boxes[:, 3] - self.boxes[:, 1])
-        self.masks = self.masks[keep][:, top:top + ch, left:left + cw]
-
-    def flip(self):
-        h, w = self.size()
-        self.img = self.img.transpose(self.r["Image"].FLIP_LEFT_RIGHT)
-        flipped = self.boxes.clone()
-        flipped[:, 0] = w - self.boxes[:, 2]
-        flipped[:, 2] = w - self.boxes[:, 0]
-        self.boxes = flipped
-        self.masks = self.masks.flip(-1)
-
-    def replay(self, rec):
-        """The record's chain: branch B's resize and crop, the resize to the output, the
-        flip."""
-        if rec[BRANCH]:
-            self.resize(rec[RESIZE_H], rec[RESIZE_W])
-            self.crop(rec[TOP], rec[LEFT], rec[CROP_H], rec[CROP_W])
-        self.resize(rec[OUT_H], rec[OUT_W])
-        if rec[FLIP]:
-            self.flip()
-        return self
-
-    def normalised(self):
-        """ToImage, ToDtype(float32, scale=True) (a product with 1/255), Normalize."""
-        torch = self.r["torch"]
-        x = torch.from_numpy(self.r["np"].asarray(self.img).copy()).permute(2, 0, 1)
-        x = x.to(torch.float32).mul_(1.0 / 255)
-        mean = torch.as_tensor([0.485, 0.456, 0.406], dtype=torch.float32).view(3, 1, 1)
-        std = torch.as_tensor([0.229, 0.224, 0.225], dtype=torch.float32).view(3, 1, 1)
-        return x.sub_(mean).div_(std)
 
 
 # ---- the data ----------------------------------------------------------------------
@@ -188,7 +103,7 @@ def replay_epochs(r, annotations, images_dir, epochs, **options):
                     rec = t["augment"].tolist()
                     assert rec == targets_f[i]["augment"].tolist()
                     path, im, anns = data[int(t["image_id"])]
-                    s = Sample(r, path, im, anns).replay(rec)
+                    s = r["Sample"](path, im, anns).replay(rec)
                     where = f"{os.path.basename(path)} epoch {epoch} record {rec}"
                     h, w = s.size()
                     assert t["size"].tolist() == [h, w], where
@@ -285,7 +200,8 @@ def test_every_choice_is_drawn_uniformly(synth300):
     counts = {key: collections.Counter() for key in ("flip", "branch", "scale", "resize_b")}
     ranges = {key: UniformBins() for key in ("crop", "top", "left")}
     options = dict(augment="rfdetr-square", multi_scale="per-sample", resolution=312, patch_size=12, num_windows=1)
-    scales = [276 + 12 * i for i in range(8)]
+    scales = multi_scale_scales(312, patch_size=12, num_windows=1)
+    assert scales == [276 + 12 * i for i in range(8)]
     draws = 0
     with ferry.Loader(*synth300, batch_size=50, workers=2, seed=9, fields=("augment",), load_images=False,
                       tensor_type="numpy", **options) as loader:
@@ -325,6 +241,42 @@ def test_every_choice_is_drawn_uniformly(synth300):
         fits(r.counts, r.expected, key)
 
 
+@pytest.mark.parametrize("augment", ["rfdetr", "rfdetr-square"])
+def test_sizes_follow_rfdetrs_rules(synth300, augment):
+    """The replay takes a record's sizes as given; here they are checked against
+    RF-DETR's own rules, restated (RandomResize._get_size's rounding and its 1333 cap,
+    RandomSizedCrop's range, compute_multi_scale_scales), on every image of the real
+    sets and synth_coco's, records only."""
+    scales = multi_scale_scales(312, patch_size=12, num_windows=1)
+    checked = 0
+    sets = [synth300] + ([s for s in real_sets()] if os.path.isdir(os.path.join(
+        os.environ.get("FERRY_SHARED", os.path.join(ROOT, "..", "shared")), "realdata")) else [])
+    for annotations, images_dir in sets:
+        with ferry.Loader(annotations, images_dir, batch_size=16, workers=2, seed=3, fields=("augment", "orig_size"),
+                          load_images=False, tensor_type="numpy", augment=augment, multi_scale="per-sample",
+                          resolution=312, patch_size=12, num_windows=1) as loader:
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                for _, targets in loader:
+                    for t in targets:
+                        rec, (h, w) = [int(v) for v in t["augment"]], [int(v) for v in t["orig_size"]]
+                        out = (rec[OUT_H], rec[OUT_W])
+                        where = f"{h}x{w} record {rec}"
+                        if not rec[BRANCH]:
+                            want = [(s, s) if augment == "rfdetr-square" else shortest_side(h, w, s, 1333)
+                                    for s in scales]
+                            assert out in want, where
+                        else:
+                            h1, w1 = rec[RESIZE_H], rec[RESIZE_W]
+                            assert (h1, w1) in [shortest_side(h, w, b, None) for b in RESIZE_B], where
+                            hi = min(600, h1, w1)
+                            assert min(384, hi) <= rec[CROP_H] <= hi and rec[CROP_H] == rec[CROP_W], where
+                            assert 0 <= rec[TOP] <= h1 - rec[CROP_H] and 0 <= rec[LEFT] <= w1 - rec[CROP_W], where
+                            assert out[0] == out[1] and out[0] in scales, where
+                        checked += 1
+    assert checked >= 900
+
+
 def test_batch_k_is_the_same_for_1_2_and_16_workers(ref, synth300):
     torch = ref["torch"]
 
@@ -345,3 +297,83 @@ def test_batch_k_is_the_same_for_1_2_and_16_workers(ref, synth300):
             assert torch.equal(a[0], b[0]), f"batch {k} images differ with {workers} workers"
             assert all(torch.equal(x, y) for x, y in zip(a[1], b[1])), f"batch {k} records"
             assert all(torch.equal(x, y) for x, y in zip(a[2], b[2])), f"batch {k} masks"
+
+
+# ---- determinism: processes, resume, ranks ------------------------------------------
+
+RECIPE = dict(augment="rfdetr", multi_scale="per-sample", resolution=312, patch_size=12, num_windows=1)
+
+
+def digest_batches(loader, hasher, stop_after=None):
+    """Fold batches into hasher (every image byte, record, mask, label and box, in
+    delivery order) until the epoch ends or stop_after batches; the image ids seen."""
+    ids = []
+    for k, (images, targets) in enumerate(loader):
+        hasher.update(images.numpy().tobytes())
+        for t in targets:
+            for key in ("augment", "masks", "labels", "boxes", "size", "image_id"):
+                hasher.update(t[key].numpy().tobytes())
+            ids.append(int(t["image_id"]))
+        if stop_after is not None and k + 1 == stop_after:
+            break
+    return ids
+
+
+def epoch_digest(annotations, images_dir, workers, epoch=1, **options):
+    import hashlib
+    h = hashlib.sha256()
+    with ferry.Loader(annotations, images_dir, batch_size=8, workers=workers, seed=11, tensor_type="torch",
+                      **{**RECIPE, **options}) as loader:
+        loader.set_epoch(epoch)
+        ids = digest_batches(loader, h)
+    return h.hexdigest(), ids
+
+
+DIGEST_CHILD = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_augment import epoch_digest
+print(epoch_digest({ann!r}, {img!r}, 2)[0])
+"""
+
+
+def test_an_augmented_epoch_is_the_same_for_workers_processes_resume_and_ranks(ref, synth300):
+    import hashlib
+    import subprocess
+    annotations, images_dir = synth300
+    want, ids = epoch_digest(annotations, images_dir, 1)
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 300
+    for workers in (2, 16):
+        assert epoch_digest(annotations, images_dir, workers)[0] == want, f"{workers} workers"
+    # three more processes, each its own interpreter and libferry
+    child = DIGEST_CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), ann=annotations, img=images_dir)
+    for p in range(3):
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-1] == want, f"process {p}"
+    # stopped after 13 batches, state_dict saved, resumed on a new loader
+    h = hashlib.sha256()
+    options = dict(batch_size=8, workers=2, seed=11, tensor_type="torch", **RECIPE)
+    with ferry.Loader(annotations, images_dir, **options) as first:
+        first.set_epoch(1)
+        digest_batches(first, h, stop_after=13)
+        state = first.state_dict()
+    with ferry.Loader(annotations, images_dir, **options) as resumed:
+        resumed.load_state_dict(state)
+        digest_batches(resumed, h)
+    assert h.hexdigest() == want, "the resumed epoch differs"
+    # two ranks: each image once over both, with the records the single rank drew
+    records = {}
+    with ferry.Loader(annotations, images_dir, **options) as whole:
+        whole.set_epoch(1)
+        for _, targets in whole:
+            records.update({int(t["image_id"]): t["augment"].tolist() for t in targets})
+    seen = []
+    for rank in (0, 1):
+        with ferry.Loader(annotations, images_dir, rank=rank, world_size=2, **options) as shard:
+            shard.set_epoch(1)
+            for _, targets in shard:
+                for t in targets:
+                    seen.append(int(t["image_id"]))
+                    assert t["augment"].tolist() == records[seen[-1]], f"rank {rank}: image {seen[-1]}"
+    assert sorted(seen) == sorted(records), "the ranks cover the epoch once"

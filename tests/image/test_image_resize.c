@@ -234,3 +234,58 @@ Test(image_resize, avx2_normalisation_equals_the_table) {
   cr_skip_test("no AVX2 kernels in this build");
 #endif
 }
+
+/* A view (resize_kernels.h) against the full resize, cropped and mirrored by hand:
+ * byte for byte in u8 and f32, with the portable kernels and the fastest set this
+ * CPU has, over random shapes in both pass orders, views of any rectangle (a single
+ * pixel, a full axis), mirrored or not, and widths the full resize never resamples. */
+static void expect_view(ferry_decoder *d, const ferry_resize_kernels *k, const uint8_t *src, int w, int h,
+                        const ferry_resize_view *v, ferry_image_layout l) {
+  size_t px = l == FERRY_LAYOUT_F32_CHW ? sizeof(float) : 1;
+  size_t full_n = (size_t)v->full_w * v->full_h * 3, n = (size_t)v->w * v->h * 3;
+  uint8_t *full = malloc(full_n * px), *got = malloc(n * px), *want = malloc(n * px);
+  cr_assert_eq(ferry__image_resize_rect(&ferry__resize_portable, d, src, (size_t)w * 3, w, h, v->full_w,
+                                        v->full_h, l, full), FERRY_OK);
+  cr_assert_eq(ferry__image_resize_view(k, d, src, (size_t)w * 3, w, h, v, l, got), FERRY_OK);
+  for (int y = 0; y < v->h; y++)
+    for (int x = 0; x < v->w; x++)
+      for (int c = 0; c < 3; c++) {
+        int fx = v->x + (v->mirror ? v->w - 1 - x : x), fy = v->y + y;
+        size_t from = l == FERRY_LAYOUT_F32_CHW ? ((size_t)c * v->full_h + fy) * v->full_w + fx
+                                                : ((size_t)fy * v->full_w + fx) * 3 + c;
+        size_t to = l == FERRY_LAYOUT_F32_CHW ? ((size_t)c * v->h + y) * v->w + x : ((size_t)y * v->w + x) * 3 + c;
+        memcpy(want + to * px, full + from * px, px);
+      }
+  cr_assert_eq(memcmp(got, want, n * px), 0,
+               "%dx%d -> %dx%d, view %dx%d at (%d, %d)%s, layout %d: not the full resize's pixels", w, h,
+               v->full_w, v->full_h, v->w, v->h, v->x, v->y, v->mirror ? " mirrored" : "", (int)l);
+  free(full);
+  free(got);
+  free(want);
+}
+
+Test(image_resize, a_view_is_the_full_resize_cropped_and_mirrored) {
+  ferry_decoder *d = open_decoder();
+  const ferry_resize_kernels *sets[2] = {&ferry__resize_portable, ferry__resize_best_kernels()};
+  unsigned r = 7;
+#define NEXT(m) (1 + (int)((r = r * 1664525u + 1013904223u) >> 20) % (m))
+  for (int i = 0; i < 400; i++) {
+    int w = NEXT(200), h = NEXT(200), fw = i % 7 == 0 ? w : NEXT(220), fh = i % 5 == 0 ? h : NEXT(220);
+    int vw = NEXT(fw), vh = NEXT(fh);
+    ferry_resize_view v = {fw, fh, NEXT(fw - vw + 1) - 1, NEXT(fh - vh + 1) - 1, vw, vh, i % 2};
+    uint8_t *src = malloc((size_t)w * h * 3);
+    for (size_t b = 0; b < (size_t)w * h * 3; b++) src[b] = (uint8_t)((r = r * 1103515245u + 12345u) >> 16);
+    for (int s = 0; s < 2; s++) {
+      expect_view(d, sets[s], src, w, h, &v, FERRY_LAYOUT_U8_HWC);
+      expect_view(d, sets[s], src, w, h, &v, FERRY_LAYOUT_F32_CHW);
+    }
+    free(src);
+  }
+#undef NEXT
+  ferry_resize_view outside = {10, 10, 5, 0, 6, 10, 0};
+  uint8_t px[12] = {0}, out[600];
+  cr_assert_eq(ferry__image_resize_view(&ferry__resize_portable, d, px, 6, 2, 2, &outside, FERRY_LAYOUT_U8_HWC,
+                                        out), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "not inside"), "%s", ferry_last_error());
+  ferry_decoder_close(d);
+}
