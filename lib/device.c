@@ -420,6 +420,25 @@ ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *
   return ferry_memcpy(stream, dst, src, n, kind);
 }
 
+ferry_status ferry__copy_plane_or_wait(ferry_stream *stream, const ferry__plane_copy *p, ferry_copy_kind kind) {
+  if (!stream || !p || p->row_bytes > p->src_pitch || p->row_bytes > p->dst_pitch || p->rows > p->dst_rows)
+    return ferry__fail(FERRY_EINVAL, "padded copy: rows of %zu bytes do not fit pitches %zu and %zu, or %zu rows "
+                                    "do not fit %zu", p ? p->row_bytes : 0, p ? p->src_pitch : 0,
+                      p ? p->dst_pitch : 0, p ? p->rows : 0, p ? p->dst_rows : 0);
+  size_t dst_bytes = p->dst_pitch * p->dst_rows;
+  size_t src_bytes = p->rows ? p->src_pitch * (p->rows - 1) + p->row_bytes : 0;
+  if (dst_bytes == 0) return FERRY_OK;
+  if (!p->dst || (src_bytes && !p->src))
+    return ferry__fail(FERRY_EINVAL, "padded copy: no source or destination");
+  /* the host side's whole extent is pinned, or the copy is waited for */
+  int pinned = kind == FERRY_COPY_H2D   ? copy_is_pinned(stream, p->dst, p->src, src_bytes, kind)
+               : kind == FERRY_COPY_D2H ? copy_is_pinned(stream, p->dst, p->src, dst_bytes, kind)
+                                        : 1;
+  ferry_status st = stream->device->ops->copy_plane(stream, p, kind);
+  if (st == FERRY_OK && !pinned) st = stream->device->ops->stream_sync(stream);
+  return st;
+}
+
 ferry_status ferry_stream_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
   if (!stream || !fn) return ferry__fail(FERRY_EINVAL, "ferry_stream_call: stream and fn are required");
   return stream->device->ops->call(stream, fn, arg);

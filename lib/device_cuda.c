@@ -180,6 +180,24 @@ static ferry_status cuda_memcpy(ferry_stream *stream, void *dst, const void *src
   return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaMemcpyAsync", err);
 }
 
+/* The content as one 2D copy, the padding as two memsets: the right of each row, and
+ * the rows below (contiguous). All in stream order. */
+static ferry_status cuda_copy_plane(ferry_stream *stream, const ferry__plane_copy *p, ferry_copy_kind kind) {
+  use_device(stream->device);
+  cudaError_t err = cudaSuccess;
+  if (p->rows && p->row_bytes)
+    err = cudaMemcpy2DAsync(p->dst, p->dst_pitch, p->src, p->src_pitch, p->row_bytes, p->rows, copy_kind(kind),
+                            stream->impl);
+  if (err != cudaSuccess) return cuda_error(stream->device, "cudaMemcpy2DAsync", err);
+  if (p->rows && p->dst_pitch > p->row_bytes)
+    err = cudaMemset2DAsync((char *)p->dst + p->row_bytes, p->dst_pitch, 0, p->dst_pitch - p->row_bytes, p->rows,
+                            stream->impl);
+  if (err == cudaSuccess && p->dst_rows > p->rows)
+    err = cudaMemsetAsync((char *)p->dst + p->rows * p->dst_pitch, 0, (p->dst_rows - p->rows) * p->dst_pitch,
+                          stream->impl);
+  return err == cudaSuccess ? FERRY_OK : cuda_error(stream->device, "cudaMemsetAsync", err);
+}
+
 /* fn runs on a driver thread once the stream reaches it, and holds the stream up until
  * it returns; it may make no CUDA call (transfer.h says so to hook writers). */
 static ferry_status cuda_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
@@ -245,6 +263,7 @@ const ferry_backend ferry__cuda_backend = {
   .host_free = cuda_host_free,
   .memcpy = cuda_memcpy,
   .call = cuda_call,
+  .copy_plane = cuda_copy_plane,
   .event_record = cuda_event_record,
   .event_query = cuda_event_query,
   .event_sync = cuda_event_sync,

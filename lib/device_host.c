@@ -37,7 +37,7 @@
 
 enum { HOST_ALIGN = 64, PAGE = 4096, HUGE_PAGE = 2 << 20 };
 
-typedef enum { OP_COPY, OP_CALL, OP_EVENT, OP_FREE } op_kind;
+typedef enum { OP_COPY, OP_PLANE, OP_CALL, OP_EVENT, OP_FREE } op_kind;
 
 typedef struct host_event {
   pthread_mutex_t lock;
@@ -54,6 +54,7 @@ typedef struct host_op {
   ferry_host_fn fn;
   void *arg;
   host_event *event;
+  ferry__plane_copy plane; /* OP_PLANE */
   struct host_op *next;
 } host_op;
 
@@ -77,9 +78,20 @@ static void event_unref(host_event *e) {
   }
 }
 
+static void copy_plane(const ferry__plane_copy *p) {
+  uint8_t *dst = p->dst;
+  const uint8_t *src = p->src;
+  for (size_t r = 0; r < p->rows; r++, dst += p->dst_pitch, src += p->src_pitch) {
+    memmove(dst, src, p->row_bytes);
+    memset(dst + p->row_bytes, 0, p->dst_pitch - p->row_bytes);
+  }
+  memset(dst, 0, (p->dst_rows - p->rows) * p->dst_pitch);
+}
+
 static void run_op(host_op *op) {
   switch (op->kind) {
     case OP_COPY: memmove(op->dst, op->src, op->n); break;
+    case OP_PLANE: copy_plane(&op->plane); break;
     case OP_CALL: op->fn(op->arg); break;
     case OP_FREE: ferry__free(op->dst); break;
     /* The waiters hold the caller's reference, so the event outlives the broadcast;
@@ -238,6 +250,13 @@ static ferry_status host_memcpy(ferry_stream *stream, void *dst, const void *src
   return enqueue(stream, op);
 }
 
+static ferry_status host_copy_plane(ferry_stream *stream, const ferry__plane_copy *plane, ferry_copy_kind kind) {
+  host_op *op = new_op(stream, OP_PLANE);
+  if (!op) return FERRY_ENOMEM;
+  op->plane = *plane;
+  return enqueue(stream, op);
+}
+
 static ferry_status host_call(ferry_stream *stream, ferry_host_fn fn, void *arg) {
   host_op *op = new_op(stream, OP_CALL);
   if (!op) return FERRY_ENOMEM;
@@ -295,6 +314,7 @@ const ferry_backend ferry__host_backend = {
   .host_free = host_host_free,
   .memcpy = host_memcpy,
   .call = host_call,
+  .copy_plane = host_copy_plane,
   .event_record = host_event_record,
   .event_query = host_event_query,
   .event_sync = host_event_sync,

@@ -14,6 +14,18 @@
 #include "lib/ptrmap.h"
 #include "lib/rangeset.h"
 
+/* One plane of a padded copy: `rows` rows of `row_bytes` bytes from src (rows
+ * src_pitch apart) into dst (rows dst_pitch apart), and zeros in the rest of dst:
+ * bytes row_bytes..dst_pitch of its first `rows` rows, and rows rows..dst_rows whole.
+ * row_bytes <= src_pitch, row_bytes <= dst_pitch, rows <= dst_rows (ferry__copy_plane
+ * checks). What the transfer pads a batch's images with (transfer.h, pad_multiple). */
+typedef struct ferry__plane_copy {
+  void *dst;
+  size_t dst_pitch, dst_rows;
+  const void *src;
+  size_t src_pitch, row_bytes, rows;
+} ferry__plane_copy;
+
 /* Every entry but probe is called only on a device whose probe succeeded; pool_high
  * and pool_reset may be NULL (the host backend has no pool of its own). What `impl`
  * points at, in a device, stream or event, belongs to the backend. */
@@ -34,6 +46,8 @@ typedef struct ferry_backend {
   ferry_status (*memcpy)(ferry_stream *stream, void *dst, const void *src, size_t n,
                          ferry_copy_kind kind);
   ferry_status (*call)(ferry_stream *stream, ferry_host_fn fn, void *arg);
+  /* Queue one padded plane (ferry__plane_copy); the host side is pinned, as for memcpy. */
+  ferry_status (*copy_plane)(ferry_stream *stream, const ferry__plane_copy *plane, ferry_copy_kind kind);
   ferry_status (*event_record)(ferry_stream *stream, ferry_event *event);
   int (*event_query)(ferry_event *event);
   ferry_status (*event_sync)(ferry_event *event);
@@ -88,6 +102,10 @@ struct ferry_device {
  * asynchronously by CUDA. */
 ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
                                   ferry_copy_kind kind);
+
+/* A padded plane (ferry__plane_copy) in stream order: queued when the host side is
+ * pinned, otherwise done and waited for, as ferry__memcpy_or_wait. */
+ferry_status ferry__copy_plane_or_wait(ferry_stream *stream, const ferry__plane_copy *plane, ferry_copy_kind kind);
 
 /* The copy kind between memory of these kinds. */
 ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);

@@ -4,6 +4,7 @@
     repro/python_throughput.py [--build build] [--annotations FILE --images DIR]
         [--workers 2] [--batch 8] [--resolution 312] [--warmup 20] [--batches 200]
         [--rounds 6] [--tensor-type torch|numpy] [--json]
+        [--augment RECIPE --multi-scale MODE --patch-size N --num-windows N]
 
 Each round runs, each in a fresh process and back to back: repro/throughput
 --processes 1 --only direct (the C loop this package wraps: ferry_loader_next,
@@ -17,7 +18,9 @@ CHW images, shuffled, seed 0, default prefetch), same libferry.so (BUILD/libferr
 through $FERRY_LIB), the package from the source tree (python/). The ratio is the
 median over rounds of python / direct of the same round; the machine drifts between
 rounds more than within one. Without --annotations, throughput's own data set
-(build-bench-data/, 1,000 synth_coco images) is used.
+(build-bench-data/, 1,000 synth_coco images) is used. --augment and its options
+(issue 24) go to both sides: the C loop then gets each sample's image as its own
+tensor, the Python loop one padded batch tensor (the transfer's pad_multiple).
 """
 import argparse
 import json
@@ -35,7 +38,9 @@ def python_rate(args):
     import ferry
     loader = ferry.Loader(args.annotations, args.images, batch_size=args.batch,
                           workers=args.workers, resolution=args.resolution, box_format="xyxy",
-                          tensor_type=args.tensor_type)
+                          tensor_type=args.tensor_type, augment=args.augment,
+                          multi_scale=args.multi_scale, patch_size=args.patch_size,
+                          num_windows=args.num_windows)
 
     def batches():
         while True:  # epochs follow one another, as throughput's next_batch does
@@ -60,7 +65,9 @@ def c_rate(args, throughput):
     out = subprocess.run([throughput, "--processes", "1", "--only", "direct", "--json",
                           "--workers", str(args.workers),
                           "--batch", str(args.batch), "--resolution", str(args.resolution),
-                          "--warmup", str(args.warmup), "--batches", str(args.batches)]
+                          "--warmup", str(args.warmup), "--batches", str(args.batches),
+                          "--augment", args.augment, "--multi-scale", args.multi_scale,
+                          "--patch-size", str(args.patch_size), "--num-windows", str(args.num_windows)]
                          + (["--annotations", args.annotations, "--images", args.images]
                             if args.annotations else []),
                          check=True, capture_output=True, text=True).stdout
@@ -85,6 +92,10 @@ def main():
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--tensor-type", default=None, choices=["torch", "numpy"])
     p.add_argument("--json", action="store_true")
+    p.add_argument("--augment", default="none")
+    p.add_argument("--multi-scale", default="off")
+    p.add_argument("--patch-size", type=int, default=16)
+    p.add_argument("--num-windows", type=int, default=4)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -123,7 +134,8 @@ def main():
                   f"{c[1] / py[1]:.3f}", flush=True)
     result = {key: summary([r[key] for r in rounds]) for key in rounds[0]}
     result.update(workers=args.workers, batch=args.batch, resolution=args.resolution,
-                  rounds=args.rounds, tensor_type=args.tensor_type or "auto")
+                  rounds=args.rounds, tensor_type=args.tensor_type or "auto",
+                  augment=args.augment, multi_scale=args.multi_scale)
     if args.json:
         print(json.dumps(result))
     else:

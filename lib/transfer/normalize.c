@@ -40,49 +40,60 @@ void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const fl
   p->bf16 = bf16;
 }
 
-void ferry__normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p) {
+/* One row of one channel: w values, then zeros up to out_w (bf16 zero is all zero bits). */
+static void normalize_row(const uint8_t *src, int c, const ferry_norm_shape *s, const ferry_norm_params *p,
+                          void *dst) {
+  float mean = p->mean[c], std = p->std[c];
+  if (p->bf16) {
+    uint16_t *out = dst;
+    for (size_t x = 0; x < s->w; x++) out[x] = ferry__float_to_bf16(ferry__normalize_value(src[3 * x + c], mean, std));
+    memset(out + s->w, 0, (s->out_w - s->w) * sizeof *out);
+  } else {
+    float *out = dst;
+    for (size_t x = 0; x < s->w; x++) out[x] = ferry__normalize_value(src[3 * x + c], mean, std);
+    memset(out + s->w, 0, (s->out_w - s->w) * sizeof *out);
+  }
+}
+
+void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape *s, const ferry_norm_params *p) {
+  size_t item = p->bf16 ? sizeof(uint16_t) : sizeof(float), row = s->out_w * item;
   for (int c = 0; c < 3; c++) {
-    float mean = p->mean[c], std = p->std[c];
-    if (p->bf16) {
-      uint16_t *out = (uint16_t *)dst + (size_t)c * hw;
-      for (size_t i = 0; i < hw; i++) out[i] = ferry__float_to_bf16(ferry__normalize_value(src[3 * i + c], mean, std));
-    } else {
-      float *out = (float *)dst + (size_t)c * hw;
-      for (size_t i = 0; i < hw; i++) out[i] = ferry__normalize_value(src[3 * i + c], mean, std);
-    }
+    char *plane = (char *)dst + (size_t)c * s->out_h * row;
+    for (size_t y = 0; y < s->h; y++) normalize_row(src + y * s->w * 3, c, s, p, plane + y * row);
+    memset(plane + s->h * row, 0, (s->out_h - s->h) * row);
   }
 }
 
 typedef struct cpu_job {
   const uint8_t *src;
   void *dst;
-  size_t hw;
+  ferry_norm_shape shape;
   ferry_norm_params params;
 } cpu_job;
 
 static void run_cpu_job(void *arg) {
   cpu_job *job = arg;
-  ferry__normalize_cpu(job->src, job->dst, job->hw, &job->params);
+  ferry__normalize_cpu(job->src, job->dst, &job->shape, &job->params);
   ferry__free(job);
 }
 
-static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, size_t hw,
+static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, const ferry_norm_shape *shape,
                                 const ferry_norm_params *p) {
   /* The parameters are copied: the caller's live on its stack, the job runs later. */
   cpu_job *job = ferry__malloc(sizeof *job);
   if (!job) return ferry__fail(FERRY_ENOMEM, "normalise: out of memory queueing an image");
-  *job = (cpu_job){.src = src, .dst = dst, .hw = hw, .params = *p};
+  *job = (cpu_job){.src = src, .dst = dst, .shape = *shape, .params = *p};
   ferry_status st = ferry_stream_call(stream, run_cpu_job, job);
   if (st != FERRY_OK) ferry__free(job);
   return st;
 }
 
 #if FERRY_HAVE_CUDA
-static ferry_status launch(ferry_stream *stream, const void *src, void *dst, size_t hw,
+static ferry_status launch(ferry_stream *stream, const void *src, void *dst, const ferry_norm_shape *shape,
                            const ferry_norm_params *p) {
   /* Reports only launch errors; a fault while the kernel runs surfaces at a later
    * synchronisation, as for any asynchronous CUDA work. */
-  int err = ferry__cuda_normalize_launch(stream->impl, src, dst, hw, p);
+  int err = ferry__cuda_normalize_launch(stream->impl, src, dst, shape, p);
   if (err != cudaSuccess)
     return ferry__fail(FERRY_EDEVICE, "%s: normalisation kernel launch failed: %s",
                       stream->device->name, cudaGetErrorString((cudaError_t)err));
@@ -93,14 +104,15 @@ static ferry_status launch(ferry_stream *stream, const void *src, void *dst, siz
  * after the kernel, so the pool reuses it for the next image: the transient is one
  * u8 image, never a whole field. The copy into it is queued from an arena and waited
  * for from an unpacked batch's pageable buffer (ferry__memcpy_or_wait). */
-static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_on_host,
-                                 void *dst, size_t hw, const ferry_norm_params *p) {
-  if (!src_on_host) return launch(stream, src, dst, hw, p);
+static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_on_host, void *dst,
+                                 const ferry_norm_shape *shape, const ferry_norm_params *p) {
+  if (!src_on_host) return launch(stream, src, dst, shape, p);
   ferry_device *device = stream->device;
   void *stage = NULL;
-  ferry_status st = ferry_device_malloc(device, stream, 3 * hw, &stage);
-  if (st == FERRY_OK) st = ferry__memcpy_or_wait(stream, stage, src, 3 * hw, FERRY_COPY_H2D);
-  if (st == FERRY_OK) st = launch(stream, stage, dst, hw, p);
+  size_t bytes = 3 * shape->h * shape->w;
+  ferry_status st = ferry_device_malloc(device, stream, bytes, &stage);
+  if (st == FERRY_OK) st = ferry__memcpy_or_wait(stream, stage, src, bytes, FERRY_COPY_H2D);
+  if (st == FERRY_OK) st = launch(stream, stage, dst, shape, p);
   /* Freed after the launch in stream order, on failure too: whatever was queued
    * finishes with it first. */
   if (stage) ferry_device_free(device, stream, stage);
@@ -108,16 +120,19 @@ static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_
 }
 #endif
 
-ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
-                                     void *dst, size_t hw, const ferry_norm_params *p) {
-  if (hw == 0) return FERRY_OK;
+ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host, void *dst,
+                                     const ferry_norm_shape *shape, const ferry_norm_params *p) {
+  if (shape->out_h < shape->h || shape->out_w < shape->w)
+    return ferry__fail(FERRY_EINVAL, "normalise: a %zux%zu image does not fit %zux%zu", shape->h, shape->w,
+                      shape->out_h, shape->out_w);
+  if (shape->out_h * shape->out_w == 0) return FERRY_OK;
   if (stream->device->kind == FERRY_DEVICE_HOST) {
     if (!src_on_host)
       return ferry__fail(FERRY_EUNSUPPORTED, "normalise: the host device cannot read images held on another device");
-    return enqueue_cpu(stream, src, dst, hw, p);
+    return enqueue_cpu(stream, src, dst, shape, p);
   }
 #if FERRY_HAVE_CUDA
-  return enqueue_cuda(stream, src, src_on_host, dst, hw, p);
+  return enqueue_cuda(stream, src, src_on_host, dst, shape, p);
 #else
   return ferry__fail(FERRY_ENODEV, "normalise: built without CUDA");
 #endif

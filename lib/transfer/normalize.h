@@ -61,16 +61,23 @@ typedef struct ferry_norm_params {
 void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
                             int bf16);
 
-/* One image on the CPU: `hw` pixels of 3 bytes in, 3 planes of hw values out. */
-void ferry__normalize_cpu(const uint8_t *src, void *dst, size_t hw, const ferry_norm_params *p);
+/* One image's extent: h x w pixels of 3 bytes in; out, 3 planes of out_h x out_w
+ * values (out_h >= h, out_w >= w), the image at the top left and zeros around it
+ * (a padded batch's row: transfer.h, pad_multiple). */
+typedef struct ferry_norm_shape {
+  size_t h, w, out_h, out_w;
+} ferry_norm_shape;
+
+/* One image on the CPU. */
+void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape *shape, const ferry_norm_params *p);
 
 /* Queue the normalisation of one image on `stream`. src_on_host says whether src is
  * host memory; otherwise it is memory of the stream's device. */
-ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host,
-                                     void *dst, size_t hw, const ferry_norm_params *p);
+ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host, void *dst,
+                                     const ferry_norm_shape *shape, const ferry_norm_params *p);
 
 /* The CUDA kernel's launcher (normalize_cuda.cu): returns a cudaError_t. */
-int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst, size_t hw,
+int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst, const ferry_norm_shape *shape,
                                 const ferry_norm_params *p);
 
 #ifdef __cplusplus

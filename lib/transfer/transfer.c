@@ -84,10 +84,9 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
 }
 
-/* The shape and dtype of the batch tensor, checking what normalisation needs. */
 /* The shape and dtype of one image once it is on the device: its view's (`inner`, the
  * sample's own shape), or, normalised, [3,H,W] from u8 [H,W,3]. */
-static ferry_status image_shape(const ferry_field_spec *spec, const ferry_tensor *inner, ferry_normalize normalize,
+ferry_status ferry__image_shape(const ferry_field_spec *spec, const ferry_tensor *inner, ferry_normalize normalize,
                                 ferry_dtype *dtype, int *ndim, int64_t *shape) {
   if (spec->kind != FERRY_FIELD_PER_SAMPLE)
     return ferry__fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
@@ -116,7 +115,7 @@ static ferry_status image_layout(const ferry_batch *batch, size_t field, ferry_n
                                  int *ndim, int64_t *shape) {
   ferry_tensor first;
   ferry_status st = ferry_batch_sample(batch, field, 0, &first);
-  if (st == FERRY_OK) st = image_shape(ferry_batch_field_spec(batch, field), &first, normalize, dtype, ndim, shape + 1);
+  if (st == FERRY_OK) st = ferry__image_shape(ferry_batch_field_spec(batch, field), &first, normalize, dtype, ndim, shape + 1);
   shape[0] = (int64_t)ferry_batch_size(batch);
   *ndim += 1;
   return st;
@@ -142,8 +141,9 @@ static ferry_status normalisation_params(const transfer_job *job, ferry_norm_par
   return FERRY_OK;
 }
 
-/* Row i of the batch tensor from sample i: a copy, or a normalisation (params set). */
-static ferry_status copy_image_rows(transfer_job *job, size_t field, size_t hw,
+/* Row i of the batch tensor from sample i: a copy, or a normalisation (params set) of
+ * an h x w image. */
+static ferry_status copy_image_rows(transfer_job *job, size_t field, const ferry_norm_shape *hw,
                                     const ferry_norm_params *params) {
   ferry_device_batch *db = job->db;
   size_t item = db->images.tensor.nbytes / db->batch_size;
@@ -170,16 +170,16 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   ferry_status st = image_layout(job->batch, field, o->normalize, &dtype, &ndim, shape);
   if (st != FERRY_OK) return st;
   ferry_norm_params params, *norm = NULL;
-  size_t hw = 0;
+  ferry_norm_shape hw = {0, 0, 0, 0};
   if (o->normalize != FERRY_NORMALIZE_NONE) {
     if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
     norm = &params;
-    hw = (size_t)(shape[2] * shape[3]);
+    hw = (ferry_norm_shape){(size_t)shape[2], (size_t)shape[3], (size_t)shape[2], (size_t)shape[3]};
   }
   /* Present once allocated, for the same reason as a sample's slot. */
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
-  return st == FERRY_OK ? copy_image_rows(job, field, hw, norm) : st;
+  return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : st;
 }
 
 /* A sample's own image tensor, when the batch's images differ in shape: a copy of its
@@ -194,7 +194,7 @@ static ferry_status copy_sample_image(transfer_job *job, size_t sample, size_t k
   int64_t shape[FERRY_MAX_RANK];
   size_t field = (size_t)db->source_field[k];
   ferry_status st = ferry_batch_sample(job->batch, field, sample, &view);
-  if (st == FERRY_OK) st = image_shape(ferry_batch_field_spec(job->batch, field), &view, o->normalize, &dtype, &ndim, shape);
+  if (st == FERRY_OK) st = ferry__image_shape(ferry_batch_field_spec(job->batch, field), &view, o->normalize, &dtype, &ndim, shape);
   if (st == FERRY_OK) st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, dtype, ndim, shape);
   if (st != FERRY_OK) return st;
   slot->present = 1;
@@ -202,8 +202,8 @@ static ferry_status copy_sample_image(transfer_job *job, size_t sample, size_t k
     return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
   ferry_norm_params params;
   if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
-  return ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, slot->tensor.data,
-                                  (size_t)(shape[1] * shape[2]), &params);
+  ferry_norm_shape hw = {(size_t)shape[1], (size_t)shape[2], (size_t)shape[1], (size_t)shape[2]};
+  return ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, slot->tensor.data, &hw, &params);
 }
 
 static void run_stream_hooks(void *arg) {
@@ -226,11 +226,23 @@ static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_
   return st;
 }
 
-/* The batch tensor (image_field >= 0), then every sample's record of every other
- * field; `own_images` is the record index of images that differ in shape (-1). */
-static ferry_status queue_copies(transfer_job *job, int image_field, int own_images) {
+/* The padded batch tensor of images that differ in size (padded_images.c). */
+static ferry_status copy_padded(transfer_job *job, size_t field, const ferry__padded_layout *layout) {
+  ferry_norm_params params;
+  ferry_status st = job->options->normalize != FERRY_NORMALIZE_NONE ? normalisation_params(job, &params) : FERRY_OK;
+  if (st != FERRY_OK) return st;
+  return ferry__copy_padded_images(job->db, job->batch, field, layout,
+                                   job->options->normalize != FERRY_NORMALIZE_NONE ? &params : NULL,
+                                   job->src_on_host, job->kind);
+}
+
+/* The batch tensor (image_field >= 0: padded when `padded` is set), then every
+ * sample's record of every other field; `own_images` is the record index of images
+ * that differ in shape (-1). */
+static ferry_status queue_copies(transfer_job *job, int image_field, const ferry__padded_layout *padded,
+                                 int own_images) {
   ferry_status st = FERRY_OK;
-  if (image_field >= 0) st = copy_images(job, (size_t)image_field);
+  if (image_field >= 0) st = padded ? copy_padded(job, (size_t)image_field, padded) : copy_images(job, (size_t)image_field);
   for (size_t i = 0; i < job->db->batch_size && st == FERRY_OK; i++)
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
       st = (int)k == own_images ? copy_sample_image(job, i, k) : copy_sample_field(job, i, k);
@@ -266,11 +278,16 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
   int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
   const ferry__producer *producer = images_producer(batch, o);
-  /* Images of different shapes: no batch tensor, each sample's image a record. */
-  int own_images = !producer && images_differ(batch, image_field);
+  /* Images of different shapes: one padded batch tensor when asked (pad_multiple),
+   * else no batch tensor and each sample's image a record. */
+  ferry__padded_layout layout;
+  ferry_status st = FERRY_OK;
+  int padded = !producer && ferry__images_padded_layout(batch, image_field, o, &layout, &st);
+  if (st != FERRY_OK) return st;
+  int own_images = !producer && !padded && images_differ(batch, image_field);
   if (own_images) image_field = -1;
   ferry_device_batch *db = NULL;
-  ferry_status st = ferry__device_batch_new(device, stream, batch,
+  st = ferry__device_batch_new(device, stream, batch,
                                             fields_not_records(batch, image_field, producer), &db);
   if (st != FERRY_OK) return st;
   transfer_job job = {.db = db, .batch = batch, .options = o,
@@ -280,7 +297,7 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   for (size_t k = 0; own_images && k < db->nfields; k++)
     if (strcmp(db->names[k], image_name) == 0) own_k = (int)k;
   if (producer) st = producer->produce(producer->self, db, batch, o);
-  if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field, own_k);
+  if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field, padded ? &layout : NULL, own_k);
   /* Whatever was queued reads the batch: hold it until that has run, even on failure.
    * The hold comes before the hooks: the source batch need not wait for them. */
   ferry__batch_hold_stream(batch, stream);

@@ -99,7 +99,7 @@ class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h
 class TransferOptions(Structure):  # ferry_transfer_options, include/ferry/transfer.h
     _fields_ = [("image_field", c_char_p), ("normalize", c_int),
                 ("mean", ctypes.c_float * 3), ("std", ctypes.c_float * 3), ("hooks", c_void_p),
-                ("nhooks", c_size_t)]
+                ("nhooks", c_size_t), ("pad_multiple", c_size_t)]
 
 
 class DLDevice(Structure):  # DLDevice, <dlpack/dlpack.h> 0.6

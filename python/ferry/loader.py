@@ -217,7 +217,9 @@ class Loader:
         decode_mode = c_int()
         check(lib.ferry_decode_mode_parse(str(decode).encode(), byref(decode_mode)), "decode")
         config.image.decode = decode_mode.value
-        self._transfer = _capi.TransferOptions(normalize=normalize)
+        # Images of different sizes come as one batch tensor padded by the transfer's
+        # own copies (DETR's NestedTensor), rounded up to size_divisibility.
+        self._transfer = _capi.TransferOptions(normalize=normalize, pad_multiple=self.size_divisibility)
 
         loader = c_void_p()
         check(lib.ferry_loader_open(byref(config), byref(loader)))
@@ -294,18 +296,9 @@ class Loader:
         n = lib.ferry_device_batch_size(landed)
         images = None
         if self._images:
-            status = lib.ferry_device_batch_take_images(landed, tensor)
-            if status == _capi.OK:
-                images = self._padded(self._channels_first(convert(), 1), None)
-            elif status == _capi.ENOTFOUND:
-                # the samples' images differ in shape: each its own tensor, padded here
-                own = []
-                for i in range(n):
-                    check(take(landed, i, b"images", tensor), f"sample {i}, its image")
-                    own.append(self._channels_first(convert(), 0))
-                images = self._padded(None, own)
-            else:
-                check(status, "the images")
+            # one tensor, padded by the transfer when the sizes differ (pad_multiple)
+            check(lib.ferry_device_batch_take_images(landed, tensor), "the images")
+            images = self._channels_first(convert(), 1)
         targets = []
         for i in range(n):
             sample = {}
@@ -325,28 +318,6 @@ class Loader:
         if self._convert.name == "torch":
             return images.permute(*order)
         return images.transpose(order)
-
-    def _padded(self, batch, own):
-        """The batch's images as one [B, 3, H, W] tensor, zero-padded at the bottom and
-        right to the largest height and width rounded up to size_divisibility (DETR's
-        NestedTensor): `batch`, a dense tensor already (padded only when its size is
-        not a multiple), or `own`, each sample's [3, h_i, w_i]."""
-        d = self.size_divisibility
-        shapes = [tuple(batch.shape[-2:])] if own is None else [tuple(t.shape[-2:]) for t in own]
-        h = -(-max(s[0] for s in shapes) // d) * d
-        w = -(-max(s[1] for s in shapes) // d) * d
-        if own is None and tuple(batch.shape[-2:]) == (h, w):
-            return batch
-        parts = [batch[i] for i in range(batch.shape[0])] if own is None else own
-        first = parts[0]
-        shape = (len(parts), first.shape[0], h, w)
-        if self._convert.name == "torch":
-            out = self._convert.torch.zeros(shape, dtype=first.dtype, device=first.device)
-        else:
-            out = self._convert.numpy.zeros(shape, dtype=first.dtype)
-        for i, part in enumerate(parts):
-            out[i, :, :part.shape[-2], :part.shape[-1]] = part
-        return out
 
     # ---- epochs, resume, statistics ----------------------------------------------------
 

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""torch_peer: ferry's Python loader against a torch DataLoader running RF-DETR's recipe.
+
+    repro/torch_peer.py --annotations FILE --images DIR [--build build] [--workers 2]
+        [--batch 8] [--resolution 312] [--patch-size 12] [--num-windows 1]
+        [--augment rfdetr-square] [--multi-scale per-sample] [--batches 40] [--rounds 3]
+
+The peer is what an RF-DETR 1.11 user trains with today: a torch DataLoader (the same
+workers, batch, shuffling) whose dataset opens each image with Pillow, makes its
+target as ConvertCoco does (pycocotools masks at full size), and runs the training
+recipe of coco.py's _build_train_resize_transforms with its classes' semantics
+(tests/common/rfdetr_reference.py: RandomSelect, RandomChoice of Resize,
+RandomResize, RandomSizedCrop, RandomHorizontalFlip, drawn from torch's generator in
+their order; Pillow resizes, nearest masks), then ToDtype, Normalize and boxes to
+normalised cxcywh; the collate pads the images to the batch's largest, as DETR's
+nested tensors do. ferry's side is ferry.Loader with the same recipe, workers, batch
+and resolution, images padded the same way (tensor_type torch). Each round runs both,
+each in a fresh process, alternating which goes first; a round's ratio is ferry /
+peer. Images/s over --batches batches after a warm-up of 3 (the peer's workers start
+their processes in the first). Needs torch, Pillow and pycocotools (./run test puts
+them in build/python-venv). The same libferry.so as throughput (BUILD/libferry.so
+through $FERRY_LIB), the package from python/.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+WARMUP = 3
+
+
+def peer_loader(args):
+    """RF-DETR's training pipeline, restated, in a torch DataLoader."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+    import torch
+    from pycocotools.coco import COCO
+    import rfdetr_reference as ref
+
+    scales = ref.multi_scale_scales(args.resolution, False, args.patch_size, args.num_windows) \
+        if args.multi_scale == "per-sample" else [args.resolution]
+    square = args.augment == "rfdetr-square"
+
+    class Dataset(torch.utils.data.Dataset):
+        def __init__(self):
+            import contextlib
+            import io
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.coco = COCO(args.annotations)
+            self.ids = sorted(self.coco.imgs)
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, i):
+            im = self.coco.imgs[self.ids[i]]
+            anns = self.coco.imgToAnns.get(im["id"], [])
+            s = ref.Sample(os.path.join(args.images, im["file_name"]), im, anns)
+            s.replay(ref.draw(im["height"], im["width"], scales, square))
+            h, w = s.size()
+            b = s.boxes
+            cxcywh = torch.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2,
+                                  b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], -1)
+            target = {"boxes": cxcywh / torch.tensor([w, h, w, h], dtype=torch.float32),
+                      "labels": s.labels, "masks": s.masks, "area": s.area,
+                      "image_id": torch.tensor([im["id"]]), "size": torch.tensor([h, w])}
+            return s.normalised(), target
+
+    def collate(batch):
+        images = [b[0] for b in batch]
+        hmax = max(x.shape[1] for x in images)
+        wmax = max(x.shape[2] for x in images)
+        out = torch.zeros(len(images), 3, hmax, wmax)
+        for k, x in enumerate(images):
+            out[k, :, :x.shape[1], :x.shape[2]].copy_(x)
+        return out, [b[1] for b in batch]
+
+    return torch.utils.data.DataLoader(Dataset(), batch_size=args.batch, shuffle=True,
+                                       num_workers=args.workers, collate_fn=collate,
+                                       persistent_workers=args.workers > 0)
+
+
+def ferry_loader(args):
+    import ferry
+    return ferry.Loader(args.annotations, args.images, batch_size=args.batch, workers=args.workers,
+                        resolution=args.resolution, augment=args.augment, multi_scale=args.multi_scale,
+                        patch_size=args.patch_size, num_windows=args.num_windows, tensor_type="torch")
+
+
+def child_rate(args):
+    """The child: images/s of one side after the warm-up batches."""
+    loader = peer_loader(args) if args.side == "peer" else ferry_loader(args)
+
+    def batches():
+        while True:
+            yield from loader
+
+    stream = batches()
+    for _ in range(WARMUP):
+        next(stream)
+    images = 0
+    start = time.perf_counter()
+    for _ in range(args.batches):
+        images += next(stream)[0].shape[0]
+    rate = images / (time.perf_counter() - start)
+    print(f"{rate:.3f}")
+    os._exit(0)  # the peer's worker processes and ferry's threads end with us
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--annotations", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--resolution", type=int, default=312)
+    p.add_argument("--patch-size", type=int, default=12)
+    p.add_argument("--num-windows", type=int, default=1)
+    p.add_argument("--augment", default="rfdetr-square", choices=["rfdetr-square", "rfdetr"])
+    p.add_argument("--multi-scale", default="per-sample", choices=["off", "per-sample"])
+    p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--side", choices=["peer", "ferry"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.side:
+        return child_rate(args)
+    env = dict(os.environ, FERRY_LIB=os.path.join(os.path.abspath(args.build), "libferry.so"),
+               PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    base = [sys.executable, os.path.abspath(__file__)] + [a for a in sys.argv[1:] if a != "--json"]
+
+    def run(side):
+        out = subprocess.run(base + ["--side", side], env=env, check=True, capture_output=True, text=True)
+        return float(out.stdout.split()[-1])
+
+    rounds = []
+    for r in range(args.rounds):
+        first, second = ("ferry", "peer") if r % 2 == 0 else ("peer", "ferry")
+        rates = {first: run(first), second: run(second)}
+        rounds.append({**rates, "ratio": rates["ferry"] / rates["peer"]})
+        if not args.json:
+            print(f"round {r + 1}: ferry {rates['ferry']:.1f} images/s, peer {rates['peer']:.1f}: "
+                  f"ratio {rates['ferry'] / rates['peer']:.2f}", flush=True)
+    summary = {k: {"median": statistics.median(v[k] for v in rounds), "min": min(v[k] for v in rounds),
+                   "max": max(v[k] for v in rounds)} for k in ("ferry", "peer", "ratio")}
+    summary.update(workers=args.workers, batch=args.batch, resolution=args.resolution,
+                   augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        s = summary["ratio"]
+        print(f"ferry / peer images/s: {s['median']:.2f} median [{s['min']:.2f}, {s['max']:.2f}] over "
+              f"{args.rounds} rounds; {args.workers} workers, batch {args.batch}, {args.augment}, "
+              f"multi-scale {args.multi_scale}, resolution {args.resolution}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
