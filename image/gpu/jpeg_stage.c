@@ -340,13 +340,14 @@ static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o)
   ferry_device_batch *db = r->db;
   ferry_norm_params params;
   ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
-  size_t hw = (size_t)r->s->resolution * r->s->resolution;
+  size_t side = (size_t)r->s->resolution;
+  ferry_norm_shape shape = {side, side, side, side};
   size_t out_item = db->images.tensor.nbytes / db->batch_size;
   int pixels_on_host = db->device->kind == FERRY_DEVICE_HOST;
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < db->batch_size && st == FERRY_OK; i++)
     st = ferry__normalize_enqueue(db->stream, r->pixels + i * r->item, pixels_on_host,
-                                  (char *)db->images.tensor.data + i * out_item, hw, &params);
+                                  (char *)db->images.tensor.data + i * out_item, &shape, &params);
   return st;
 }
 

@@ -98,6 +98,13 @@ typedef struct ferry_transfer_options {
   /* Run in array order, ON_STREAM ones after ENQUEUE ones' queued work. Copied. */
   const ferry_transfer_hook *hooks;
   size_t nhooks; /* at most FERRY_TRANSFER_MAX_HOOKS */
+  /* 0: images whose sizes differ (a training recipe's, image.h) are one record per
+   * sample. n >= 1: they are one batch tensor, [B,C,Hp,Wp] (CHW and normalised
+   * images) or [B,Hp,Wp,C] (HWC), Hp and Wp the batch's largest height and width
+   * rounded up to a multiple of n, each image at the top left of its row and zeros
+   * (0.0 after normalisation) around it: DETR's padded batch, made by the copies
+   * themselves. Same-size images not multiples of n are padded too. */
+  size_t pad_multiple;
 } ferry_transfer_options;
 
 /* Copy `batch` to `device` on `stream` (NULL: the device's default stream; otherwise a
