@@ -228,7 +228,7 @@ static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratc
   if (rows >= 0 && (size_t)rows != n)
     return ferry__fail(FERRY_EFORMAT, "%zu instances survive the crop, but %lld were laid out", n, (long long)rows);
   if (f->boxes >= 0) write_augmented_boxes(ctx, sc->boxes, n, out_h, out_w, ferry__loader_slice(batch, f->boxes, slot));
-  if (f->area >= 0) memcpy(ferry__loader_slice(batch, f->area, slot), sc->areas, n * sizeof *sc->areas);
+  if (f->area >= 0 && n) memcpy(ferry__loader_slice(batch, f->area, slot), sc->areas, n * sizeof *sc->areas);
   ferry_target_options opts = ctx->target;
   opts.mask_height = out_h;
   opts.mask_width = out_w;

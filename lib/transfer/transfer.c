@@ -84,32 +84,6 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
 }
 
-/* The shape and dtype of one image once it is on the device: its view's (`inner`, the
- * sample's own shape), or, normalised, [3,H,W] from u8 [H,W,3]. */
-ferry_status ferry__image_shape(const ferry_field_spec *spec, const ferry_tensor *inner, ferry_normalize normalize,
-                                ferry_dtype *dtype, int *ndim, int64_t *shape) {
-  if (spec->kind != FERRY_FIELD_PER_SAMPLE)
-    return ferry__fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
-  if (normalize == FERRY_NORMALIZE_NONE) {
-    *dtype = spec->dtype;
-    *ndim = inner->ndim;
-    for (int d = 0; d < inner->ndim; d++) shape[d] = inner->shape[d];
-    return FERRY_OK;
-  }
-  if (normalize != FERRY_NORMALIZE_F32 && normalize != FERRY_NORMALIZE_BF16)
-    return ferry__fail(FERRY_EINVAL, "transfer: unknown normalisation %d", (int)normalize);
-  if (spec->dtype != FERRY_U8 || inner->ndim != 3 || inner->shape[2] != 3)
-    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
-                      spec->name);
-  /* Normalisation also transposes: [H,W,3] becomes [3,H,W]. */
-  *dtype = normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
-  *ndim = 3;
-  shape[0] = 3;
-  shape[1] = inner->shape[0];
-  shape[2] = inner->shape[1];
-  return FERRY_OK;
-}
-
 /* The batch tensor's: [B, one image's shape]. */
 static ferry_status image_layout(const ferry_batch *batch, size_t field, ferry_normalize normalize, ferry_dtype *dtype,
                                  int *ndim, int64_t *shape) {
@@ -226,7 +200,7 @@ static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_
   return st;
 }
 
-/* The padded batch tensor of images that differ in size (padded_images.c). */
+/* The padded batch tensor of images that differ in size (image_tensor.c). */
 static ferry_status copy_padded(transfer_job *job, size_t field, const ferry__padded_layout *layout) {
   ferry_norm_params params;
   ferry_status st = job->options->normalize != FERRY_NORMALIZE_NONE ? normalisation_params(job, &params) : FERRY_OK;

@@ -53,13 +53,13 @@ ferry_status ferry__transfer_begin(ferry_device *device, ferry_stream **stream, 
 ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                    const ferry_transfer_options *o, ferry_device_batch **out);
 
-/* The shape and dtype of one image once it is on the device (ndim dimensions): its
+/* The shape and dtype of one image once it is on the device (image_tensor.c): its
  * view's, or [3,H,W] normalised from u8 [H,W,3]. FERRY_EINVAL for a field that is
  * not per-sample, FERRY_EUNSUPPORTED for one normalisation cannot read. */
 ferry_status ferry__image_shape(const ferry_field_spec *spec, const ferry_tensor *view, ferry_normalize normalize,
                                 ferry_dtype *dtype, int *ndim, int64_t *shape);
 
-/* A padded batch tensor (padded_images.c): its dtype and shape [B, ...], and where
+/* A padded batch tensor (image_tensor.c): its dtype and shape [B, ...], and where
  * the height is in an image's shape (the width follows it). */
 typedef struct ferry__padded_layout {
   ferry_dtype dtype;

@@ -1,7 +1,9 @@
-/* lib/transfer/padded_images.c - one batch tensor from images of different sizes,
- * zero-padded at the bottom and right (ferry_transfer_options.pad_multiple): the
- * batch DETR's NestedTensor makes, built by the copies themselves rather than by a
- * second pass over a batch of per-sample tensors.
+/* lib/transfer/image_tensor.c - what the image field becomes on the device: one
+ * image's shape and dtype there (as copied, or normalised from u8 [H,W,3] to [3,H,W]),
+ * and the batch tensor of images of different sizes, zero-padded at the bottom and
+ * right (ferry_transfer_options.pad_multiple): the batch DETR's NestedTensor makes,
+ * built by the copies themselves rather than by a second pass over a batch of
+ * per-sample tensors.
  *
  * Owns nothing between calls. Called by transfer.c's direct path on the caller's
  * thread; the copies and normalisations it queues run in stream order like the
@@ -30,6 +32,32 @@ static int height_dim(const ferry_field_spec *spec, const int64_t *shape, ferry_
   for (int d = 0; d + 1 < spec->inner_ndim; d++)
     if (spec->inner_shape[d] == FERRY_DIM_SAMPLE_H) return d;
   return shape[2] == 3 ? 0 : shape[0] == 3 ? 1 : -1;
+}
+
+/* The shape and dtype of one image once it is on the device: its view's (`inner`, the
+ * sample's own shape), or, normalised, [3,H,W] from u8 [H,W,3]. */
+ferry_status ferry__image_shape(const ferry_field_spec *spec, const ferry_tensor *inner, ferry_normalize normalize,
+                                ferry_dtype *dtype, int *ndim, int64_t *shape) {
+  if (spec->kind != FERRY_FIELD_PER_SAMPLE)
+    return ferry__fail(FERRY_EINVAL, "transfer: image field '%s' must be a per-sample field", spec->name);
+  if (normalize == FERRY_NORMALIZE_NONE) {
+    *dtype = spec->dtype;
+    *ndim = inner->ndim;
+    for (int d = 0; d < inner->ndim; d++) shape[d] = inner->shape[d];
+    return FERRY_OK;
+  }
+  if (normalize != FERRY_NORMALIZE_F32 && normalize != FERRY_NORMALIZE_BF16)
+    return ferry__fail(FERRY_EINVAL, "transfer: unknown normalisation %d", (int)normalize);
+  if (spec->dtype != FERRY_U8 || inner->ndim != 3 || inner->shape[2] != 3)
+    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: normalising '%s' needs u8 [H,W,3] images",
+                      spec->name);
+  /* Normalisation also transposes: [H,W,3] becomes [3,H,W]. */
+  *dtype = normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
+  *ndim = 3;
+  shape[0] = 3;
+  shape[1] = inner->shape[0];
+  shape[2] = inner->shape[1];
+  return FERRY_OK;
 }
 
 static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
