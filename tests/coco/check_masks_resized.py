@@ -25,15 +25,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 
-try:
-    import numpy as np
-    from pycocotools import mask as maskUtils
-except ImportError as e:
-    if os.environ.get("CI"):
-        print(f"FAILED: pycocotools/numpy is required when CI is set ({e})")
-        sys.exit(1)
-    print(f"skipped: pycocotools/numpy not installed ({e})")
-    sys.exit(77)
+from checklist import require_modules  # noqa: E402
+
+np, maskUtils = require_modules("numpy", "pycocotools.mask")
 
 from coco_masks import full_mask, images_with_annotations, kept  # noqa: E402
 from nearest import resize_nearest  # noqa: E402

@@ -21,23 +21,10 @@ import subprocess
 import sys
 
 
-def require_modules():
-    try:
-        import numpy  # noqa: F401
-        from pycocotools import mask  # noqa: F401
-    except ImportError as e:
-        if os.environ.get("CI"):
-            print(f"FAILED: pycocotools/numpy is required when CI is set ({e})")
-            sys.exit(1)
-        print(f"skipped: pycocotools/numpy not installed ({e})")
-        sys.exit(77)
-
-
-require_modules()
-import numpy as np  # noqa: E402
-from pycocotools import mask as maskUtils  # noqa: E402
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checklist import require_modules  # noqa: E402
+
+np, maskUtils = require_modules("numpy", "pycocotools.mask")
 from nearest import resize_nearest  # noqa: E402  (torch's rule; checked against torch)
 
 
