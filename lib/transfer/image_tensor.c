@@ -77,12 +77,19 @@ int ferry__images_padded_layout(const ferry_batch *batch, int field, const ferry
     if (*st != FERRY_OK) break;
     out->hdim = out->ndim == 3 ? height_dim(spec, one, o->normalize) : -1;
     if (out->hdim < 0) {
-      *st = ferry__fail(FERRY_EINVAL, "transfer: pad_multiple: '%s' is not an image of [H,W,C] or [C,H,W]",
-                        spec->name);
+      /* nothing to pad in a dense field of another shape at multiple 1; a larger
+       * multiple it cannot apply is refused rather than ignored */
+      if (!ferry__spec_has_sample_dims(spec) && o->pad_multiple == 1) return 0;
+      *st = ferry__fail(FERRY_EINVAL, "transfer: pad_multiple %zu: '%s' is not an image of [H,W,C] or [C,H,W]",
+                        o->pad_multiple, spec->name);
       break;
     }
     int64_t h = one[out->hdim], w = one[out->hdim + 1];
-    if (i == 0) memcpy(out->shape + 1, one, sizeof(int64_t) * (size_t)out->ndim), first[0] = h, first[1] = w;
+    if (i == 0) {
+      memcpy(out->shape + 1, one, sizeof(int64_t) * (size_t)out->ndim);
+      first[0] = h;
+      first[1] = w;
+    }
     differ |= h != first[0] || w != first[1];
     hw[0] = h > hw[0] ? h : hw[0];
     hw[1] = w > hw[1] ? w : hw[1];

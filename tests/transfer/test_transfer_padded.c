@@ -157,3 +157,26 @@ static void same_sizes(const char *name) {
 }
 
 ON_EVERY_BACKEND(transfer_padded, same_size_images_pad_only_to_reach_the_multiple, same_sizes)
+
+/* A dense image field of another shape ([H,W]): nothing to pad at multiple 1, and a
+ * larger multiple, which it cannot apply, refused naming the field. */
+static void other_shapes(const char *name) {
+  rig r = rig_open(name);
+  ferry_field_spec f = {"images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 2, {5, 7}};
+  int64_t rows[B] = {1, 1, 1, 1};
+  ferry_batch *b;
+  cr_assert_eq(ferry_batch_create(r.pool, B, 1, &f, rows, &b), FERRY_OK, "%s", ferry_last_error());
+  ferry_device_batch *db = transfer(&r, b, 1, FERRY_NORMALIZE_NONE);
+  cr_assert(ferry_device_batch_images(db) && ferry_device_batch_images(db)->shape[1] == 5, "multiple 1: as it is");
+  ferry_device_batch_free(db);
+  ferry_transfer_options o = {.pad_multiple = 4};
+  db = NULL;
+  cr_assert_eq(ferry_transfer(r.device, r.stream, b, &o, &db), FERRY_EINVAL);
+  cr_assert_null(db);
+  cr_assert(strstr(ferry_last_error(), "pad_multiple 4") && strstr(ferry_last_error(), "'images'"), "%s",
+            ferry_last_error());
+  ferry_batch_release(b);
+  rig_close(&r);
+}
+
+ON_EVERY_BACKEND(transfer_padded, a_multiple_it_cannot_apply_is_refused, other_shapes)
