@@ -475,10 +475,11 @@ ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decod
                   .norm = layout == FERRY_LAYOUT_F32_CHW ? ferry__resize_imagenet_norm() : NULL};
   view_taps(d, mem, &parts, reuse, width, height, view, &j);
   if (!reuse) memcpy(d->taps_shape, shape, sizeof shape);
-  /* a width that already matches is never resampled horizontally, unless the view
+  /* a width the full resize keeps is never resampled horizontally, unless the view
    * takes some of its columns or mirrors them (the filters are then exact copies,
-   * weight 1, so the bytes are the same) */
-  int h_pass = width != out_w || view->x != 0 || view->mirror;
+   * weight 1, so the bytes are the same); a view as wide as the source of a resize
+   * that changes the width is still resampled */
+  int h_pass = width != view->full_w || view->x != 0 || out_w != view->full_w || view->mirror;
   st = h_pass ? horizontal_plan(k, d, &j.h, width, view, &j.plan) : FERRY_OK;
   if (st < 0) return st;
   /* the order the full resize takes */

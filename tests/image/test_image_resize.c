@@ -282,6 +282,17 @@ Test(image_resize, a_view_is_the_full_resize_cropped_and_mirrored) {
     free(src);
   }
 #undef NEXT
+  /* views as wide (or as tall) as the source, of resizes that change that side */
+  static const int coincide[][8] = {{50, 40, 60, 40, 0, 0, 50, 40}, {50, 40, 60, 30, 0, 2, 50, 20},
+                                    {40, 50, 40, 60, 0, 0, 40, 50}, {30, 30, 20, 20, 0, 0, 20, 20}};
+  for (size_t i = 0; i < sizeof coincide / sizeof *coincide; i++) {
+    const int *c = coincide[i];
+    ferry_resize_view v = {c[2], c[3], c[4], c[5], c[6], c[7], 0};
+    uint8_t *src = malloc((size_t)c[0] * c[1] * 3);
+    for (size_t b = 0; b < (size_t)c[0] * c[1] * 3; b++) src[b] = (uint8_t)((r = r * 1103515245u + 12345u) >> 16);
+    for (int s = 0; s < 2; s++) expect_view(d, sets[s], src, c[0], c[1], &v, FERRY_LAYOUT_U8_HWC);
+    free(src);
+  }
   ferry_resize_view outside = {10, 10, 5, 0, 6, 10, 0};
   uint8_t px[12] = {0}, out[600];
   cr_assert_eq(ferry__image_resize_view(&ferry__resize_portable, d, px, 6, 2, 2, &outside, FERRY_LAYOUT_U8_HWC,
