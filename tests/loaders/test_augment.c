@@ -256,7 +256,7 @@ Test(augment, records_without_images_decode_nothing, .timeout = 60) {
   ferry_loader_config c;
   recipe_config(&c, FERRY_AUGMENT_RFDETR, FERRY_MULTI_SCALE_PER_SAMPLE);
   c.fields = FERRY_LOADER_FIELD_AUGMENT | FERRY_LOADER_FIELD_NO_IMAGES | FERRY_LOADER_FIELD_BOXES;
-  char empty[] = "/tmp/ferry-no-images-XXXXXX";
+  char empty[] = "/tmp/ferry-no-images-XXXXXX"; /* mkdtemp's template: an empty images folder */
   cr_assert_not_null(mkdtemp(empty));
   c.images = empty;
   ferry_loader *l = open_loader(&c);

@@ -221,4 +221,33 @@ static inline void expect_equal_to_snapshot(ferry_device_batch *db, const snapsh
   }
 }
 
+/* A device, a stream of it and a pool of `arenas` arenas for it. */
+typedef struct rig {
+  ferry_device *device;
+  ferry_stream *stream;
+  ferry_pool *pool;
+} rig;
+
+static inline rig rig_open(const char *name, size_t arenas) {
+  rig r = {open_device(name), NULL, NULL};
+  cr_assert_eq(ferry_stream_open(r.device, &r.stream), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_pool_open(r.device, arenas, 0, &r.pool), FERRY_OK);
+  return r;
+}
+
+static inline ferry_memory_stats stats_of(ferry_device *d) {
+  ferry_memory_stats s;
+  cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
+  return s;
+}
+
+/* Everything given back: no device byte may outlive its owner. */
+static inline void rig_close(rig *r) {
+  ferry_pool_close(r->pool);
+  ferry_stream_synchronize(r->stream);
+  cr_expect_eq(stats_of(r->device).live_bytes, 0, "device bytes leaked");
+  ferry_stream_close(r->stream);
+  ferry_device_close(r->device);
+}
+
 #endif

@@ -8,34 +8,6 @@
 #include "fixtures.h"
 #include "ferry/advanced.h"
 
-typedef struct rig {
-  ferry_device *device;
-  ferry_stream *stream;
-  ferry_pool *pool;
-} rig;
-
-static rig rig_open(const char *name, size_t arenas) {
-  rig r = {open_device(name), NULL, NULL};
-  cr_assert_eq(ferry_stream_open(r.device, &r.stream), FERRY_OK, "%s", ferry_last_error());
-  cr_assert_eq(ferry_pool_open(r.device, arenas, 0, &r.pool), FERRY_OK);
-  return r;
-}
-
-static ferry_memory_stats stats_of(ferry_device *d) {
-  ferry_memory_stats s;
-  cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
-  return s;
-}
-
-/* Everything given back: no device byte may outlive its owner. */
-static void rig_close(rig *r) {
-  ferry_pool_close(r->pool);
-  ferry_stream_synchronize(r->stream);
-  cr_expect_eq(stats_of(r->device).live_bytes, 0, "device bytes leaked");
-  ferry_stream_close(r->stream);
-  ferry_device_close(r->device);
-}
-
 /* By the direct path (ferry_transfer) or the packed-then-clone baseline
  * (lib/transfer/packed_copy.h): both must give the same outputs. */
 static ferry_device_batch *transfer_by_or_die(rig *r, ferry_batch *b, ferry__transfer_path path,

@@ -11,29 +11,6 @@ enum { B = 4 };
 static const int64_t SIZES[B][2] = {{5, 7}, {9, 3}, {6, 6}, {1, 1}}; /* largest: 9 x 7 */
 static const int64_t INSTANCES[B] = {2, 0, 1, 3};
 
-typedef struct rig {
-  ferry_device *device;
-  ferry_stream *stream;
-  ferry_pool *pool;
-} rig;
-
-static rig rig_open(const char *name) {
-  rig r = {open_device(name), NULL, NULL};
-  cr_assert_eq(ferry_stream_open(r.device, &r.stream), FERRY_OK, "%s", ferry_last_error());
-  cr_assert_eq(ferry_pool_open(r.device, 2, 0, &r.pool), FERRY_OK);
-  return r;
-}
-
-static void rig_close(rig *r) {
-  ferry_pool_close(r->pool);
-  ferry_stream_synchronize(r->stream);
-  ferry_memory_stats s;
-  cr_assert_eq(ferry_device_memory_stats(r->device, &s), FERRY_OK);
-  cr_expect_eq(s.live_bytes, 0, "device bytes leaked");
-  ferry_stream_close(r->stream);
-  ferry_device_close(r->device);
-}
-
 /* Images sized per sample ([h,w,3] u8, or [3,h,w] f32 when chw) and masks [N,h,w], filled
  * with values that name their sample and position (never 0 for images). */
 static ferry_batch *sized_batch(rig *r, int chw, const int64_t (*sizes)[2]) {
@@ -90,7 +67,7 @@ static void expect_padded_row(const uint8_t *got, const int64_t *shape, int hwc,
 /* Every layout: the padded tensor against the same batch transferred with one image
  * record per sample, and the masks, records both ways, equal. */
 static void check_layout(const char *name, int chw, ferry_normalize normalize, size_t pad, int64_t hp, int64_t wp) {
-  rig r = rig_open(name);
+  rig r = rig_open(name, 2);
   ferry_batch *b = sized_batch(&r, chw, SIZES);
   ferry_device_batch *own = transfer(&r, b, 0, normalize), *padded = transfer(&r, b, pad, normalize);
   cr_assert_null(ferry_device_batch_images(own), "pad_multiple 0: one image record per sample");
@@ -139,7 +116,7 @@ ON_EVERY_BACKEND(transfer_padded, bf16_images_pad_with_zero, normalised_bf16)
 /* Same-size images: left as they are when the multiple divides them, padded when not. */
 static void same_sizes(const char *name) {
   static const int64_t same[B][2] = {{6, 8}, {6, 8}, {6, 8}, {6, 8}};
-  rig r = rig_open(name);
+  rig r = rig_open(name, 2);
   ferry_batch *b = sized_batch(&r, 0, same);
   ferry_device_batch *dense = transfer(&r, b, 2, FERRY_NORMALIZE_NONE), *padded = transfer(&r, b, 4, FERRY_NORMALIZE_NONE);
   ferry_tensor *d = ferry_device_batch_images(dense), *p = ferry_device_batch_images(padded);
@@ -161,7 +138,7 @@ ON_EVERY_BACKEND(transfer_padded, same_size_images_pad_only_to_reach_the_multipl
 /* A dense image field of another shape ([H,W]): nothing to pad at multiple 1, and a
  * larger multiple, which it cannot apply, refused naming the field. */
 static void other_shapes(const char *name) {
-  rig r = rig_open(name);
+  rig r = rig_open(name, 2);
   ferry_field_spec f = {"images", FERRY_U8, FERRY_FIELD_PER_SAMPLE, 2, {5, 7}};
   int64_t rows[B] = {1, 1, 1, 1};
   ferry_batch *b;
