@@ -4,8 +4,14 @@
     repro/torch_peer.py --annotations FILE --images DIR [--build build] [--workers 2]
         [--batch 8] [--resolution 312] [--patch-size 12] [--num-windows 1]
         [--augment rfdetr-square] [--multi-scale per-sample] [--batches 40] [--rounds 3]
+        [--peer restated|rfdetr] [--peer-python PYTHON]
 
-The peer is what an RF-DETR 1.11 user trains with today: a torch DataLoader (the same
+Two peers. `--peer rfdetr` is the code an RF-DETR 1.11 user trains with: its own
+CocoDetection (ConvertCoco, pycocotools masks at full size), its
+make_coco_transforms[_square_div_64]("train", ...) pipeline and its make_collate_fn, in a
+torch DataLoader; it needs rfdetr 1.11 on torch >= 2, so --peer-python names that
+interpreter (./run test makes build/rfdetr-venv). `--peer restated` (the default, any
+torch) is the same recipe restated: a torch DataLoader (the same
 workers, batch, shuffling) whose dataset opens each image with Pillow, makes its
 target as ConvertCoco does (pycocotools masks at full size), and runs the training
 recipe of coco.py's _build_train_resize_transforms with its classes' semantics
@@ -17,7 +23,8 @@ nested tensors do. ferry's side is ferry.Loader with the same recipe, workers, b
 and resolution, images padded the same way (tensor_type torch). Each round runs both,
 each in a fresh process, alternating which goes first; a round's ratio is ferry /
 peer. Images/s over --batches batches after a warm-up of 3 (the peer's workers start
-their processes in the first). Needs torch, Pillow and pycocotools (./run test puts
+their processes in the first), and the CPU milliseconds each side spends per image (its
+threads, and the peer's worker processes), which a busy machine changes less than rates. Needs torch, Pillow and pycocotools (./run test puts
 them in build/python-venv). The same libferry.so as throughput (BUILD/libferry.so
 through $FERRY_LIB), the package from python/.
 """
@@ -83,6 +90,37 @@ def peer_loader(args):
                                        persistent_workers=args.workers > 0)
 
 
+def rfdetr_loader(args):
+    """RF-DETR 1.11's own training pipeline: its CocoDetection, its transforms, its collate.
+
+    What RFDETRDataModule.train_dataloader builds for a segmentation model trained on a
+    COCO folder (build_coco with segmentation_head, so masks and no draft decode), with
+    its default torchvision backend on the CPU; the DataLoader's sampler is plain
+    shuffling (no grad-accumulation padding, which changes no sample's work).
+    """
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    import torch
+    from rfdetr.datasets.coco import CocoDetection, make_coco_transforms, make_coco_transforms_square_div_64
+    from rfdetr.utilities.tensors import make_collate_fn
+
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+    build = make_coco_transforms_square_div_64 if args.augment == "rfdetr-square" else make_coco_transforms
+    transforms = build("train", args.resolution, multi_scale=args.multi_scale == "per-sample",
+                       expanded_scales=False, skip_random_resize=False, patch_size=args.patch_size,
+                       num_windows=args.num_windows)
+    with contextlib.redirect_stdout(io.StringIO()):
+        dataset = CocoDetection(args.images, args.annotations, transforms=transforms, include_masks=True)
+    return torch.utils.data.DataLoader(dataset, batch_size=args.batch, shuffle=True,
+                                       num_workers=args.workers,
+                                       collate_fn=make_collate_fn(block_size=args.patch_size * args.num_windows),
+                                       persistent_workers=args.workers > 0)
+
+
 def ferry_loader(args):
     import ferry
     return ferry.Loader(args.annotations, args.images, batch_size=args.batch, workers=args.workers,
@@ -90,9 +128,26 @@ def ferry_loader(args):
                         patch_size=args.patch_size, num_windows=args.num_windows, tensor_type="torch")
 
 
+def cpu_seconds(loader):
+    """CPU time (user + system) of this process and of the DataLoader's worker processes
+    (read from /proc: they run until we exit, so RUSAGE_CHILDREN never sees them)."""
+    import resource
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    total = use.ru_utime + use.ru_stime
+    for worker in getattr(getattr(loader, "_iterator", None), "_workers", None) or []:
+        with open(f"/proc/{worker.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def child_rate(args):
-    """The child: images/s of one side after the warm-up batches."""
-    loader = peer_loader(args) if args.side == "peer" else ferry_loader(args)
+    """The child: images/s of one side after the warm-up batches, and its CPU
+    milliseconds per image (all its threads and processes)."""
+    if args.side == "ferry":
+        loader = ferry_loader(args)
+    else:
+        loader = rfdetr_loader(args) if args.peer == "rfdetr" else peer_loader(args)
 
     def batches():
         while True:
@@ -102,11 +157,12 @@ def child_rate(args):
     for _ in range(WARMUP):
         next(stream)
     images = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds(loader)
     for _ in range(args.batches):
-        images += next(stream)[0].shape[0]
+        batch = next(stream)[0]
+        images += getattr(batch, "tensors", batch).shape[0]  # RF-DETR's collate: a NestedTensor
     rate = images / (time.perf_counter() - start)
-    print(f"{rate:.3f}")
+    print(f"{rate:.3f} {1000 * (cpu_seconds(loader) - cpu) / images:.4f}")
     os._exit(0)  # the peer's worker processes and ferry's threads end with us
 
 
@@ -124,6 +180,11 @@ def main():
     p.add_argument("--multi-scale", default="per-sample", choices=["off", "per-sample"])
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--peer", default="restated", choices=["restated", "rfdetr"],
+                   help="restated: tests/common/rfdetr_reference.py in a DataLoader; rfdetr: RF-DETR's own "
+                        "CocoDetection, transforms and collate (needs rfdetr 1.11 and torch >= 2)")
+    p.add_argument("--peer-python", default=sys.executable,
+                   help="the interpreter for the peer's side (e.g. a venv with torch 2 and rfdetr)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--side", choices=["peer", "ferry"], help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -131,30 +192,38 @@ def main():
         return child_rate(args)
     env = dict(os.environ, FERRY_LIB=os.path.join(os.path.abspath(args.build), "libferry.so"),
                PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    base = [sys.executable, os.path.abspath(__file__)] + [a for a in sys.argv[1:] if a != "--json"]
+    rest = [os.path.abspath(__file__)] + [a for a in sys.argv[1:] if a != "--json"]
 
     def run(side):
-        out = subprocess.run(base + ["--side", side], env=env, check=True, capture_output=True, text=True)
-        return float(out.stdout.split()[-1])
+        python = args.peer_python if side == "peer" else sys.executable
+        out = subprocess.run([python] + rest + ["--side", side], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"torch_peer: the {side} side failed ({python}):\n{out.stderr[-2000:]}")
+        rate, cpu_ms = out.stdout.split()[-2:]
+        return float(rate), float(cpu_ms)
 
     rounds = []
     for r in range(args.rounds):
         first, second = ("ferry", "peer") if r % 2 == 0 else ("peer", "ferry")
-        rates = {first: run(first), second: run(second)}
-        rounds.append({**rates, "ratio": rates["ferry"] / rates["peer"]})
+        got = {first: run(first), second: run(second)}
+        (ferry_rate, ferry_cpu), (peer_rate, peer_cpu) = got["ferry"], got["peer"]
+        rounds.append({"ferry": ferry_rate, "peer": peer_rate, "ratio": ferry_rate / peer_rate,
+                       "ferry_cpu_ms": ferry_cpu, "peer_cpu_ms": peer_cpu, "cpu_ratio": peer_cpu / ferry_cpu})
         if not args.json:
-            print(f"round {r + 1}: ferry {rates['ferry']:.1f} images/s, peer {rates['peer']:.1f}: "
-                  f"ratio {rates['ferry'] / rates['peer']:.2f}", flush=True)
+            print(f"round {r + 1}: ferry {ferry_rate:.1f} images/s ({ferry_cpu:.2f} CPU ms each), peer "
+                  f"{peer_rate:.1f} ({peer_cpu:.2f}): ratio {ferry_rate / peer_rate:.2f}, "
+                  f"CPU per image {peer_cpu / ferry_cpu:.2f}", flush=True)
     summary = {k: {"median": statistics.median(v[k] for v in rounds), "min": min(v[k] for v in rounds),
-                   "max": max(v[k] for v in rounds)} for k in ("ferry", "peer", "ratio")}
-    summary.update(workers=args.workers, batch=args.batch, resolution=args.resolution,
+                   "max": max(v[k] for v in rounds)} for k in rounds[0]}
+    summary.update(peer=args.peer, workers=args.workers, batch=args.batch, resolution=args.resolution,
                    augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds)
     if args.json:
         print(json.dumps(summary))
     else:
-        s = summary["ratio"]
+        s, c = summary["ratio"], summary["cpu_ratio"]
+        print(f"peer / ferry CPU per image: {c['median']:.2f} median [{c['min']:.2f}, {c['max']:.2f}]")
         print(f"ferry / peer images/s: {s['median']:.2f} median [{s['min']:.2f}, {s['max']:.2f}] over "
-              f"{args.rounds} rounds; {args.workers} workers, batch {args.batch}, {args.augment}, "
+              f"{args.rounds} rounds against the {args.peer} peer; {args.workers} workers, batch {args.batch}, {args.augment}, "
               f"multi-scale {args.multi_scale}, resolution {args.resolution}")
     return 0
 
