@@ -504,7 +504,9 @@ static int wander(run *r, int epoch) {
   if (ferry_loader_set_epoch(r->loader, epoch + 7) != FERRY_OK) return failed("set_epoch (wander)");
   for (uint64_t k = 1 + rng_below(2); k > 0; k--) {
     ferry_batch *b;
-    if (ferry_loader_next(r->loader, &b) != FERRY_OK) return failed("next (wander)");
+    ferry_status st = ferry_loader_next(r->loader, &b);
+    if (st == FERRY_EEND) break; /* an epoch of one batch */
+    if (st != FERRY_OK) return failed("next (wander)");
     if (consume(r, b, 1) != 0) return -1;
   }
   drop_held(r);
