@@ -102,7 +102,11 @@ static ferry_status plan_rows(ferry_loader *l, epoch_run *run, plan *p) {
                         : 0;
   for (size_t i = 0; i < p->count; i++) {
     int64_t n = l->instances[p->dataset_index[i]];
-    if (l->fill.varies) {
+    if (ferry__loader_over_instance_cap(&l->fill, n)) {
+      /* no rows and, with a recipe, 1 x 1: the worker refuses the sample (fill.c) */
+      n = 0;
+      if (l->fill.varies) p->sample_hw[2 * i] = p->sample_hw[2 * i + 1] = 1;
+    } else if (l->fill.varies) {
       ferry_status st = plan_sample(l, run, p, i, batch_scale, &n);
       if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", p->dataset_index[i]);
     }

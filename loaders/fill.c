@@ -117,6 +117,22 @@ ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, fer
   return FERRY_OK;
 }
 
+int ferry__loader_over_instance_cap(const fill_context *ctx, int64_t count) {
+  return count > 0 && (uint64_t)count > (uint64_t)ctx->max_instances;
+}
+
+/* Before the image is opened: its rows were never laid out, so nothing may be written. */
+ferry_status ferry__loader_check_instances(const fill_context *ctx, size_t index, int64_t count) {
+  if (!ferry__loader_over_instance_cap(ctx, count)) return FERRY_OK;
+  ferry_coco_image img;
+  ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
+  return ferry__fail(FERRY_ELIMIT, "dataset index %zu (image id %lld, file %s): %lld instances, more than "
+                     "config.max_instances = %zu allows one image; the sample is refused before its rows are "
+                     "laid out (raise max_instances to load it)", index, (long long)img.id,
+                     img.file_name ? img.file_name : "(none)", (long long)count, ctx->max_instances);
+}
+
 ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img) {
   if (w == img->width && h == img->height) return FERRY_OK;
   return ferry__fail(FERRY_EFORMAT, "%s: the image is %dx%d but the annotations say %lldx%lld", path,

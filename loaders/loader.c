@@ -51,6 +51,7 @@ static void config_defaults(ferry_loader_config *c) {
   c->prefetch = 0;
   c->max_outstanding = 2;
   c->max_pinned_bytes = FERRY_LOADER_PINNED_BUDGET_DEFAULT;
+  c->max_instances = FERRY_LOADER_MAX_INSTANCES_DEFAULT;
   c->shuffle = 1;
   c->rank = c->world_size = -1;
   c->resolution = 312;
@@ -115,6 +116,9 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if (c->resolution < 1 || c->resolution > 8192)
     return ferry__fail(FERRY_EINVAL, "loader: resolution %d is outside 1..8192", c->resolution);
   if (c->workers > 1024) return ferry__fail(FERRY_EINVAL, "loader: %zu workers is too many", c->workers);
+  if (c->max_instances == 0)
+    return ferry__fail(FERRY_EINVAL, "loader: config.max_instances is 0: at least 1 (SIZE_MAX for no cap; "
+                       "default %d)", FERRY_LOADER_MAX_INSTANCES_DEFAULT);
   /* Enums are ints to C: an unknown value would otherwise fail every sample (layout)
    * or quietly act as the default (box_format, on_error). */
   if (c->layout != FERRY_LAYOUT_F32_CHW && c->layout != FERRY_LAYOUT_U8_HWC)
@@ -207,6 +211,7 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.images_dir = l->images_dir;
   l->fill.resolution = l->config.resolution;
   l->fill.seed = l->config.seed;
+  l->fill.max_instances = l->config.max_instances;
   st = ferry__augment_recipe_init(&l->fill.recipe, &l->config.augment, l->config.resolution);
   if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.");
   l->fill.varies = ferry__augment_varies(&l->fill.recipe);

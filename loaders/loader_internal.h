@@ -92,6 +92,7 @@ typedef struct fill_context {
   ferry__augment_recipe recipe;
   int varies;
   uint64_t seed;
+  size_t max_instances;      /* config.max_instances: more on one image fail its sample */
 } fill_context;
 
 struct ready_item;
@@ -272,6 +273,12 @@ ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *d
 /* A sample's record is laid out with no pixel and no instance when its sizes pass
  * the image options' pixel limit; its fill then fails, naming the sizes. 1 when so. */
 int ferry__augment_over_limit(const fill_context *ctx, const int32_t *record);
+/* An image with more instances than config.max_instances is laid out with no rows
+ * (the coordinator asks ferry__loader_over_instance_cap), and its sample fails before
+ * its fill starts (the worker calls ferry__loader_check_instances: FERRY_ELIMIT, the
+ * message naming the image, its count and the cap). `count` is loader->instances[index]. */
+int ferry__loader_over_instance_cap(const fill_context *ctx, int64_t count);
+ferry_status ferry__loader_check_instances(const fill_context *ctx, size_t index, int64_t count);
 /* The image's record and the path of its file, refusing names that leave the images
  * folder; the message names the dataset index (fill.c). */
 ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,

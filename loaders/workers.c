@@ -167,9 +167,11 @@ static void *worker_main(void *arg) {
      * decoder's routes excepted: atomics, gpu_fill.c). */
     size_t index = p->dataset_index[slot];
     int fallback = -1;
-    ferry_status st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
-                          : ferry__loader_fill_sample(&l->fill, decoder, &self->scratch, p->batch, slot, index,
-                                                      l->fill.varies ? p->augment[slot] : NULL);
+    ferry_status st = ferry__loader_check_instances(&l->fill, index, l->instances[index]);
+    if (st == FERRY_OK)
+      st = gpu ? ferry__gpu_fill_sample(&l->fill, gpu, decoder, p->batch, slot, index, &fallback)
+               : ferry__loader_fill_sample(&l->fill, decoder, &self->scratch, p->batch, slot, index,
+                                           l->fill.varies ? p->augment[slot] : NULL);
     /* The message is this thread's (error.c): copied into the slot here, so that the
      * consumer's thread can restore it with the status. */
     if (st != FERRY_OK) snprintf(p->message[slot], FERRY_ERROR_MAX, "%s", ferry_last_error());

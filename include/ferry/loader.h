@@ -91,6 +91,9 @@ typedef void (*ferry_progress_fn)(const ferry_loader_progress *progress, void *u
 #define FERRY_LOADER_PINNED_BUDGET_DEFAULT ((size_t)1 << 30)
 #define FERRY_LOADER_MAX_PREFETCH 4096
 #define FERRY_LOADER_MAX_BATCH 65536
+/* The default config.max_instances: 10,000 instances on one image, far past the
+ * busiest images of COCO-style sets (a few hundred at most). */
+#define FERRY_LOADER_MAX_INSTANCES_DEFAULT 10000
 
 /* A ferry_progress_fn that draws a one-line bar on stderr when stderr is a terminal
  * (and prints nothing otherwise, so logs stay clean). `user` is unused. */
@@ -144,6 +147,13 @@ typedef struct ferry_loader_config {
    * [N,h,w]: FERRY_DIM_SAMPLE_H/_W, the "size" field), drawn from (seed, epoch,
    * dataset index). Keypoints and the GPU decoder are refused with a recipe. */
   ferry_augment_options augment;
+  /* The most instances one image may bring (those its target keeps: the crowd policy
+   * applied): FERRY_LOADER_MAX_INSTANCES_DEFAULT, at least 1, SIZE_MAX for no cap. An
+   * image past it is laid out without rows and fails as a sample (FERRY_ELIMIT, its
+   * message naming the image and the cap; skipped under FERRY_ON_ERROR_SKIP), so one
+   * annotation file cannot ask an arena for gigabytes: the masks of 100,000 instances
+   * at R = 312 alone are 9.7 GB. */
+  size_t max_instances;
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are

@@ -63,7 +63,8 @@ class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
                 ("keep_crowd", c_int), ("remap_categories", c_int), ("on_error", c_int),
                 ("layout", c_int), ("allow_escaping_paths", c_int), ("image", ImageOptions),
                 ("device", c_void_p), ("progress", c_void_p), ("progress_user", c_void_p),
-                ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions)]
+                ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions),
+                ("max_instances", c_size_t)]
 
 
 class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h

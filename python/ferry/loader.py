@@ -163,7 +163,7 @@ class Loader:
                  fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu",
                  augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
                  num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
-                 size_divisibility=1, load_images=True):
+                 size_divisibility=1, load_images=True, max_instances=None):
         self._loader = None
         self.batch_size, self.resolution, self.device = batch_size, resolution, str(device)
         self._convert = converter(tensor_type)
@@ -214,6 +214,8 @@ class Loader:
         config.device = self._device
         if max_pinned_bytes is not None:
             config.max_pinned_bytes = max_pinned_bytes
+        if max_instances is not None:
+            config.max_instances = max_instances
         decode_mode = c_int()
         check(lib.ferry_decode_mode_parse(str(decode).encode(), byref(decode_mode)), "decode")
         config.image.decode = decode_mode.value
