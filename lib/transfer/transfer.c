@@ -60,6 +60,35 @@ void ferry__batch_hold_stream(ferry_batch *batch, ferry_stream *stream) {
   else ferry_stream_synchronize(stream);
 }
 
+/* ---- naming what failed ------------------------------------------------------- */
+
+/* The dataset index of sample i (the sample_index field), -1 where the batch has none
+ * that the host can read. */
+static long long dataset_index(const ferry_batch *batch, size_t i) {
+  int f = ferry_batch_find_field(batch, FERRY_FIELD_SAMPLE_INDEX);
+  ferry_tensor view;
+  if (f < 0 || !ferry__batch_bytes_on_host(batch) || i >= batch->batch_size ||
+      ferry_batch_sample(batch, (size_t)f, i, &view) != FERRY_OK || view.dtype != FERRY_I64 || view.nbytes < 8)
+    return -1;
+  return (long long)*(const int64_t *)view.data;
+}
+
+ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i) {
+  long long index = dataset_index(batch, i);
+  if (index < 0) return ferry__error_prefix(st, "sample %zu: ", i);
+  return ferry__error_prefix(st, "sample %zu (dataset index %lld): ", i, index);
+}
+
+/* A failed transfer's message opens with the batch it was given, so that a caller
+ * holding several knows which one to retry: its size and first dataset index. */
+static ferry_status batch_error(ferry_status st, const ferry_batch *batch, const ferry_device *device) {
+  long long first = dataset_index(batch, 0);
+  if (first < 0)
+    return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples: ", device->name, batch->batch_size);
+  return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples from dataset index %lld: ",
+                             device->name, batch->batch_size, first);
+}
+
 /* ---- the direct path ---------------------------------------------------------- */
 
 typedef struct transfer_job {
@@ -130,7 +159,7 @@ static ferry_status copy_image_rows(transfer_job *job, size_t field, const ferry
       st = ferry__memcpy_or_wait(db->stream, dst, view.data, view.nbytes, job->kind);
     else if (st == FERRY_OK)
       st = ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, dst, hw, params);
-    if (st != FERRY_OK) ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) ferry__sample_error(st, job->batch, i);
   }
   return st;
 }
@@ -153,7 +182,7 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   /* Present once allocated, for the same reason as a sample's slot. */
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
-  return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : st;
+  return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : ferry__error_prefix(st, "the images tensor: ");
 }
 
 /* A sample's own image tensor, when the batch's images differ in shape: a copy of its
@@ -220,8 +249,7 @@ static ferry_status queue_copies(transfer_job *job, int image_field, const ferry
   for (size_t i = 0; i < job->db->batch_size && st == FERRY_OK; i++)
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
       st = (int)k == own_images ? copy_sample_image(job, i, k) : copy_sample_field(job, i, k);
-      if (st != FERRY_OK)
-        ferry__error_prefix(st, "sample %zu field '%s': ", i, job->db->names[k]);
+      if (st != FERRY_OK) ferry__sample_error(ferry__error_prefix(st, "field '%s': ", job->db->names[k]), job->batch, i);
     }
   return st;
 }
@@ -281,7 +309,7 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
     ferry_stream_synchronize(stream); /* queued hooks and normalisation jobs finish first */
     db->nstream_hooks = 0;
     ferry_device_batch_free(db);
-    return st;
+    return batch_error(st, batch, device);
   }
   *out = db;
   return FERRY_OK;
