@@ -43,7 +43,7 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
 }
 
 ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
-  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, out);
+  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, out);
 }
 
 /* ---- the stat at open ---- */
@@ -176,7 +176,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
                        ferry__nvjpeg_route_name(route));
   }
   int width = 0, height = 0;
-  st = ferry__nvjpeg_image_size(&w->parser, data, len, path, &width, &height);
+  st = ferry__nvjpeg_image_size(&w->parser, data, len, path, &ctx->image, &width, &height);
   if (st == FERRY_OK) st = ferry__loader_check_size(path, width, height, img);
   *fallback = -1;
   return st;

@@ -30,7 +30,8 @@
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, ferry_jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
 }
@@ -64,6 +65,7 @@ struct ferry_jpeg_stage {
   const ferry_nvjpeg_api *api;
   ferry__producer producer;   /* what batches carry; self is the stage */
   int resolution;
+  ferry_image_options image;  /* its max_pixels: what a sample may ask of the device */
   pthread_mutex_t lock;       /* guards everything below */
   ferry_device *device;       /* the device of the first transfer: the tables live there */
   axis_entry *axes;           /* [MAX_SIDE], by input side */
@@ -73,7 +75,8 @@ struct ferry_jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, ferry_jpeg_stage **out) {
   ferry_jpeg_stage *s = ferry__calloc(1, sizeof *s);
   axis_entry *axes = ferry__calloc(MAX_SIDE, sizeof *axes);
   if (!s || !axes) {
@@ -88,6 +91,8 @@ ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int reso
                                   .produce = produce_images,
                                   .self = s};
   s->resolution = resolution;
+  if (opts) s->image = *opts;
+  else ferry_image_options_default(&s->image);
   s->axes = axes;
   pthread_mutex_init(&s->lock, NULL);
   *out = s;
@@ -214,11 +219,12 @@ static ferry_status alloc_images(stage_run *r, const ferry_transfer_options *o) 
   return st;
 }
 
-/* The nvJPEG samples (those with jpeg rows), their sizes and scratch. */
+/* The nvJPEG samples (those with jpeg rows) and their sizes, each held to the pixel
+ * limit and to JPEG's sides: nothing is allocated for any sample until every one is
+ * known to fit, so a header claiming a huge image costs no device memory. */
 static ferry_status collect_gpu(stage_run *r) {
-  ferry_device_batch *db = r->db;
   const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->jpeg);
-  for (size_t i = 0; i < db->batch_size; i++) {
+  for (size_t i = 0; i < r->db->batch_size; i++) {
     if (rows[i + 1] == rows[i]) continue;
     gpu_sample *g = &r->gpu[r->ngpu++];
     ferry_tensor view;
@@ -227,18 +233,28 @@ static ferry_status collect_gpu(stage_run *r) {
     g->data = view.data;
     g->len = view.nbytes;
     if (st == FERRY_OK)
-      st = ferry__nvjpeg_image_size(&r->decoder->decoder.parser, g->data, g->len, "jpeg row", &g->width,
-                                    &g->height);
+      st = ferry__nvjpeg_image_size(&r->decoder->decoder.parser, g->data, g->len, "its jpeg rows", &r->s->image,
+                                    &g->width, &g->height);
     if (st == FERRY_OK && (g->width >= MAX_SIDE || g->height >= MAX_SIDE))
       st = ferry__fail(FERRY_EUNSUPPORTED, "image of %dx%d", g->width, g->height);
-    if (st == FERRY_OK)
-      st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3, (void **)&g->decoded);
-    int vfirst = st == FERRY_OK ? ferry__resize_vertical_first(g->width, g->height, r->s->resolution) : 0;
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
+  }
+  return FERRY_OK;
+}
+
+/* Each nvJPEG sample's scratch: its decoded pixels and the resize's intermediate. */
+static ferry_status alloc_scratch(stage_run *r) {
+  ferry_device_batch *db = r->db;
+  for (size_t k = 0; k < r->ngpu; k++) {
+    gpu_sample *g = &r->gpu[k];
+    int vfirst = ferry__resize_vertical_first(g->width, g->height, r->s->resolution);
+    ferry_status st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3,
+                                          (void **)&g->decoded);
     if (st == FERRY_OK)
       st = ferry_device_malloc(db->device, db->stream,
                                ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst),
                                (void **)&g->tmp);
-    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, g->index);
   }
   return FERRY_OK;
 }
@@ -330,7 +346,7 @@ static ferry_status copy_fallbacks(stage_run *r) {
       st = ferry__fail(FERRY_EINVAL, "cpu_images holds %zu bytes, not one %d x %d x 3 image", view.nbytes,
                        r->s->resolution, r->s->resolution);
     if (st == FERRY_OK) st = ferry__memcpy_or_wait(db->stream, r->pixels + i * r->item, view.data, r->item, kind);
-    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
   }
   return FERRY_OK;
 }
@@ -383,8 +399,9 @@ static ferry_status produce_images(void *self, ferry_device_batch *db, const fer
   if (st != FERRY_OK) return st;
   r.gpu = ferry__calloc(db->batch_size ? db->batch_size : 1, sizeof *r.gpu);
   if (!r.gpu) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu samples", db->batch_size);
-  st = alloc_images(&r, o);
-  if (st == FERRY_OK) st = collect_gpu(&r);
+  st = collect_gpu(&r);
+  if (st == FERRY_OK) st = alloc_images(&r, o);
+  if (st == FERRY_OK) st = alloc_scratch(&r);
   if (st == FERRY_OK) st = decode_and_resize(&r);
   if (st == FERRY_OK) st = copy_fallbacks(&r);
   if (st == FERRY_OK) st = normalise_all(&r, o);

@@ -14,6 +14,7 @@
 #define FERRY_LIB_TRANSFER_JPEG_STAGE_H
 
 #include "ferry/batch.h"
+#include "ferry/image.h"
 #include "ferry/transfer.h"
 #include "lib/status.h"
 #include "lib/transfer/producer.h"
@@ -21,9 +22,11 @@
 struct ferry_nvjpeg_api;
 typedef struct ferry_jpeg_stage ferry_jpeg_stage;
 
-/* A stage decoding with `api` to `resolution` x `resolution`. FERRY_ENODEV without
- * nvJPEG at build time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out);
+/* A stage decoding with `api` to `resolution` x `resolution`, holding every image to
+ * `opts`' pixel limit (the loader's image options; NULL: the defaults) before any
+ * device memory is asked for it. FERRY_ENODEV without nvJPEG at build time. */
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, ferry_jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */
 void ferry__jpeg_stage_close(ferry_jpeg_stage *stage);

@@ -14,6 +14,7 @@
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "image/gpu/nvjpeg_table.h"
+#include "image/image_internal.h"
 #include "lib/status.h"
 
 static const char *const route_names[FERRY_NVJPEG_ROUTES] = {
@@ -163,13 +164,18 @@ void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
 }
 
 ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, int *width, int *height) {
+                                      const char *name, const ferry_image_options *opts, int *width,
+                                      int *height) {
   int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
   nvjpegChromaSubsampling_t css;
   nvjpegStatus_t ns = p->api->GetImageInfo(p->handle, data, len, &components, &css,
                                                   widths, heights);
   if (ns != NVJPEG_STATUS_SUCCESS || widths[0] <= 0 || heights[0] <= 0)
     return ferry__fail(FERRY_EFORMAT, "%s: nvJPEG cannot read the header (status %d)", name, (int)ns);
+  ferry_image_options defaults;
+  if (!opts) ferry_image_options_default(&defaults);
+  ferry_status st = ferry__image_check_limit(name, widths[0], heights[0], opts ? opts : &defaults);
+  if (st != FERRY_OK) return st;
   *width = widths[0];
   *height = heights[0];
   return FERRY_OK;

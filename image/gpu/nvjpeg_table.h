@@ -7,6 +7,7 @@
 #define FERRY_LIB_NVJPEG_TABLE_H
 
 #include "ferry/device.h"
+#include "ferry/image.h"
 #include "image/gpu/nvjpeg_api.h"
 
 #if FERRY_HAVE_NVJPEG
@@ -70,10 +71,14 @@ typedef struct ferry_nvjpeg_decoder {
 ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_decoder *out);
 void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d);
 
-/* The size nvJPEG decodes the image at (its first component's). FERRY_EFORMAT naming
- * `name` when nvJPEG cannot read the header. */
+/* The size nvJPEG decodes the image at (its first component's), held to the CPU
+ * decoder's pixel limit (opts->max_pixels; NULL: the defaults), so that a header
+ * claiming a huge image is refused before anything is allocated for it, with the CPU
+ * decoder's message. FERRY_EFORMAT naming `name` when nvJPEG cannot read the header,
+ * FERRY_ELIMIT past the limit. */
 ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, int *width, int *height);
+                                      const char *name, const ferry_image_options *opts, int *width,
+                                      int *height);
 
 /* Queue the decode of n JPEGs (host memory) to interleaved RGB8 on `stream` (a CUDA
  * stream of ferry's): image i into dst[i], device memory of 3 * width[i] bytes a row.

@@ -345,11 +345,23 @@ Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) 
   ferry_nvjpeg_decoder d = open_decoder();
   fake.info_width = 641, fake.info_height = 427;
   int w = 0, h = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", &w, &h), FERRY_OK);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", NULL, &w, &h), FERRY_OK);
   cr_expect(w == 641 && h == 427, "%dx%d", w, h);
   fake.info_width = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", &w, &h), FERRY_EFORMAT);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", NULL, &w, &h), FERRY_EFORMAT);
   cr_expect(strstr(ferry_last_error(), "b.jpg"), "%s", ferry_last_error());
+  /* The CPU decoder's pixel limit (issue 25): a header claiming 65,000 x 65,000. */
+  fake.info_width = fake.info_height = 65000;
+  w = h = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "c.jpg", NULL, &w, &h), FERRY_ELIMIT);
+  cr_expect(strstr(ferry_last_error(), "c.jpg: 65000x65000") && strstr(ferry_last_error(), "exceeds the limit of 89478485"),
+            "%s", ferry_last_error());
+  cr_expect(w == 0 && h == 0, "no size is given for a refused header");
+  ferry_image_options unlimited;
+  ferry_image_options_default(&unlimited);
+  unlimited.max_pixels = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "c.jpg", &unlimited, &w, &h), FERRY_OK);
+  cr_expect_eq(w, 65000);
   ferry__nvjpeg_decoder_close(&d);
 }
 

@@ -8,6 +8,8 @@
  * and never skipped; the stats count samples per path and fallbacks by reason.
  */
 #include "loader_fixture.h"
+#include "image/gpu/jpeg_stage.h"
+#include "lib/device_internal.h"
 #include "lib/transfer/packed_copy.h"
 #include "loaders/loader_internal.h"
 #include "tests/common/fake_nvjpeg.h"
@@ -137,6 +139,13 @@ static void close_pair(pair *p) {
 static ferry_loader_stats stats_of(ferry_loader *l) {
   ferry_loader_stats s;
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
+  return s;
+}
+
+static ferry_memory_stats stats_of_device(ferry_device *d) {
+  ferry_device_synchronize(d);
+  ferry_memory_stats s;
+  cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   return s;
 }
 
@@ -312,4 +321,177 @@ Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .time
   ferry_batch_release(b);
   ferry_loader_close(gpu);
   ferry_device_close(host);
+}
+
+/* ---- a header that claims a huge image (issue 25, item 8) ---- */
+
+/* Set a baseline/progressive JPEG's frame size (its SOFn segment) to w x h. */
+static void set_frame_size(uint8_t *jpeg, size_t len, int w, int h) {
+  for (size_t i = 2; i + 9 < len && jpeg[i] == 0xFF;) {
+    uint8_t m = jpeg[i + 1];
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      jpeg[i + 5] = (uint8_t)(h >> 8), jpeg[i + 6] = (uint8_t)h;
+      jpeg[i + 7] = (uint8_t)(w >> 8), jpeg[i + 8] = (uint8_t)w;
+      return;
+    }
+    i += 2 + ((size_t)jpeg[i + 2] << 8 | jpeg[i + 3]);
+  }
+  cr_assert_fail("no frame header");
+}
+
+enum { BOMB_SIDE = 65000, BOMB_INDEX = 7 };
+
+static void write_whole(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f, "cannot write %s", path);
+  cr_assert_eq(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+/* The test set with dataset image BOMB_INDEX made a decompression bomb: its file's
+ * header, and its annotations, say 65,000 x 65,000 (12.7 GB of RGB), in a copy of
+ * the folder as links and a copy of the annotations. Sets c's paths; returns the
+ * victim's file name. */
+static const char *with_bomb(ferry_loader_config *c) {
+  static char dir[256], ann[512], img[512], victim[256];
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open(c->annotations, NULL, &coco), FERRY_OK);
+  ferry_coco_image im;
+  cr_assert_eq(ferry_coco_image_at(coco, BOMB_INDEX, &im), FERRY_OK);
+  snprintf(victim, sizeof victim, "%s", im.file_name);
+  ferry_coco_close(coco);
+  snprintf(dir, sizeof dir, "/tmp/ferry-bomb-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(img, sizeof img, "%s/images", dir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s'", img,
+           c->images, img, img, victim);
+  cr_assert_eq(system(cmd), 0);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", c->images, victim);
+  size_t len;
+  uint8_t *jpeg = read_whole(path, &len);
+  set_frame_size(jpeg, len, BOMB_SIDE, BOMB_SIDE);
+  snprintf(path, sizeof path, "%s/%s", img, victim);
+  write_whole(path, jpeg, len);
+  free(jpeg);
+  /* The annotations agree with the header (else the size check alone would refuse it). */
+  size_t jlen = 0;
+  uint8_t *text = read_whole(c->annotations, &jlen);
+  char *json = realloc(text, jlen + 1);
+  cr_assert_not_null(json);
+  json[jlen] = 0;
+  char key[300];
+  snprintf(key, sizeof key, "\"file_name\":\"%s\"", victim);
+  char *at = strstr(json, key);
+  cr_assert_not_null(at, "no %s in the annotations", key);
+  char *h = strstr(at, "\"height\":"), *w = strstr(at, "\"width\":");
+  cr_assert(h && w);
+  size_t hn = strspn(h + 9, "0123456789"), wn = strspn(w + 8, "0123456789");
+  FILE *f = fopen((snprintf(ann, sizeof ann, "%s/instances.json", dir), ann), "wb");
+  cr_assert_not_null(f);
+  char *first = h < w ? h : w, *second = h < w ? w : h;
+  size_t first_skip = h < w ? 9 + hn : 8 + wn, second_skip = h < w ? 8 + wn : 9 + hn;
+  fwrite(json, 1, (size_t)(first - json), f);
+  fprintf(f, "%.*s%d", h < w ? 9 : 8, first, BOMB_SIDE);
+  fwrite(first + first_skip, 1, (size_t)(second - first - first_skip), f);
+  fprintf(f, "%.*s%d", h < w ? 8 : 9, second, BOMB_SIDE);
+  fputs(second + second_skip, f);
+  fclose(f);
+  free(json);
+  c->annotations = ann;
+  c->images = img;
+  return victim;
+}
+
+/* A host device whose "GPU" has 256 MB: the bomb would ask for 12.7 GB of it. */
+static ferry_device *small_gpu(void) {
+  ferry_device *d;
+  cr_assert_eq(ferry_device_open("host", &d), FERRY_OK);
+  ferry__device_cap_bytes(d, 256u << 20);
+  return d;
+}
+
+Test(gpu_loader, a_header_past_max_pixels_is_skipped_by_the_workers_not_met_in_the_transfer, .timeout = 120) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  const char *victim = with_bomb(&c);
+  c.on_error = FERRY_ON_ERROR_SKIP;
+  ferry_loader *l;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  ferry_device *gpu = small_gpu();
+  ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
+  size_t total = 0;
+  int seen_bomb = 0;
+  ferry_batch *b;
+  ferry_status st;
+  while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
+    for (size_t i = 0; i < ferry_batch_size(b); i++) seen_bomb |= sample_index(b, i) == BOMB_INDEX;
+    total += ferry_batch_size(b);
+    ferry_device_batch *db;
+    cr_assert_eq(ferry_transfer(gpu, NULL, b, &o, &db), FERRY_OK, "the consumer's transfer failed: %s",
+                 ferry_last_error());
+    cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
+    ferry_device_batch_free(db);
+    ferry_batch_release(b);
+  }
+  cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
+  cr_expect_eq(seen_bomb, 0, "the bomb was handed to the consumer");
+  cr_expect_eq(total, LOADER_TEST_IMAGES - 1);
+  cr_expect_eq(stats_of(l).samples_skipped, 1);
+  cr_expect_lt(stats_of_device(gpu).peak_bytes, 16u << 20, "no device memory was asked for the bomb");
+  ferry_loader_close(l);
+  /* Under the fail policy the epoch ends at it, naming the file and the limit. */
+  c.on_error = FERRY_ON_ERROR_FAIL;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
+  cr_expect_eq(st, FERRY_ELIMIT, "%d: %s", st, ferry_last_error());
+  cr_expect(strstr(ferry_last_error(), victim) && strstr(ferry_last_error(), "65000x65000") &&
+            strstr(ferry_last_error(), "exceeds the limit"), "%s", ferry_last_error());
+  ferry_loader_close(l);
+  ferry_device_close(gpu);
+}
+
+/* The stage's own check, for a batch that reached it without the workers' (made by
+ * hand here): refused before any device allocation, naming the sample. */
+Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocation, .timeout = 60) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  const char *victim = with_bomb(&c);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", c.images, victim);
+  size_t len;
+  uint8_t *bomb = read_whole(path, &len);
+  ferry_device *gpu = small_gpu();
+  ferry_pool *pool;
+  cr_assert_eq(ferry_pool_open(gpu, 1, 0, &pool), FERRY_OK);
+  enum { R = 32 };
+  ferry_field_spec f[3] = {{FERRY_FIELD_JPEG, FERRY_U8, FERRY_FIELD_ROWS, 0, {0}},
+                           {FERRY_FIELD_CPU_IMAGES, FERRY_U8, FERRY_FIELD_ROWS, 3, {R, R, 3}},
+                           {FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, {1}}};
+  int64_t rows[3] = {(int64_t)len, 0, 1};
+  ferry_batch *b;
+  cr_assert_eq(ferry_batch_create(pool, 1, 3, f, rows, &b), FERRY_OK, "%s", ferry_last_error());
+  ferry_tensor v;
+  cr_assert_eq(ferry_batch_sample(b, 0, 0, &v), FERRY_OK);
+  memcpy(v.data, bomb, len);
+  cr_assert_eq(ferry_batch_sample(b, 2, 0, &v), FERRY_OK);
+  *(int64_t *)v.data = BOMB_INDEX;
+  struct ferry_jpeg_stage *stage;
+  cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, &stage), FERRY_OK, "%s", ferry_last_error());
+  ferry__batch_set_producer(b, ferry__jpeg_stage_producer(stage));
+  uint64_t allocations = stats_of_device(gpu).allocations;
+  ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
+  ferry_device_batch *db;
+  cr_assert_eq(ferry_transfer(gpu, NULL, b, &o, &db), FERRY_ELIMIT, "%s", ferry_last_error());
+  cr_expect(strstr(ferry_last_error(), "sample 0 (dataset index 7)") && strstr(ferry_last_error(), "65000x65000"),
+            "%s", ferry_last_error());
+  cr_expect_eq(stats_of_device(gpu).allocations, allocations, "nothing allocated on the device");
+  ferry_batch_release(b);
+  ferry__jpeg_stage_close(stage);
+  ferry_pool_close(pool);
+  ferry_device_close(gpu);
+  free(bomb);
 }
