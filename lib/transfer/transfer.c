@@ -60,29 +60,12 @@ void ferry__batch_hold_stream(ferry_batch *batch, ferry_stream *stream) {
   else ferry_stream_synchronize(stream);
 }
 
-/* ---- naming what failed ------------------------------------------------------- */
-
-/* The dataset index of sample i (the sample_index field), -1 where the batch has none
- * that the host can read. */
-static long long dataset_index(const ferry_batch *batch, size_t i) {
-  int f = ferry_batch_find_field(batch, FERRY_FIELD_SAMPLE_INDEX);
-  ferry_tensor view;
-  if (f < 0 || !ferry__batch_bytes_on_host(batch) || i >= batch->batch_size ||
-      ferry_batch_sample(batch, (size_t)f, i, &view) != FERRY_OK || view.dtype != FERRY_I64 || view.nbytes < 8)
-    return -1;
-  return (long long)*(const int64_t *)view.data;
-}
-
-ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i) {
-  long long index = dataset_index(batch, i);
-  if (index < 0) return ferry__error_prefix(st, "sample %zu: ", i);
-  return ferry__error_prefix(st, "sample %zu (dataset index %lld): ", i, index);
-}
+/* ---- naming what failed (sample_name.c names a sample) ---------------------- */
 
 /* A failed transfer's message opens with the batch it was given, so that a caller
  * holding several knows which one to retry: its size and first dataset index. */
 static ferry_status batch_error(ferry_status st, const ferry_batch *batch, const ferry_device *device) {
-  long long first = dataset_index(batch, 0);
+  long long first = ferry__dataset_index(batch, 0);
   if (first < 0)
     return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples: ", device->name, batch->batch_size);
   return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples from dataset index %lld: ",

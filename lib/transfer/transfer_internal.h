@@ -80,10 +80,13 @@ ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batc
                                        const ferry__padded_layout *layout, const struct ferry_norm_params *norm,
                                        int src_on_host, ferry_copy_kind kind);
 
-/* st, its message prefixed with sample i of `batch`: "sample 3 (dataset index 41): ",
- * the dataset index read from the batch's sample_index field where it has one in host
- * memory (the loader's batches do). Every failure of one sample's work says so. */
+/* st, its message prefixed with sample i of `batch` (sample_name.c): "sample 3
+ * (dataset index 41): ", the dataset index read from the batch's sample_index field
+ * where it has one in host memory (the loader's batches do). Every failure of one
+ * sample's work says so. */
 ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i);
+/* Sample i's dataset index (its sample_index), -1 where the host cannot read one. */
+long long ferry__dataset_index(const ferry_batch *batch, size_t i);
 
 /* The stream to use: `stream` (checked to belong to `device`) or the default one. */
 ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream);
