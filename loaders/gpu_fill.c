@@ -42,6 +42,13 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
   }
 }
 
+void ferry__gpu_decoder_note(ferry_loader *l, ferry_status st) {
+  snprintf(l->decoder_note, sizeof l->decoder_note, "decode = AUTO runs on the CPU: %s",
+           ferry_last_error()[0] ? ferry_last_error() : ferry_strerror(st));
+}
+
+const char *ferry_loader_decoder_note(const ferry_loader *l) { return l ? l->decoder_note : ""; }
+
 ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
   return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, out);
 }
@@ -152,6 +159,14 @@ ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   return st;
 }
 
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+  ferry_nvjpeg_parser p;
+  ferry_status st = ferry__nvjpeg_parser_open(api, &p);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "nvJPEG does not start on this device: ");
+  ferry__nvjpeg_parser_close(&p);
+  return FERRY_OK;
+}
+
 void ferry__gpu_worker_close(gpu_worker *w) {
   if (!w) return;
   ferry__nvjpeg_parser_close(&w->parser);
@@ -204,6 +219,11 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
 }
 
 #else /* !FERRY_HAVE_NVJPEG: the loader never selects the GPU decoder */
+
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+  (void)api;
+  return ferry__fail(FERRY_ENODEV, "ferry was built without nvJPEG");
+}
 
 ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   (void)ctx;

@@ -346,14 +346,21 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
   /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
    * (check_augment refuses GPU with one), or no images at all. */
   if (!api && want == FERRY_DECODE_AUTO &&
-      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES)))
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES))) {
+    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments nor skips images"));
     return FERRY_OK;
-  if (!api) {
-    ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-    if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
-    if (st != FERRY_OK && want == FERRY_DECODE_AUTO) return FERRY_OK;
-    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
   }
+  ferry_status st = FERRY_OK;
+  if (!api) st = ferry__nvjpeg_device_check(l->config.device);
+  if (!api && st == FERRY_OK) st = ferry__nvjpeg_load(&api);
+  /* Every worker opens nvJPEG: where it cannot start, AUTO knows it now, not at the
+   * first worker. */
+  if (st == FERRY_OK) st = ferry__gpu_decoder_probe(api);
+  if (st != FERRY_OK && want == FERRY_DECODE_AUTO) {
+    ferry__gpu_decoder_note(l, st);
+    return FERRY_OK;
+  }
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
   l->fill.gpu.api = api; /* a test's fake table (ferry__loader_open_gpu), or nvJPEG */
   l->stats.decoder = FERRY_DECODE_GPU;
   return FERRY_OK;

@@ -228,6 +228,7 @@ struct ferry_loader {
   fill_context fill;
   size_t keypoints;
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
+  char decoder_note[FERRY_ERROR_MAX]; /* ferry_loader_decoder_note (gpu_fill.c) */
   /* The sample order: per_rank fixed at open; the order drawn by the coordinator
    * alone, for the epoch it lays out (coordinator.c). */
   ferry_sampler sampler;
@@ -299,6 +300,12 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
  * coordinator's layout, every other field's rows already set). O(count), no lock. */
 void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows);
+/* Whether the GPU decoder can start with `api`: a parser opened and closed, as every
+ * worker will open one (nvjpegCreateEx refuses a GPU nvJPEG does not run on). The
+ * message names the failing call and its status. */
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api);
+/* The loader decodes on the CPU under AUTO: remember why (the message `st` left). */
+void ferry__gpu_decoder_note(struct ferry_loader *loader, ferry_status st);
 /* The transfer stage that decodes this loader's batches on the device
  * (image/gpu/jpeg_stage.h). */
 struct ferry_jpeg_stage;

@@ -37,7 +37,27 @@ typedef struct ferry_nvjpeg_api {
                                             nvjpegOutputFormat_t);
   nvjpegStatus_t (*DecodeBatched)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
                                   const size_t *, nvjpegImage_t *, cudaStream_t);
+  nvjpegStatus_t (*GetProperty)(libraryPropertyType, int *);
 } ferry_nvjpeg_api;
+
+/* The one library name ferry__nvjpeg_load tries: libnvjpeg.so.N for the major N of
+ * the nvjpeg.h ferry was compiled with (NVJPEG_VER_MAJOR). nvJPEG's major is CUDA's
+ * (12 ships with CUDA 12, 13 with CUDA 13); the table's types and enum values are that
+ * header's, and a libnvjpeg of another major brings its own CUDA runtime and driver
+ * requirement into the process. So no other major is tried: a CUDA 12 build never
+ * picks up a CUDA 13 libnvjpeg because it happens to be installed. */
+#define FERRY_NVJPEG_STR_(x) #x
+#define FERRY_NVJPEG_STR(x) FERRY_NVJPEG_STR_(x)
+#define FERRY_NVJPEG_SONAME "libnvjpeg.so." FERRY_NVJPEG_STR(NVJPEG_VER_MAJOR)
+
+/* The loaded library's own word on its version (nvjpegGetProperty): FERRY_OK when its
+ * major is NVJPEG_VER_MAJOR, else FERRY_ENODEV naming `soname`, both versions and the
+ * CUDA whose nvJPEG to install (a file renamed or linked across majors, or the query
+ * failing, is refused the same way). */
+ferry_status ferry__nvjpeg_check_version(const ferry_nvjpeg_api *api, const char *soname);
+
+/* nvjpegStatus_t's name ("NVJPEG_STATUS_ARCH_MISMATCH"), "unknown status" out of range. */
+const char *ferry__nvjpeg_status_name(nvjpegStatus_t status);
 
 /* One handle and one parsed-stream object: what a worker needs to route its images.
  * `hardware` is 1 when the handle is on NVJPEG_BACKEND_HARDWARE (A100, H100, H200). */

@@ -139,6 +139,12 @@ static nvjpegStatus_t fake_nv_decode(nvjpegHandle_t h, nvjpegJpegState_t st, con
   return result;
 }
 
+/* The version of the header the test is built with, as the real library would say. */
+static nvjpegStatus_t fake_nv_property(libraryPropertyType type, int *value) {
+  *value = type == MAJOR_VERSION ? NVJPEG_VER_MAJOR : type == MINOR_VERSION ? NVJPEG_VER_MINOR : NVJPEG_VER_PATCH;
+  return NVJPEG_STATUS_SUCCESS;
+}
+
 static const ferry_nvjpeg_api fake_nvjpeg_api = {
     .CreateEx = fake_nv_create,
     .Destroy = fake_nv_destroy,
@@ -156,6 +162,7 @@ static const ferry_nvjpeg_api fake_nvjpeg_api = {
     .DecodeBatchedSupported = fake_nv_supported,
     .DecodeBatchedInitialize = fake_nv_init,
     .DecodeBatched = fake_nv_decode,
+    .GetProperty = fake_nv_property,
 };
 
 #endif

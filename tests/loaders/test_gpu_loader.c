@@ -495,3 +495,44 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   ferry_device_close(gpu);
   free(bomb);
 }
+
+/* ---- nvJPEG that loads but cannot start (issue 25, item 9) ---- */
+
+static nvjpegStatus_t refusing_create(nvjpegBackend_t b, nvjpegDevAllocator_t *d, nvjpegPinnedAllocator_t *p,
+                                      unsigned flags, nvjpegHandle_t *h) {
+  return NVJPEG_STATUS_ARCH_MISMATCH;
+}
+
+/* The fake whose nvjpegCreateEx refuses every backend, as on a GPU nvJPEG does not run on. */
+static ferry_nvjpeg_api refusing_api(void) {
+  ferry_nvjpeg_api api = fake_nvjpeg_api;
+  api.CreateEx = refusing_create;
+  return api;
+}
+
+Test(gpu_loader, decode_auto_falls_back_to_the_cpu_when_nvjpeg_cannot_start_and_says_why, .timeout = 60) {
+  fake_nvjpeg_reset(0);
+  ferry_nvjpeg_api api = refusing_api();
+  ferry_loader_config c;
+  test_config(&c);
+  c.image.decode = FERRY_DECODE_AUTO;
+  ferry_loader *l = NULL;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &api, &l), FERRY_OK, "AUTO must fall back, not fail: %s",
+               ferry_last_error());
+  cr_expect_eq(stats_of(l).decoder, FERRY_DECODE_CPU);
+  const char *note = ferry_loader_decoder_note(l);
+  cr_expect(strstr(note, "decode = AUTO runs on the CPU") && strstr(note, "nvjpegCreateEx") &&
+            strstr(note, "NVJPEG_STATUS_ARCH_MISMATCH"), "the note says why: %s", note);
+  ferry_batch *b;
+  cr_assert_eq(ferry_loader_next(l, &b), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_geq(ferry_batch_find_field(b, FERRY_FIELD_IMAGES), 0, "the CPU decoder's batches have images");
+  ferry_batch_release(b);
+  ferry_loader_close(l);
+  /* GPU asked for explicitly: the open fails, naming the option and the reason. */
+  c.image.decode = FERRY_DECODE_GPU;
+  l = (ferry_loader *)&c;
+  cr_assert_neq(ferry__loader_open_gpu(&c, &api, &l), FERRY_OK);
+  cr_expect_null(l);
+  cr_expect(strstr(ferry_last_error(), "config.image.decode = GPU") && strstr(ferry_last_error(), "nvjpegCreateEx") &&
+            strstr(ferry_last_error(), "status 7 (NVJPEG_STATUS_ARCH_MISMATCH)"), "%s", ferry_last_error());
+}
