@@ -219,6 +219,7 @@ static ferry_status open_data(ferry_loader *l) {
   st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
   if (st == FERRY_OK) st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  l->fill.gpu.skip_unreadable = l->config.on_error == FERRY_ON_ERROR_SKIP;
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
   return st;
 }
@@ -577,6 +578,7 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   pthread_mutex_lock(&l->lock);
   *out = l->stats;
   ferry__loader_unlock(l);
+  out->samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
   out->coordinator_cpu_ns = coordinator_cpu_ns(l);
   if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
   return FERRY_OK;

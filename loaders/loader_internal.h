@@ -71,8 +71,12 @@ struct ferry_nvjpeg_api;
 typedef struct gpu_decode {
   const struct ferry_nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
-  unsigned char *route;      /* [images], read and written with relaxed atomics */
+  unsigned char *route;      /* [images], read and written with relaxed atomics; the
+                              * transfer stage records a CPU route too, for an image
+                              * nvJPEG failed to decode (gpu_fill.c's hooks) */
   struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
+  int skip_unreadable;       /* config.on_error is SKIP: the stage leaves out what no decoder reads */
+  uint64_t skipped_in_transfer; /* samples the stage left out (atomic): in stats.samples_skipped */
 } gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
@@ -310,6 +314,8 @@ void ferry__gpu_decoder_note(struct ferry_loader *loader, ferry_status st);
  * (image/gpu/jpeg_stage.h). */
 struct ferry_jpeg_stage;
 ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
+/* Samples the transfer stage left out of device batches, under the skip policy. */
+uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 

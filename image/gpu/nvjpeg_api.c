@@ -227,8 +227,11 @@ ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *c
   ferry__free(out);
   if (ns == NVJPEG_STATUS_SUCCESS) return FERRY_OK;
   d->batch = 0; /* nvJPEG: initialise again to reset a failed batch */
-  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d", what, n,
-                     stream->device->name, (int)ns);
+  if (ns == NVJPEG_STATUS_ALLOCATOR_FAILURE) /* its own device (or pinned) memory: the caller may free and retry */
+    return ferry__fail(FERRY_ENOMEM, "nvJPEG: %s of %d images on %s ran out of memory (%s)", what, n,
+                       stream->device->name, ferry__nvjpeg_status_name(ns));
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d (%s)", what, n,
+                     stream->device->name, (int)ns, ferry__nvjpeg_status_name(ns));
 }
 
 /* ---- routing ---- */

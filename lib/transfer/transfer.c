@@ -86,7 +86,8 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   ferry_device_batch *db = job->db;
   record_slot *slot = &db->slots[sample * db->nfields + k];
   ferry_tensor view;
-  ferry_status st = ferry_batch_sample(job->batch, (size_t)db->source_field[k], sample, &view);
+  ferry_status st = ferry_batch_sample(job->batch, (size_t)db->source_field[k], ferry__device_batch_source(db, sample),
+                                       &view);
   if (st == FERRY_OK)
     st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, view.dtype, view.ndim, view.shape);
   if (st != FERRY_OK) return st;
@@ -232,7 +233,9 @@ static ferry_status queue_copies(transfer_job *job, int image_field, const ferry
   for (size_t i = 0; i < job->db->batch_size && st == FERRY_OK; i++)
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
       st = (int)k == own_images ? copy_sample_image(job, i, k) : copy_sample_field(job, i, k);
-      if (st != FERRY_OK) ferry__sample_error(ferry__error_prefix(st, "field '%s': ", job->db->names[k]), job->batch, i);
+      if (st != FERRY_OK)
+        ferry__sample_error(ferry__error_prefix(st, "field '%s': ", job->db->names[k]), job->batch,
+                            ferry__device_batch_source(job->db, i));
     }
   return st;
 }

@@ -260,8 +260,9 @@ static void expect_same_device_batches(ferry_device *host, ferry_batch *a, ferry
   ferry_device_batch_free(db);
 }
 
-static void stage_epoch(unsigned fallback_every) {
+static void stage_epochs(unsigned fallback_every, int fail_decode, int epochs) {
   fake_nvjpeg_reset(fallback_every);
+  fake_nvjpeg.fail_decode = fail_decode;
   ferry_loader_config c;
   test_config(&c);
   c.layout = FERRY_LAYOUT_U8_HWC;
@@ -273,35 +274,51 @@ static void stage_epoch(unsigned fallback_every) {
   cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
   static const ferry_normalize modes[] = {FERRY_NORMALIZE_F32, FERRY_NORMALIZE_NONE, FERRY_NORMALIZE_BF16};
   size_t batches = 0;
-  for (;; batches++) {
-    ferry_batch *a, *b;
-    ferry_status sa = ferry_loader_next(cpu, &a), sb = ferry_loader_next(gpu, &b);
-    cr_assert_eq(sa, sb, "%s", ferry_last_error());
-    if (sa == FERRY_EEND) break;
-    cr_assert_eq(sa, FERRY_OK, "%s", ferry_last_error());
-    expect_same_device_batches(host, a, b, modes[batches % 3]);
-    ferry_batch_release(a);
-    ferry_batch_release(b);
-  }
+  for (int e = 0; e < epochs; e++)
+    for (;; batches++) {
+      ferry_batch *a, *b;
+      ferry_status sa = ferry_loader_next(cpu, &a), sb = ferry_loader_next(gpu, &b);
+      cr_assert_eq(sa, sb, "%s", ferry_last_error());
+      if (sa == FERRY_EEND) break;
+      cr_assert_eq(sa, FERRY_OK, "%s", ferry_last_error());
+      expect_same_device_batches(host, a, b, modes[batches % 3]);
+      ferry_batch_release(a);
+      ferry_batch_release(b);
+    }
   cr_expect_gt(batches, 3);
   cr_expect_gt(fake_nvjpeg.decodes, 0, "nvJPEG's batched decode ran");
-  cr_expect_leq(fake_nvjpeg.decodes, (int)batches, "one batched decode per transfer at most");
+  if (!fail_decode)
+    cr_expect_leq(fake_nvjpeg.decodes, (int)batches, "one batched decode per transfer at most");
+  if (fail_decode) {
+    /* Each image nvJPEG failed on is the CPU decoder's from then on (issue 25). */
+    ferry_loader_stats s = stats_of(gpu);
+    cr_expect_gt(s.samples_cpu_fallback[FERRY_FALLBACK_CORRUPT], 0);
+    cr_expect_eq(s.samples_skipped, 0, "nothing was skipped: the CPU decoded every one");
+  }
   ferry_loader_close(cpu);
   ferry_loader_close(gpu);
   ferry_device_close(host);
 }
 
 Test(jpeg_stage, the_device_images_are_the_cpu_paths_when_the_decoders_agree, .timeout = 120) {
-  stage_epoch(0);
+  stage_epochs(0, 0, 1);
 }
 
 Test(jpeg_stage, fallbacks_pixels_join_the_same_tensor, .timeout = 120) {
-  stage_epoch(3);
+  stage_epochs(3, 0, 1);
 }
 
-Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .timeout = 60) {
+/* nvJPEG fails every batched decode (issue 25, item 8): each sample is decoded on the
+ * CPU in the transfer instead, and laid out for the CPU decoder from then on; the
+ * consumer sees the CPU path's images, and no failure. */
+Test(jpeg_stage, images_nvjpeg_fails_on_are_decoded_on_the_cpu_not_failed, .timeout = 120) {
+  stage_epochs(0, 1, 2);
+}
+
+/* The packed-then-clone baseline cannot carry the producer: refused rather than
+ * handing out compressed bytes as images. */
+Test(jpeg_stage, the_packed_then_clone_baseline_refuses_a_gpu_decoded_batch, .timeout = 60) {
   fake_nvjpeg_reset(0);
-  fake_nvjpeg.fail_decode = 1;
   ferry_loader_config c;
   test_config(&c);
   ferry_loader *gpu;
@@ -311,12 +328,7 @@ Test(jpeg_stage, a_failed_batched_decode_fails_the_transfer_naming_nvjpeg, .time
   ferry_batch *b;
   cr_assert_eq(ferry_loader_next(gpu, &b), FERRY_OK, "%s", ferry_last_error());
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
-  ferry_device_batch *db = (ferry_device_batch *)&o;
-  cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_EDEVICE);
-  cr_expect_null(db);
-  cr_expect(strstr(ferry_last_error(), "nvjpegDecodeBatched"), "%s", ferry_last_error());
-  /* The packed-then-clone baseline cannot carry the producer: refused rather than
-   * handing out compressed bytes as images. */
+  ferry_device_batch *db = NULL;
   cr_expect_eq(ferry__transfer_packed_then_clone(host, NULL, b, &o, &db), FERRY_EUNSUPPORTED);
   ferry_batch_release(b);
   ferry_loader_close(gpu);
@@ -348,25 +360,38 @@ static void write_whole(const char *path, const void *data, size_t len) {
   fclose(f);
 }
 
+/* A fresh folder (dir) holding `images` (img: dir/images) as links, but for `victim`. */
+static void linked_folder_without(const char *images, const char *victim, char *dir, size_t dsize, char *img,
+                                  size_t isize) {
+  snprintf(dir, dsize, "/tmp/ferry-gpu-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(img, isize, "%s/images", dir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s'", img,
+           images, img, img, victim);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* The file name of dataset image `index`. */
+static const char *file_name_at(const ferry_loader_config *c, size_t index) {
+  static char name[256];
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open(c->annotations, NULL, &coco), FERRY_OK);
+  ferry_coco_image im;
+  cr_assert_eq(ferry_coco_image_at(coco, index, &im), FERRY_OK);
+  snprintf(name, sizeof name, "%s", im.file_name);
+  ferry_coco_close(coco);
+  return name;
+}
+
 /* The test set with dataset image BOMB_INDEX made a decompression bomb: its file's
  * header, and its annotations, say 65,000 x 65,000 (12.7 GB of RGB), in a copy of
  * the folder as links and a copy of the annotations. Sets c's paths; returns the
  * victim's file name. */
 static const char *with_bomb(ferry_loader_config *c) {
   static char dir[256], ann[512], img[512], victim[256];
-  ferry_coco *coco;
-  cr_assert_eq(ferry_coco_open(c->annotations, NULL, &coco), FERRY_OK);
-  ferry_coco_image im;
-  cr_assert_eq(ferry_coco_image_at(coco, BOMB_INDEX, &im), FERRY_OK);
-  snprintf(victim, sizeof victim, "%s", im.file_name);
-  ferry_coco_close(coco);
-  snprintf(dir, sizeof dir, "/tmp/ferry-bomb-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(img, sizeof img, "%s/images", dir);
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/%s'", img,
-           c->images, img, img, victim);
-  cr_assert_eq(system(cmd), 0);
+  snprintf(victim, sizeof victim, "%s", file_name_at(c, BOMB_INDEX));
+  linked_folder_without(c->images, victim, dir, sizeof dir, img, sizeof img);
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", c->images, victim);
   size_t len;
@@ -480,7 +505,7 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   cr_assert_eq(ferry_batch_sample(b, 2, 0, &v), FERRY_OK);
   *(int64_t *)v.data = BOMB_INDEX;
   struct ferry_jpeg_stage *stage;
-  cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, &stage), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, NULL, &stage), FERRY_OK, "%s", ferry_last_error());
   ferry__batch_set_producer(b, ferry__jpeg_stage_producer(stage));
   uint64_t allocations = stats_of_device(gpu).allocations;
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
@@ -535,4 +560,98 @@ Test(gpu_loader, decode_auto_falls_back_to_the_cpu_when_nvjpeg_cannot_start_and_
   cr_expect_null(l);
   cr_expect(strstr(ferry_last_error(), "config.image.decode = GPU") && strstr(ferry_last_error(), "nvjpegCreateEx") &&
             strstr(ferry_last_error(), "status 7 (NVJPEG_STATUS_ARCH_MISMATCH)"), "%s", ferry_last_error());
+}
+
+/* ---- an image neither decoder can read, met in the transfer (issue 25, item 8) ---- */
+
+/* The test set with dataset image 7 cut to its first half (its header intact, so the
+ * workers' parser routes it to nvJPEG; its scan cut, so no decoder can finish it).
+ * Sets c->images; returns the victim's file name. */
+static const char *with_truncated(ferry_loader_config *c) {
+  static char dir[256], img[512], victim[256];
+  snprintf(victim, sizeof victim, "%s", file_name_at(c, BOMB_INDEX));
+  linked_folder_without(c->images, victim, dir, sizeof dir, img, sizeof img);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", c->images, victim);
+  size_t len;
+  uint8_t *jpeg = read_whole(path, &len);
+  snprintf(path, sizeof path, "%s/%s", img, victim);
+  write_whole(path, jpeg, len / 2);
+  free(jpeg);
+  c->images = img;
+  return victim;
+}
+
+/* The dataset indices of a device batch's samples (host device: records readable). */
+static size_t device_indices(ferry_device_batch *db, int *seen) {
+  for (size_t i = 0; i < ferry_device_batch_size(db); i++) {
+    ferry_tensor *t = ferry_device_batch_sample_field(db, i, FERRY_FIELD_SAMPLE_INDEX);
+    cr_assert_not_null(t);
+    seen[*(const int64_t *)t->data]++;
+  }
+  return ferry_device_batch_size(db);
+}
+
+Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under_skip, .timeout = 120) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  with_truncated(&c);
+  c.on_error = FERRY_ON_ERROR_SKIP;
+  ferry_loader *l;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
+  for (int epoch = 0; epoch < 2; epoch++) {
+    int seen[LOADER_TEST_IMAGES] = {0};
+    size_t total = 0;
+    ferry_batch *b;
+    ferry_status st;
+    while ((st = ferry_loader_next(l, &b)) == FERRY_OK) {
+      ferry_device_batch *db;
+      cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_OK, "epoch %d: the consumer's transfer failed: %s",
+                   epoch, ferry_last_error());
+      cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
+      ferry_tensor *images = ferry_device_batch_images(db);
+      cr_assert_eq(images->shape[0], (int64_t)ferry_device_batch_size(db), "the images tensor has a row per sample");
+      total += device_indices(db, seen);
+      ferry_device_batch_free(db);
+      ferry_batch_release(b);
+    }
+    cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
+    cr_expect_eq(seen[BOMB_INDEX], 0, "epoch %d: the unreadable image reached the consumer", epoch);
+    cr_expect_eq(total, LOADER_TEST_IMAGES - 1, "epoch %d", epoch);
+    for (int i = 0; i < LOADER_TEST_IMAGES; i++)
+      if (i != BOMB_INDEX) cr_expect_eq(seen[i], 1, "epoch %d, image %d", epoch, i);
+  }
+  /* Once per epoch: in the transfer the first time, by the workers after. */
+  cr_expect_geq(stats_of(l).samples_skipped, 2);
+  ferry_loader_close(l);
+  ferry_device_close(host);
+}
+
+Test(gpu_loader, an_image_no_decoder_reads_fails_the_transfer_naming_it_under_fail, .timeout = 120) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  const char *victim = with_truncated(&c);
+  ferry_loader *l;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  ferry_device *host;
+  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
+  ferry_batch *b;
+  ferry_status st = FERRY_OK;
+  while (st == FERRY_OK && ferry_loader_next(l, &b) == FERRY_OK) {
+    ferry_device_batch *db = NULL;
+    st = ferry_transfer(host, NULL, b, &o, &db);
+    if (st == FERRY_OK) ferry_device_batch_free(db);
+    ferry_batch_release(b);
+  }
+  cr_assert_eq(st, FERRY_EFORMAT, "%d: %s", st, ferry_last_error());
+  cr_expect(strstr(ferry_last_error(), victim) && strstr(ferry_last_error(), "dataset index 7"), "%s",
+            ferry_last_error());
+  ferry_loader_close(l);
+  ferry_device_close(host);
 }
