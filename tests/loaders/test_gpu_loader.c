@@ -388,18 +388,32 @@ static const char *file_name_at(const ferry_loader_config *c, size_t index) {
  * header, and its annotations, say 65,000 x 65,000 (12.7 GB of RGB), in a copy of
  * the folder as links and a copy of the annotations. Sets c's paths; returns the
  * victim's file name. */
-static const char *with_bomb(ferry_loader_config *c) {
-  static char dir[256], ann[512], img[512], victim[256];
+/* A copy of c's image folder (links) in a fresh folder `dir`, with dataset image
+ * BOMB_INDEX's file edited by `edit` (which may shorten it). Sets c->images; returns
+ * the victim's file name. */
+static const char *with_victim(ferry_loader_config *c, void (*edit)(uint8_t *jpeg, size_t *len), char *dir,
+                               size_t dsize) {
+  static char img[512], victim[256];
   snprintf(victim, sizeof victim, "%s", file_name_at(c, BOMB_INDEX));
-  linked_folder_without(c->images, victim, dir, sizeof dir, img, sizeof img);
+  linked_folder_without(c->images, victim, dir, dsize, img, sizeof img);
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", c->images, victim);
   size_t len;
   uint8_t *jpeg = read_whole(path, &len);
-  set_frame_size(jpeg, len, BOMB_SIDE, BOMB_SIDE);
+  edit(jpeg, &len);
   snprintf(path, sizeof path, "%s/%s", img, victim);
   write_whole(path, jpeg, len);
   free(jpeg);
+  c->images = img;
+  return victim;
+}
+
+static void claim_bomb_size(uint8_t *jpeg, size_t *len) { set_frame_size(jpeg, *len, BOMB_SIDE, BOMB_SIDE); }
+static void cut_in_half(uint8_t *jpeg, size_t *len) { *len /= 2; }
+
+static const char *with_bomb(ferry_loader_config *c) {
+  static char dir[256], ann[512];
+  const char *victim = with_victim(c, claim_bomb_size, dir, sizeof dir);
   /* The annotations agree with the header (else the size check alone would refuse it). */
   size_t jlen = 0;
   uint8_t *text = read_whole(c->annotations, &jlen);
@@ -425,8 +439,22 @@ static const char *with_bomb(ferry_loader_config *c) {
   fclose(f);
   free(json);
   c->annotations = ann;
-  c->images = img;
   return victim;
+}
+
+/* The test set's config, and a fresh fake that sends nothing to the CPU. */
+static ferry_loader_config fresh_config(void) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  return c;
+}
+
+/* The GPU decoder's loader over c, through the fake nvJPEG. */
+static ferry_loader *open_fake_gpu(const ferry_loader_config *c) {
+  ferry_loader *l = NULL;
+  cr_assert_eq(ferry__loader_open_gpu(c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  return l;
 }
 
 /* A host device whose "GPU" has 256 MB: the bomb would ask for 12.7 GB of it. */
@@ -438,13 +466,10 @@ static ferry_device *small_gpu(void) {
 }
 
 Test(gpu_loader, a_header_past_max_pixels_is_skipped_by_the_workers_not_met_in_the_transfer, .timeout = 120) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
+  ferry_loader_config c = fresh_config();
   const char *victim = with_bomb(&c);
   c.on_error = FERRY_ON_ERROR_SKIP;
-  ferry_loader *l;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  ferry_loader *l = open_fake_gpu(&c);
   ferry_device *gpu = small_gpu();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
   size_t total = 0;
@@ -469,7 +494,7 @@ Test(gpu_loader, a_header_past_max_pixels_is_skipped_by_the_workers_not_met_in_t
   ferry_loader_close(l);
   /* Under the fail policy the epoch ends at it, naming the file and the limit. */
   c.on_error = FERRY_ON_ERROR_FAIL;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  l = open_fake_gpu(&c);
   while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
   cr_expect_eq(st, FERRY_ELIMIT, "%d: %s", st, ferry_last_error());
   cr_expect(strstr(ferry_last_error(), victim) && strstr(ferry_last_error(), "65000x65000") &&
@@ -481,9 +506,7 @@ Test(gpu_loader, a_header_past_max_pixels_is_skipped_by_the_workers_not_met_in_t
 /* The stage's own check, for a batch that reached it without the workers' (made by
  * hand here): refused before any device allocation, naming the sample. */
 Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocation, .timeout = 60) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
+  ferry_loader_config c = fresh_config();
   const char *victim = with_bomb(&c);
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", c.images, victim);
@@ -568,18 +591,8 @@ Test(gpu_loader, decode_auto_falls_back_to_the_cpu_when_nvjpeg_cannot_start_and_
  * workers' parser routes it to nvJPEG; its scan cut, so no decoder can finish it).
  * Sets c->images; returns the victim's file name. */
 static const char *with_truncated(ferry_loader_config *c) {
-  static char dir[256], img[512], victim[256];
-  snprintf(victim, sizeof victim, "%s", file_name_at(c, BOMB_INDEX));
-  linked_folder_without(c->images, victim, dir, sizeof dir, img, sizeof img);
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", c->images, victim);
-  size_t len;
-  uint8_t *jpeg = read_whole(path, &len);
-  snprintf(path, sizeof path, "%s/%s", img, victim);
-  write_whole(path, jpeg, len / 2);
-  free(jpeg);
-  c->images = img;
-  return victim;
+  static char dir[256];
+  return with_victim(c, cut_in_half, dir, sizeof dir);
 }
 
 /* The dataset indices of a device batch's samples (host device: records readable). */
@@ -593,15 +606,11 @@ static size_t device_indices(ferry_device_batch *db, int *seen) {
 }
 
 Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under_skip, .timeout = 120) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
+  ferry_loader_config c = fresh_config();
   with_truncated(&c);
   c.on_error = FERRY_ON_ERROR_SKIP;
-  ferry_loader *l;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
-  ferry_device *host;
-  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_loader *l = open_fake_gpu(&c);
+  ferry_device *host = small_gpu();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
   for (int epoch = 0; epoch < 2; epoch++) {
     int seen[LOADER_TEST_IMAGES] = {0};
@@ -632,14 +641,10 @@ Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under
 }
 
 Test(gpu_loader, an_image_no_decoder_reads_fails_the_transfer_naming_it_under_fail, .timeout = 120) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
+  ferry_loader_config c = fresh_config();
   const char *victim = with_truncated(&c);
-  ferry_loader *l;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
-  ferry_device *host;
-  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
+  ferry_loader *l = open_fake_gpu(&c);
+  ferry_device *host = small_gpu();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
   ferry_batch *b;
   ferry_status st = FERRY_OK;
