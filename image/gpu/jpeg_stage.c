@@ -5,9 +5,14 @@
  * side met so far, in memory of the one device the stage serves (built on the host
  * once per side, copied synchronously once, read by every later resize); and, per
  * transfer, scratch device memory freed in stream order after the work that reads it.
- * What one transfer queues on its stream, in order: the images tensor's allocation;
- * the batched decode of the nvJPEG samples into scratch (nvJPEG itself does its host
- * part in the call); per sample, the two resize passes into u8 [R,R,3] pixels (the
+ * What one transfer does, in order: every nvJPEG sample's size, held to the pixel
+ * limit before anything is allocated; the scratch; the batched decode of the nvJPEG
+ * samples into scratch (nvJPEG itself does its host part in the call, and reports a
+ * bad stream there); if it fails, each sample alone, and each that still fails
+ * decoded by the CPU decoder into its scratch (the loader then routes it to the CPU
+ * for good), or, where no decoder reads it, left out of the device batch or failed by
+ * the loader's policy (jpeg_stage.h's hooks); the images tensor's allocation, a row
+ * per sample kept; per sample, the two resize passes into u8 [R,R,3] pixels (the
  * images tensor itself without normalisation, else a u8 staging buffer); the
  * fallbacks' u8 rows copied from the arena into the same pixels; per sample, the
  * normalisation kernel; the scratch frees. On the host backend the same order holds:
@@ -347,7 +352,7 @@ static ferry_status decode_on_cpu(stage_run *r, gpu_sample *g) {
   ferry_image_options opts = r->s->image;
   opts.dct_scaling = 0;
   opts.apply_exif = 0; /* the routes send a rotated image to the CPU before it gets here */
-  ferry_decoder *d;
+  ferry_decoder *d = NULL;
   ferry_status st = ferry_decoder_open(&d);
   const uint8_t *rgb = NULL;
   int w = 0, h = 0;
@@ -431,7 +436,7 @@ static ferry_status copy_fallbacks(stage_run *r) {
 }
 
 static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o) {
-  if (!r->staging) return FERRY_OK;
+  if (!r->staging || !r->db->batch_size) return FERRY_OK;
   ferry_device_batch *db = r->db;
   ferry_norm_params params;
   ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);

@@ -605,10 +605,12 @@ static size_t device_indices(ferry_device_batch *db, int *seen) {
   return ferry_device_batch_size(db);
 }
 
-Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under_skip, .timeout = 120) {
+/* batch_size 1: the victim's device batch keeps no sample at all. */
+static void left_out_under_skip(size_t batch_size) {
   ferry_loader_config c = fresh_config();
   with_truncated(&c);
   c.on_error = FERRY_ON_ERROR_SKIP;
+  c.batch_size = batch_size;
   ferry_loader *l = open_fake_gpu(&c);
   ferry_device *host = small_gpu();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
@@ -638,6 +640,14 @@ Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under
   cr_expect_geq(stats_of(l).samples_skipped, 2);
   ferry_loader_close(l);
   ferry_device_close(host);
+}
+
+Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under_skip, .timeout = 120) {
+  left_out_under_skip(4);
+}
+
+Test(gpu_loader, a_device_batch_of_only_an_unreadable_image_has_no_sample, .timeout = 120) {
+  left_out_under_skip(1);
 }
 
 Test(gpu_loader, an_image_no_decoder_reads_fails_the_transfer_naming_it_under_fail, .timeout = 120) {
