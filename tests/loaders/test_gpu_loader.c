@@ -391,11 +391,21 @@ static const char *file_name_at(const ferry_loader_config *c, size_t index) {
 /* A copy of c's image folder (links) in a fresh folder `dir`, with dataset image
  * BOMB_INDEX's file edited by `edit` (which may shorten it). Sets c->images; returns
  * the victim's file name. */
+static char victim_dir[256]; /* the last folder with_victim made, for remove_victim_folder */
+
+/* The folder with_victim made, gone (the loader that read it is closed). */
+static void remove_victim_folder(void) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", victim_dir);
+  cr_expect_eq(system(cmd), 0);
+}
+
 static const char *with_victim(ferry_loader_config *c, void (*edit)(uint8_t *jpeg, size_t *len), char *dir,
                                size_t dsize) {
   static char img[512], victim[256];
   snprintf(victim, sizeof victim, "%s", file_name_at(c, BOMB_INDEX));
   linked_folder_without(c->images, victim, dir, dsize, img, sizeof img);
+  snprintf(victim_dir, sizeof victim_dir, "%s", dir);
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", c->images, victim);
   size_t len;
@@ -501,6 +511,7 @@ Test(gpu_loader, a_header_past_max_pixels_is_skipped_by_the_workers_not_met_in_t
             strstr(ferry_last_error(), "exceeds the limit"), "%s", ferry_last_error());
   ferry_loader_close(l);
   ferry_device_close(gpu);
+  remove_victim_folder();
 }
 
 /* The stage's own check, for a batch that reached it without the workers' (made by
@@ -542,6 +553,7 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   ferry_pool_close(pool);
   ferry_device_close(gpu);
   free(bomb);
+  remove_victim_folder();
 }
 
 /* ---- nvJPEG that loads but cannot start (issue 25, item 9) ---- */
@@ -640,6 +652,7 @@ static void left_out_under_skip(size_t batch_size) {
   cr_expect_geq(stats_of(l).samples_skipped, 2);
   ferry_loader_close(l);
   ferry_device_close(host);
+  remove_victim_folder();
 }
 
 Test(gpu_loader, an_image_no_decoder_reads_is_left_out_of_its_device_batch_under_skip, .timeout = 120) {
@@ -669,4 +682,5 @@ Test(gpu_loader, an_image_no_decoder_reads_fails_the_transfer_naming_it_under_fa
             ferry_last_error());
   ferry_loader_close(l);
   ferry_device_close(host);
+  remove_victim_folder();
 }
