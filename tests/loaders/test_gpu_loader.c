@@ -223,6 +223,43 @@ Test(gpu_loader, the_pinned_batch_holds_compressed_bytes_not_pixels, .timeout = 
   ferry_loader_close(gpu);
 }
 
+/* The test set's config, and a fresh fake that sends nothing to the CPU. */
+static ferry_loader_config fresh_config(void) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  return c;
+}
+
+/* The GPU decoder's loader over c, through the fake nvJPEG. */
+static ferry_loader *open_fake_gpu(const ferry_loader_config *c) {
+  ferry_loader *l = NULL;
+  cr_assert_eq(ferry__loader_open_gpu(c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
+  return l;
+}
+
+/* The first batch of the GPU decoder's loader (fake nvJPEG, nothing to the CPU), and
+ * a host device to transfer it to. */
+typedef struct gpu_batch {
+  ferry_loader *loader;
+  ferry_device *host;
+  ferry_batch *batch;
+} gpu_batch;
+
+static gpu_batch first_gpu_batch(void) {
+  ferry_loader_config c = fresh_config();
+  gpu_batch g = {open_fake_gpu(&c), NULL, NULL};
+  cr_assert_eq(ferry_device_open("host", &g.host), FERRY_OK);
+  cr_assert_eq(ferry_loader_next(g.loader, &g.batch), FERRY_OK, "%s", ferry_last_error());
+  return g;
+}
+
+static void gpu_batch_close(gpu_batch *g) {
+  ferry_batch_release(g->batch);
+  ferry_loader_close(g->loader);
+  ferry_device_close(g->host);
+}
+
 /* ---- the transfer stage, on the host backend ---- */
 
 /* Both loaders' batches through ferry_transfer onto the host device: the GPU
@@ -319,57 +356,37 @@ Test(jpeg_stage, images_nvjpeg_fails_on_are_decoded_on_the_cpu_not_failed, .time
  * allocation (issue 25, item 10): not a sample's failure, nothing rerouted or left
  * out, nothing left allocated, and the same batch transfers once memory is back. */
 Test(jpeg_stage, nvjpeg_out_of_memory_fails_the_transfer_cleanly_for_a_retry, .timeout = 60) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
-  ferry_loader *gpu;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &gpu), FERRY_OK, "%s", ferry_last_error());
-  ferry_device *host;
-  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
-  ferry_batch *b;
-  cr_assert_eq(ferry_loader_next(gpu, &b), FERRY_OK, "%s", ferry_last_error());
+  gpu_batch g = first_gpu_batch();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
   ferry_device_batch *db = NULL;
   fake_nvjpeg.decode_failure = NVJPEG_STATUS_ALLOCATOR_FAILURE;
   fake_nvjpeg.fail_decode = 1;
-  cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_ENOMEM, "%s", ferry_last_error());
+  cr_assert_eq(ferry_transfer(g.host, NULL, g.batch, &o, &db), FERRY_ENOMEM, "%s", ferry_last_error());
   cr_expect_null(db);
   cr_expect(strstr(ferry_last_error(), "ran out of memory") && strstr(ferry_last_error(), "batch of 4 samples"), "%s",
             ferry_last_error());
   cr_expect_eq(fake_nvjpeg.decodes, 1, "no sample is decoded again alone: memory is not a sample's fault");
-  ferry_device_synchronize(host);
+  ferry_device_synchronize(g.host);
   ferry_memory_stats m;
-  cr_assert_eq(ferry_device_memory_stats(host, &m), FERRY_OK);
+  cr_assert_eq(ferry_device_memory_stats(g.host, &m), FERRY_OK);
   cr_expect_eq(m.live_bytes, 0, "the failed transfer left device memory");
   fake_nvjpeg.fail_decode = 0;
-  cr_assert_eq(ferry_transfer(host, NULL, b, &o, &db), FERRY_OK, "the retry: %s", ferry_last_error());
+  cr_assert_eq(ferry_transfer(g.host, NULL, g.batch, &o, &db), FERRY_OK, "the retry: %s", ferry_last_error());
   cr_assert_eq(ferry_device_batch_wait(db), FERRY_OK);
-  cr_expect_eq(ferry_device_batch_size(db), ferry_batch_size(b), "no sample left out");
+  cr_expect_eq(ferry_device_batch_size(db), ferry_batch_size(g.batch), "no sample left out");
   ferry_device_batch_free(db);
-  ferry_batch_release(b);
-  cr_expect_eq(stats_of(gpu).samples_cpu_fallback[FERRY_FALLBACK_CORRUPT], 0, "nothing rerouted");
-  ferry_loader_close(gpu);
-  ferry_device_close(host);
+  cr_expect_eq(stats_of(g.loader).samples_cpu_fallback[FERRY_FALLBACK_CORRUPT], 0, "nothing rerouted");
+  gpu_batch_close(&g);
 }
 
 /* The packed-then-clone baseline cannot carry the producer: refused rather than
  * handing out compressed bytes as images. */
 Test(jpeg_stage, the_packed_then_clone_baseline_refuses_a_gpu_decoded_batch, .timeout = 60) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
-  ferry_loader *gpu;
-  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &gpu), FERRY_OK, "%s", ferry_last_error());
-  ferry_device *host;
-  cr_assert_eq(ferry_device_open("host", &host), FERRY_OK);
-  ferry_batch *b;
-  cr_assert_eq(ferry_loader_next(gpu, &b), FERRY_OK, "%s", ferry_last_error());
+  gpu_batch g = first_gpu_batch();
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
   ferry_device_batch *db = NULL;
-  cr_expect_eq(ferry__transfer_packed_then_clone(host, NULL, b, &o, &db), FERRY_EUNSUPPORTED);
-  ferry_batch_release(b);
-  ferry_loader_close(gpu);
-  ferry_device_close(host);
+  cr_expect_eq(ferry__transfer_packed_then_clone(g.host, NULL, g.batch, &o, &db), FERRY_EUNSUPPORTED);
+  gpu_batch_close(&g);
 }
 
 /* ---- a header that claims a huge image (issue 25, item 8) ---- */
@@ -487,21 +504,6 @@ static const char *with_bomb(ferry_loader_config *c) {
   free(json);
   c->annotations = ann;
   return victim;
-}
-
-/* The test set's config, and a fresh fake that sends nothing to the CPU. */
-static ferry_loader_config fresh_config(void) {
-  fake_nvjpeg_reset(0);
-  ferry_loader_config c;
-  test_config(&c);
-  return c;
-}
-
-/* The GPU decoder's loader over c, through the fake nvJPEG. */
-static ferry_loader *open_fake_gpu(const ferry_loader_config *c) {
-  ferry_loader *l = NULL;
-  cr_assert_eq(ferry__loader_open_gpu(c, &fake_nvjpeg_api, &l), FERRY_OK, "%s", ferry_last_error());
-  return l;
 }
 
 /* A host device whose "GPU" has 256 MB: the bomb would ask for 12.7 GB of it. */
