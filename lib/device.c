@@ -224,11 +224,47 @@ void ferry_device_close(ferry_device *device) {
 
 /* ---- accounting ---------------------------------------------------------- */
 
+void ferry__device_cap_bytes(ferry_device *device, uint64_t cap) {
+  pthread_mutex_lock(&device->accounting_lock);
+  device->byte_cap = cap;
+  pthread_mutex_unlock(&device->accounting_lock);
+}
+
+/* Under accounting_lock: 1 when `size` more device bytes would pass the cap. */
+static int over_cap(const ferry_device *d, size_t size) {
+  return d->byte_cap && (size > d->byte_cap || d->live_bytes > d->byte_cap - size);
+}
+
+/* FERRY_ENOMEM for `size` bytes refused by the cap, with the figures as they are now. */
+static ferry_status cap_failure(ferry_device *d, size_t size) {
+  pthread_mutex_lock(&d->accounting_lock);
+  uint64_t live = d->live_bytes, cap = d->byte_cap;
+  pthread_mutex_unlock(&d->accounting_lock);
+  return ferry__fail(FERRY_ENOMEM, "%s: out of device memory allocating %zu bytes (%llu of the %llu "
+                     "bytes allowed are in use)", d->name, size, (unsigned long long)live,
+                     (unsigned long long)cap);
+}
+
+/* The cap's verdict before the backend is asked (a request far past it allocates
+ * nothing); account_alloc checks again, under the same lock as the count. */
+static ferry_status cap_check(ferry_device *d, size_t size) {
+  pthread_mutex_lock(&d->accounting_lock);
+  int over = over_cap(d, size);
+  pthread_mutex_unlock(&d->accounting_lock);
+  return over ? cap_failure(d, size) : FERRY_OK;
+}
+
+enum { ACCOUNT_OK = 0, ACCOUNT_NO_MEMORY = -1, ACCOUNT_OVER_CAP = -2 };
+
 /* The counters move only when the map or set has recorded the pointer, so they always
  * equal what the map and set hold. Pinned memory has its own counters: it is host
- * memory, and never part of live_bytes or peak_bytes. */
+ * memory, and never part of live_bytes or peak_bytes, nor held to the cap. */
 static int account_alloc(ferry_device *d, const void *ptr, size_t size, int pinned) {
   pthread_mutex_lock(&d->accounting_lock);
+  if (!pinned && over_cap(d, size)) {
+    pthread_mutex_unlock(&d->accounting_lock);
+    return ACCOUNT_OVER_CAP;
+  }
   int rc = pinned ? ferry__rangeset_put(&d->pinned, ptr, size)
                   : ferry__ptrmap_put(&d->device_sizes, ptr, size);
   if (rc == 0 && pinned) {
@@ -276,14 +312,18 @@ ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, siz
   if (size == 0) return FERRY_OK;
   ferry_status st = resolve_stream(device, &stream);
   if (st != FERRY_OK) return st;
+  if ((st = cap_check(device, size)) != FERRY_OK) return st;
   void *ptr = NULL;
   st = device->ops->malloc(stream, size, &ptr);
   if (st != FERRY_OK) return st;
-  /* Memory that cannot be accounted is given back, on the same stream, uncounted: the
-   * caller sees ENOMEM and nothing stays live. */
-  if (account_alloc(device, ptr, size, 0) != 0) {
+  /* Memory that cannot be accounted (or that another thread's allocation put past the
+   * cap meanwhile) is given back, on the same stream, uncounted: the caller sees
+   * ENOMEM and nothing stays live. */
+  int rc = account_alloc(device, ptr, size, 0);
+  if (rc != ACCOUNT_OK) {
     device->ops->free(stream, ptr);
-    return ferry__fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
+    return rc == ACCOUNT_OVER_CAP ? cap_failure(device, size)
+                                  : ferry__fail(FERRY_ENOMEM, "%s: out of host memory for accounting", device->name);
   }
   *out = ptr;
   return FERRY_OK;

@@ -133,6 +133,11 @@ static ferry_status cuda_malloc(ferry_stream *stream, size_t size, void **out) {
   cudaError_t err = cudaMallocFromPoolAsync(out, size, cd->pool, stream->impl);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    /* Exhausted memory is the caller's to handle (free, then retry): FERRY_ENOMEM, as
+     * the host backend and the device's byte cap say it; anything else is the runtime's. */
+    if (err == cudaErrorMemoryAllocation)
+      return ferry__fail(FERRY_ENOMEM, "%s: out of device memory allocating %zu bytes (cudaMallocAsync: %s)",
+                         stream->device->name, size, cudaGetErrorString(err));
     return ferry__fail(FERRY_EDEVICE, "%s: cudaMallocAsync of %zu bytes failed: %s",
                       stream->device->name, size, cudaGetErrorString(err));
   }

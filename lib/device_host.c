@@ -200,7 +200,7 @@ static ferry_status host_stream_sync(ferry_stream *stream) {
 
 static ferry_status host_malloc(ferry_stream *stream, size_t size, void **out) {
   *out = ferry__aligned_alloc(HOST_ALIGN, size);
-  if (!*out) return ferry__fail(FERRY_EDEVICE, "host: out of device memory allocating %zu bytes", size);
+  if (!*out) return ferry__fail(FERRY_ENOMEM, "host: out of device memory allocating %zu bytes", size);
   return FERRY_OK;
 }
 

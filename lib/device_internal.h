@@ -93,7 +93,15 @@ struct ferry_device {
   ferry_rangeset pinned; /* live ferry_device_host_alloc allocations */
   uint64_t live_bytes, peak_bytes, allocations, live_allocations;
   uint64_t pinned_live_bytes, pinned_peak_bytes;
+  uint64_t byte_cap; /* 0: none; else live_bytes never passes it (ferry__device_cap_bytes) */
 };
+
+/* Cap the device memory live at once on `device` (0 lifts the cap): an allocation
+ * that would take live_bytes past it fails with FERRY_ENOMEM, as exhausted memory
+ * does, before the backend is asked. The same code for both backends: a test hook
+ * that runs a GPU out of memory on the host backend (tests/transfer), and under CUDA
+ * a pool smaller than the device. */
+void ferry__device_cap_bytes(ferry_device *device, uint64_t cap);
 
 /* For the library's own copies whose host side is pageable by design (an unpacked
  * batch's per-sample buffers, a GPU batch packed onto the host device, a module's

@@ -4,9 +4,11 @@
  * open; where its pixels go, learnt by the first worker that reads it), each worker's
  * nvJPEG parser, and the fill of a sample laid out for the GPU decoder.
  * Invariants: a sample has exactly one of (jpeg rows = its file's size, no cpu_images
- * row) while its route is 0, or (no jpeg rows, one cpu_images row) once a worker has
- * recorded a CPU route; a route only ever goes from 0 to a CPU route, so a sample is
- * laid out again at most once per loader (FERRY_EAGAIN, see loader_internal.h). No
+ * row) while its route is 0, or (no jpeg rows, one cpu_images row) once a worker (or
+ * the transfer stage, for an image nvJPEG failed to decode) has recorded a CPU route;
+ * a slot is filled by its layout, never by a route recorded since; a route only ever
+ * goes from 0 to a CPU route, so a sample is laid out again at most once per loader
+ * (FERRY_EAGAIN, see loader_internal.h). No
  * pixel of a sample nvJPEG takes is decoded here: the transfer stage decodes the
  * jpeg rows on the device. Masks, boxes and every other target are written by the
  * CPU path's code (fill.c), so they are the CPU decoder's bit for bit.
@@ -42,8 +44,44 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
   }
 }
 
+void ferry__gpu_decoder_note(ferry_loader *l, ferry_status st) {
+  snprintf(l->decoder_note, sizeof l->decoder_note, "decode = AUTO runs on the CPU: %s",
+           ferry_last_error()[0] ? ferry_last_error() : ferry_strerror(st));
+}
+
+const char *ferry_loader_decoder_note(const ferry_loader *l) { return l ? l->decoder_note : ""; }
+
+/* ---- what the transfer stage asks about images nvJPEG fails on (jpeg_stage.h) ---- */
+
+/* Its route becomes CORRUPT unless a worker recorded another CPU route first: layouts
+ * from now on give it a cpu_images row, and a plan already laid out for nvJPEG is laid
+ * out again when a worker meets it (ferry__gpu_fill_sample). */
+static void reroute_to_cpu(void *arg, int64_t index) {
+  fill_context *ctx = arg;
+  if (index < 0 || (size_t)index >= ferry_coco_num_images(ctx->coco)) return;
+  unsigned char none = 0;
+  __atomic_compare_exchange_n(&ctx->gpu.route[index], &none, (unsigned char)FERRY_NVJPEG_ROUTE_CORRUPT, 0,
+                              __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+static int unreadable(void *arg, int64_t index, char *name, size_t size) {
+  fill_context *ctx = arg;
+  ferry_coco_image img;
+  if (index >= 0 && (size_t)index < ferry_coco_num_images(ctx->coco) &&
+      ferry_coco_image_at(ctx->coco, (size_t)index, &img) == FERRY_OK)
+    snprintf(name, size, "image id %lld, file %s", (long long)img.id, img.file_name);
+  if (!ctx->gpu.skip_unreadable) return 0;
+  __atomic_fetch_add(&ctx->gpu.skipped_in_transfer, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx) {
+  return __atomic_load_n(&ctx->gpu.skipped_in_transfer, __ATOMIC_RELAXED);
+}
+
 ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
-  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, out);
+  ferry_jpeg_stage_hooks hooks = {.ctx = ctx, .reroute = reroute_to_cpu, .unreadable = unreadable};
+  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, &hooks, out);
 }
 
 /* ---- the stat at open ---- */
@@ -152,6 +190,14 @@ ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   return st;
 }
 
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+  ferry_nvjpeg_parser p;
+  ferry_status st = ferry__nvjpeg_parser_open(api, &p);
+  if (st != FERRY_OK) return ferry__error_prefix(st, "nvJPEG does not start on this device: ");
+  ferry__nvjpeg_parser_close(&p);
+  return FERRY_OK;
+}
+
 void ferry__gpu_worker_close(gpu_worker *w) {
   if (!w) return;
   ferry__nvjpeg_parser_close(&w->parser);
@@ -176,7 +222,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
                        ferry__nvjpeg_route_name(route));
   }
   int width = 0, height = 0;
-  st = ferry__nvjpeg_image_size(&w->parser, data, len, path, &width, &height);
+  st = ferry__nvjpeg_image_size(&w->parser, data, len, path, &ctx->image, &width, &height);
   if (st == FERRY_OK) st = ferry__loader_check_size(path, width, height, img);
   *fallback = -1;
   return st;
@@ -189,10 +235,17 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
   *fallback = -1;
   ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
   if (st != FERRY_OK) return st;
+  /* The slot's layout decides, not the route now: a route recorded after this plan
+   * was laid out (by another worker, or by the transfer stage) finds a slot with jpeg
+   * rows and no cpu_images row, which is laid out again. */
   unsigned route = route_of(ctx, index);
-  if (route) {
-    *fallback = (int)route - 1;
+  const int64_t *cpu_rows = ferry_batch_offsets(batch, (size_t)ctx->slots.cpu_images);
+  if (cpu_rows[slot + 1] > cpu_rows[slot]) {
+    *fallback = route ? (int)route - 1 : FERRY_FALLBACK_CORRUPT;
     st = fill_on_cpu(ctx, decoder, batch, slot, path, &img);
+  } else if (route) {
+    st = ferry__fail(FERRY_EAGAIN, "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
+                     "out again", path, ferry__nvjpeg_route_name((ferry_nvjpeg_route)route));
   } else {
     st = fill_for_gpu(ctx, w, batch, slot, index, path, &img, fallback);
   }
@@ -204,6 +257,11 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
 }
 
 #else /* !FERRY_HAVE_NVJPEG: the loader never selects the GPU decoder */
+
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+  (void)api;
+  return ferry__fail(FERRY_ENODEV, "ferry was built without nvJPEG");
+}
 
 ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   (void)ctx;

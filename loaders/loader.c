@@ -224,6 +224,7 @@ static ferry_status open_data(ferry_loader *l) {
   st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
   if (st == FERRY_OK) st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
+  l->fill.gpu.skip_unreadable = l->config.on_error == FERRY_ON_ERROR_SKIP;
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
   return st;
 }
@@ -351,14 +352,21 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
   /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
    * (check_augment refuses GPU with one), or no images at all. */
   if (!api && want == FERRY_DECODE_AUTO &&
-      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES)))
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES))) {
+    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments nor skips images"));
     return FERRY_OK;
-  if (!api) {
-    ferry_status st = ferry__nvjpeg_device_check(l->config.device);
-    if (st == FERRY_OK) st = ferry__nvjpeg_load(&api);
-    if (st != FERRY_OK && want == FERRY_DECODE_AUTO) return FERRY_OK;
-    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
   }
+  ferry_status st = FERRY_OK;
+  if (!api) st = ferry__nvjpeg_device_check(l->config.device);
+  if (!api && st == FERRY_OK) st = ferry__nvjpeg_load(&api);
+  /* Every worker opens nvJPEG: where it cannot start, AUTO knows it now, not at the
+   * first worker. */
+  if (st == FERRY_OK) st = ferry__gpu_decoder_probe(api);
+  if (st != FERRY_OK && want == FERRY_DECODE_AUTO) {
+    ferry__gpu_decoder_note(l, st);
+    return FERRY_OK;
+  }
+  if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.image.decode = GPU: ");
   l->fill.gpu.api = api; /* a test's fake table (ferry__loader_open_gpu), or nvJPEG */
   l->stats.decoder = FERRY_DECODE_GPU;
   return FERRY_OK;
@@ -575,6 +583,7 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   pthread_mutex_lock(&l->lock);
   *out = l->stats;
   ferry__loader_unlock(l);
+  out->samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
   out->coordinator_cpu_ns = coordinator_cpu_ns(l);
   if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
   return FERRY_OK;

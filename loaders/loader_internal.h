@@ -71,8 +71,12 @@ struct ferry_nvjpeg_api;
 typedef struct gpu_decode {
   const struct ferry_nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
-  unsigned char *route;      /* [images], read and written with relaxed atomics */
+  unsigned char *route;      /* [images], read and written with relaxed atomics; the
+                              * transfer stage records a CPU route too, for an image
+                              * nvJPEG failed to decode (gpu_fill.c's hooks) */
   struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
+  int skip_unreadable;       /* config.on_error is SKIP: the stage leaves out what no decoder reads */
+  uint64_t skipped_in_transfer; /* samples the stage left out (atomic): in stats.samples_skipped */
 } gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
@@ -229,6 +233,7 @@ struct ferry_loader {
   fill_context fill;
   size_t keypoints;
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
+  char decoder_note[FERRY_ERROR_MAX]; /* ferry_loader_decoder_note (gpu_fill.c) */
   /* The sample order: per_rank fixed at open; the order drawn by the coordinator
    * alone, for the epoch it lays out (coordinator.c). */
   ferry_sampler sampler;
@@ -306,10 +311,18 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
  * coordinator's layout, every other field's rows already set). O(count), no lock. */
 void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows);
+/* Whether the GPU decoder can start with `api`: a parser opened and closed, as every
+ * worker will open one (nvjpegCreateEx refuses a GPU nvJPEG does not run on). The
+ * message names the failing call and its status. */
+ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api);
+/* The loader decodes on the CPU under AUTO: remember why (the message `st` left). */
+void ferry__gpu_decoder_note(struct ferry_loader *loader, ferry_status st);
 /* The transfer stage that decodes this loader's batches on the device
  * (image/gpu/jpeg_stage.h). */
 struct ferry_jpeg_stage;
 ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
+/* Samples the transfer stage left out of device batches, under the skip policy. */
+uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 

@@ -66,7 +66,7 @@ static void add_diff(diff *d, const uint8_t *a, const uint8_t *b, size_t pixels)
 /* nvJPEG's RGB of one image, copied back to the host (malloc'ed). */
 static ferry_status gpu_rgb(context *cx, const uint8_t *data, size_t len, const char *name, uint8_t **out,
                             int *w, int *h) {
-  ferry_status st = ferry__nvjpeg_image_size(&cx->nv.parser, data, len, name, w, h);
+  ferry_status st = ferry__nvjpeg_image_size(&cx->nv.parser, data, len, name, NULL, w, h);
   if (st != FERRY_OK) return st;
   size_t bytes = (size_t)*w * *h * 3;
   void *dev = NULL;
@@ -140,7 +140,7 @@ static int corpus_load(context *cx, char **paths, int count, corpus *c) {
     c->data[k] = bench_read_file(paths[i], &c->len[k]);
     if (!c->data[k]) continue;
     if (ferry__nvjpeg_route(&cx->nv.parser, c->data[k], c->len[k], 0) == FERRY_NVJPEG_ROUTE_GPU &&
-        ferry__nvjpeg_image_size(&cx->nv.parser, c->data[k], c->len[k], paths[i], &c->w[k], &c->h[k]) == FERRY_OK)
+        ferry__nvjpeg_image_size(&cx->nv.parser, c->data[k], c->len[k], paths[i], NULL, &c->w[k], &c->h[k]) == FERRY_OK)
       c->n++;
     else
       free(c->data[k]);

@@ -5,9 +5,14 @@
  * side met so far, in memory of the one device the stage serves (built on the host
  * once per side, copied synchronously once, read by every later resize); and, per
  * transfer, scratch device memory freed in stream order after the work that reads it.
- * What one transfer queues on its stream, in order: the images tensor's allocation;
- * the batched decode of the nvJPEG samples into scratch (nvJPEG itself does its host
- * part in the call); per sample, the two resize passes into u8 [R,R,3] pixels (the
+ * What one transfer does, in order: every nvJPEG sample's size, held to the pixel
+ * limit before anything is allocated; the scratch; the batched decode of the nvJPEG
+ * samples into scratch (nvJPEG itself does its host part in the call, and reports a
+ * bad stream there); if it fails, each sample alone, and each that still fails
+ * decoded by the CPU decoder into its scratch (the loader then routes it to the CPU
+ * for good), or, where no decoder reads it, left out of the device batch or failed by
+ * the loader's policy (jpeg_stage.h's hooks); the images tensor's allocation, a row
+ * per sample kept; per sample, the two resize passes into u8 [R,R,3] pixels (the
  * images tensor itself without normalisation, else a u8 staging buffer); the
  * fallbacks' u8 rows copied from the arena into the same pixels; per sample, the
  * normalisation kernel; the scratch frees. On the host backend the same order holds:
@@ -30,7 +35,9 @@
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+                                    ferry_jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
 }
@@ -64,6 +71,8 @@ struct ferry_jpeg_stage {
   const ferry_nvjpeg_api *api;
   ferry__producer producer;   /* what batches carry; self is the stage */
   int resolution;
+  ferry_image_options image;  /* its max_pixels: what a sample may ask of the device */
+  ferry_jpeg_stage_hooks hooks; /* the loader's word on samples nvJPEG cannot decode */
   pthread_mutex_t lock;       /* guards everything below */
   ferry_device *device;       /* the device of the first transfer: the tables live there */
   axis_entry *axes;           /* [MAX_SIDE], by input side */
@@ -73,7 +82,9 @@ struct ferry_jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+                                    ferry_jpeg_stage **out) {
   ferry_jpeg_stage *s = ferry__calloc(1, sizeof *s);
   axis_entry *axes = ferry__calloc(MAX_SIDE, sizeof *axes);
   if (!s || !axes) {
@@ -88,6 +99,9 @@ ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int reso
                                   .produce = produce_images,
                                   .self = s};
   s->resolution = resolution;
+  if (opts) s->image = *opts;
+  else ferry_image_options_default(&s->image);
+  if (hooks) s->hooks = *hooks;
   s->axes = axes;
   pthread_mutex_init(&s->lock, NULL);
   *out = s;
@@ -186,6 +200,9 @@ typedef struct stage_run {
   ferry_jpeg_stage *s;
   ferry_device_batch *db;
   const ferry_batch *batch;
+  size_t nsource;          /* the source batch's samples */
+  uint8_t *left_out;       /* [nsource]: samples no decoder could read, under skip */
+  size_t *row;             /* [nsource]: a kept sample's row in the images tensor */
   int jpeg, cpu_images;    /* field indices */
   size_t item;             /* bytes of one u8 [R,R,3] image */
   uint8_t *pixels;         /* u8 [B,R,R,3]: the images tensor, or staging */
@@ -214,11 +231,12 @@ static ferry_status alloc_images(stage_run *r, const ferry_transfer_options *o) 
   return st;
 }
 
-/* The nvJPEG samples (those with jpeg rows), their sizes and scratch. */
+/* The nvJPEG samples (those with jpeg rows) and their sizes, each held to the pixel
+ * limit and to JPEG's sides: nothing is allocated for any sample until every one is
+ * known to fit, so a header claiming a huge image costs no device memory. */
 static ferry_status collect_gpu(stage_run *r) {
-  ferry_device_batch *db = r->db;
   const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->jpeg);
-  for (size_t i = 0; i < db->batch_size; i++) {
+  for (size_t i = 0; i < r->nsource; i++) {
     if (rows[i + 1] == rows[i]) continue;
     gpu_sample *g = &r->gpu[r->ngpu++];
     ferry_tensor view;
@@ -227,18 +245,28 @@ static ferry_status collect_gpu(stage_run *r) {
     g->data = view.data;
     g->len = view.nbytes;
     if (st == FERRY_OK)
-      st = ferry__nvjpeg_image_size(&r->decoder->decoder.parser, g->data, g->len, "jpeg row", &g->width,
-                                    &g->height);
+      st = ferry__nvjpeg_image_size(&r->decoder->decoder.parser, g->data, g->len, "its jpeg rows", &r->s->image,
+                                    &g->width, &g->height);
     if (st == FERRY_OK && (g->width >= MAX_SIDE || g->height >= MAX_SIDE))
       st = ferry__fail(FERRY_EUNSUPPORTED, "image of %dx%d", g->width, g->height);
-    if (st == FERRY_OK)
-      st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3, (void **)&g->decoded);
-    int vfirst = st == FERRY_OK ? ferry__resize_vertical_first(g->width, g->height, r->s->resolution) : 0;
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
+  }
+  return FERRY_OK;
+}
+
+/* Each nvJPEG sample's scratch: its decoded pixels and the resize's intermediate. */
+static ferry_status alloc_scratch(stage_run *r) {
+  ferry_device_batch *db = r->db;
+  for (size_t k = 0; k < r->ngpu; k++) {
+    gpu_sample *g = &r->gpu[k];
+    int vfirst = ferry__resize_vertical_first(g->width, g->height, r->s->resolution);
+    ferry_status st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3,
+                                          (void **)&g->decoded);
     if (st == FERRY_OK)
       st = ferry_device_malloc(db->device, db->stream,
                                ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst),
                                (void **)&g->tmp);
-    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, g->index);
   }
   return FERRY_OK;
 }
@@ -248,7 +276,7 @@ static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry_resize_j
   int R = s->resolution;
   *job = (ferry_resize_job){.src = g->decoded, .width = g->width, .height = g->height, .size = R,
                             .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
-                            .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + g->index * r->item};
+                            .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + r->row[g->index] * r->item};
   pthread_mutex_lock(&s->lock);
   ferry_status st = device_axis(s, r->db->stream, g->width, &job->h);
   if (st == FERRY_OK) st = device_axis(s, r->db->stream, g->height, &job->v);
@@ -273,11 +301,13 @@ static ferry_status queue_resizes(stage_run *r) {
   int on_host = stream->device->kind == FERRY_DEVICE_HOST;
   host_resizes *h = ferry__malloc(sizeof *h + r->ngpu * sizeof h->jobs[0]);
   if (!h) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu resizes", r->ngpu);
-  h->n = r->ngpu;
+  h->n = 0;
   ferry_status st = FERRY_OK;
   for (size_t k = 0; k < r->ngpu && st == FERRY_OK; k++) {
-    st = resize_job(r, &r->gpu[k], &h->jobs[k]);
-    int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(stream->impl, &h->jobs[k]) : 0;
+    if (r->left_out[r->gpu[k].index]) continue;
+    ferry_resize_job *job = &h->jobs[h->n++];
+    st = resize_job(r, &r->gpu[k], job);
+    int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(stream->impl, job) : 0;
     if (err) st = ferry__fail(FERRY_EDEVICE, "transfer: the resize kernel of sample %zu failed to launch "
                               "(CUDA error %d)", r->gpu[k].index, err);
   }
@@ -290,9 +320,8 @@ static ferry_status queue_resizes(stage_run *r) {
   return st;
 }
 
-static ferry_status decode_and_resize(stage_run *r) {
-  if (!r->ngpu) return FERRY_OK;
-  size_t n = r->ngpu;
+/* nvJPEG's batched decode of `n` samples, each into its scratch. */
+static ferry_status decode_some(stage_run *r, gpu_sample *const *g, size_t n) {
   const uint8_t **data = ferry__malloc(n * sizeof *data);
   size_t *len = ferry__malloc(n * sizeof *len);
   int *width = ferry__malloc(n * sizeof *width);
@@ -300,10 +329,10 @@ static ferry_status decode_and_resize(stage_run *r) {
   ferry_status st = FERRY_OK;
   if (!data || !len || !width || !dst) st = ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu decodes", n);
   for (size_t k = 0; k < n && st == FERRY_OK; k++) {
-    data[k] = r->gpu[k].data;
-    len[k] = r->gpu[k].len;
-    width[k] = r->gpu[k].width;
-    dst[k] = r->gpu[k].decoded;
+    data[k] = g[k]->data;
+    len[k] = g[k]->len;
+    width[k] = g[k]->width;
+    dst[k] = g[k]->decoded;
   }
   if (st == FERRY_OK) {
     pthread_mutex_lock(&r->decoder->lock);
@@ -314,7 +343,78 @@ static ferry_status decode_and_resize(stage_run *r) {
   ferry__free(len);
   ferry__free(width);
   ferry__free(dst);
-  return st == FERRY_OK ? queue_resizes(r) : st;
+  return st;
+}
+
+/* The CPU decoder's pixels of a sample nvJPEG could not decode, into its scratch: the
+ * same bytes, at full size (as nvJPEG decodes), copied up synchronously (a rare path). */
+static ferry_status decode_on_cpu(stage_run *r, gpu_sample *g) {
+  ferry_image_options opts = r->s->image;
+  opts.dct_scaling = 0;
+  opts.apply_exif = 0; /* the routes send a rotated image to the CPU before it gets here */
+  ferry_decoder *d = NULL;
+  ferry_status st = ferry_decoder_open(&d);
+  const uint8_t *rgb = NULL;
+  int w = 0, h = 0;
+  if (st == FERRY_OK) st = ferry_decode_rgb(d, g->data, g->len, "its jpeg rows", &opts, &rgb, &w, &h);
+  if (st == FERRY_OK && (w != g->width || h != g->height))
+    st = ferry__fail(FERRY_EFORMAT, "the CPU decoder makes %dx%d of a header saying %dx%d", w, h, g->width, g->height);
+  ferry_copy_kind kind = ferry__copy_kind_between(1, r->db->device->kind == FERRY_DEVICE_HOST);
+  if (st == FERRY_OK) st = ferry_memcpy(r->db->stream, g->decoded, rgb, (size_t)w * h * 3, kind);
+  if (d) ferry_decoder_close(d);
+  return st;
+}
+
+/* A sample nvJPEG failed on, alone: the loader lays it out for the CPU decoder from
+ * now on; here the CPU decoder decodes it, or, where it cannot either, the loader's
+ * policy decides: left out of this device batch (skip), or the transfer's failure,
+ * naming the file (fail). */
+static ferry_status rescue(stage_run *r, gpu_sample *g) {
+  const ferry_jpeg_stage_hooks *hooks = &r->s->hooks;
+  long long index = ferry__dataset_index(r->batch, g->index);
+  if (index >= 0 && hooks->reroute) hooks->reroute(hooks->ctx, index);
+  ferry_status st = decode_on_cpu(r, g);
+  if (st == FERRY_OK || st == FERRY_ENOMEM) return st;
+  char name[FERRY_ERROR_MAX] = "";
+  if (index >= 0 && hooks->unreadable && hooks->unreadable(hooks->ctx, index, name, sizeof name)) {
+    r->left_out[g->index] = 1;
+    return FERRY_OK;
+  }
+  st = ferry__error_prefix(st, "%s%snvJPEG and the CPU decoder both fail on it: ", name, name[0] ? ": " : "");
+  return ferry__sample_error(st, r->batch, g->index);
+}
+
+/* Every nvJPEG sample into its scratch: one batched decode; if it fails, each sample
+ * alone, so that one bad image costs only itself (rescue). Out of device memory is
+ * the transfer's failure (the caller may free memory and retry). */
+static ferry_status decode_all(stage_run *r) {
+  if (!r->ngpu) return FERRY_OK;
+  gpu_sample **all = ferry__malloc(r->ngpu * sizeof *all);
+  if (!all) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu decodes", r->ngpu);
+  for (size_t k = 0; k < r->ngpu; k++) all[k] = &r->gpu[k];
+  ferry_status st = decode_some(r, all, r->ngpu);
+  if (st != FERRY_OK && st != FERRY_ENOMEM) {
+    st = FERRY_OK;
+    for (size_t k = 0; k < r->ngpu && st == FERRY_OK; k++) {
+      /* A batch of one failed as that sample: no need to ask again. */
+      ferry_status alone = r->ngpu > 1 ? decode_some(r, &all[k], 1) : FERRY_EDEVICE;
+      st = alone == FERRY_OK || alone == FERRY_ENOMEM ? alone : rescue(r, all[k]);
+    }
+  }
+  ferry__free(all);
+  return st;
+}
+
+/* Where each kept sample goes in the images tensor; the device batch without the
+ * samples left out. */
+static ferry_status place_rows(stage_run *r) {
+  size_t kept = 0, left = 0;
+  for (size_t i = 0; i < r->nsource; i++) {
+    r->row[i] = kept;
+    if (r->left_out[i]) left++;
+    else kept++;
+  }
+  return left ? ferry__device_batch_leave_out(r->db, r->left_out) : FERRY_OK;
 }
 
 /* The fallbacks' u8 pixels, from the arena into their rows of the pixels. */
@@ -322,21 +422,21 @@ static ferry_status copy_fallbacks(stage_run *r) {
   ferry_device_batch *db = r->db;
   const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->cpu_images);
   ferry_copy_kind kind = ferry__copy_kind_between(1, db->device->kind == FERRY_DEVICE_HOST);
-  for (size_t i = 0; i < db->batch_size; i++) {
+  for (size_t i = 0; i < r->nsource; i++) {
     if (rows[i + 1] == rows[i]) continue;
     ferry_tensor view;
     ferry_status st = ferry_batch_sample(r->batch, (size_t)r->cpu_images, i, &view);
     if (st == FERRY_OK && view.nbytes != r->item)
       st = ferry__fail(FERRY_EINVAL, "cpu_images holds %zu bytes, not one %d x %d x 3 image", view.nbytes,
                        r->s->resolution, r->s->resolution);
-    if (st == FERRY_OK) st = ferry__memcpy_or_wait(db->stream, r->pixels + i * r->item, view.data, r->item, kind);
-    if (st != FERRY_OK) return ferry__error_prefix(st, "sample %zu: ", i);
+    if (st == FERRY_OK) st = ferry__memcpy_or_wait(db->stream, r->pixels + r->row[i] * r->item, view.data, r->item, kind);
+    if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
   }
   return FERRY_OK;
 }
 
 static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o) {
-  if (!r->staging) return FERRY_OK;
+  if (!r->staging || !r->db->batch_size) return FERRY_OK;
   ferry_device_batch *db = r->db;
   ferry_norm_params params;
   ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
@@ -362,12 +462,14 @@ static void free_scratch(stage_run *r, ferry_status st) {
   }
   if (r->staging) ferry_device_free(db->device, db->stream, r->staging);
   ferry__free(r->gpu);
+  ferry__free(r->left_out);
+  ferry__free(r->row);
 }
 
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o) {
   ferry_jpeg_stage *s = self;
-  stage_run r = {.s = s, .db = db, .batch = batch,
+  stage_run r = {.s = s, .db = db, .batch = batch, .nsource = db->batch_size,
                  .jpeg = ferry_batch_find_field(batch, FERRY_FIELD_JPEG),
                  .cpu_images = ferry_batch_find_field(batch, FERRY_FIELD_CPU_IMAGES),
                  .item = (size_t)s->resolution * s->resolution * 3};
@@ -381,11 +483,17 @@ static ferry_status produce_images(void *self, ferry_device_batch *db, const fer
   if (st == FERRY_OK) st = decoder_for(s, db->stream, &r.decoder);
   pthread_mutex_unlock(&s->lock);
   if (st != FERRY_OK) return st;
-  r.gpu = ferry__calloc(db->batch_size ? db->batch_size : 1, sizeof *r.gpu);
-  if (!r.gpu) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu samples", db->batch_size);
-  st = alloc_images(&r, o);
-  if (st == FERRY_OK) st = collect_gpu(&r);
-  if (st == FERRY_OK) st = decode_and_resize(&r);
+  size_t n = r.nsource ? r.nsource : 1;
+  r.gpu = ferry__calloc(n, sizeof *r.gpu);
+  r.left_out = ferry__calloc(n, 1);
+  r.row = ferry__calloc(n, sizeof *r.row);
+  st = r.gpu && r.left_out && r.row ? collect_gpu(&r)
+                                    : ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu samples", r.nsource);
+  if (st == FERRY_OK) st = alloc_scratch(&r);
+  if (st == FERRY_OK) st = decode_all(&r);
+  if (st == FERRY_OK) st = place_rows(&r);
+  if (st == FERRY_OK) st = alloc_images(&r, o);
+  if (st == FERRY_OK) st = queue_resizes(&r);
   if (st == FERRY_OK) st = copy_fallbacks(&r);
   if (st == FERRY_OK) st = normalise_all(&r, o);
   free_scratch(&r, st);

@@ -14,6 +14,7 @@
 #define FERRY_LIB_TRANSFER_JPEG_STAGE_H
 
 #include "ferry/batch.h"
+#include "ferry/image.h"
 #include "ferry/transfer.h"
 #include "lib/status.h"
 #include "lib/transfer/producer.h"
@@ -21,9 +22,28 @@
 struct ferry_nvjpeg_api;
 typedef struct ferry_jpeg_stage ferry_jpeg_stage;
 
-/* A stage decoding with `api` to `resolution` x `resolution`. FERRY_ENODEV without
- * nvJPEG at build time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, ferry_jpeg_stage **out);
+/* What the stage asks of the loader about a sample nvJPEG failed to decode (its
+ * dataset index: the batch's sample_index). Called on the transfer's thread, any
+ * number at once; either may be NULL. */
+typedef struct ferry_jpeg_stage_hooks {
+  void *ctx;
+  /* nvJPEG failed on it alone: lay it out for the CPU decoder from now on. */
+  void (*reroute)(void *ctx, int64_t dataset_index);
+  /* The CPU decoder failed on it too. Write what names it ("image id 8, file x.jpg")
+   * into name; 1: the loader's policy skips it (it is left out of the device batch,
+   * and counted), 0: it fails the transfer. NULL hook: it fails the transfer. */
+  int (*unreadable)(void *ctx, int64_t dataset_index, char *name, size_t size);
+} ferry_jpeg_stage_hooks;
+
+/* A stage decoding with `api` to `resolution` x `resolution`, holding every image to
+ * `opts`' pixel limit (the loader's image options; NULL: the defaults) before any
+ * device memory is asked for it, and asking `hooks` (copied; NULL: none) about images
+ * nvJPEG cannot decode: each is decoded on the CPU in the transfer instead, or, where
+ * no decoder can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at
+ * build time. */
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+                                    ferry_jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */
 void ferry__jpeg_stage_close(ferry_jpeg_stage *stage);

@@ -14,6 +14,7 @@
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "image/gpu/nvjpeg_table.h"
+#include "image/image_internal.h"
 #include "lib/status.h"
 
 static const char *const route_names[FERRY_NVJPEG_ROUTES] = {
@@ -46,9 +47,6 @@ ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out) {
 #else
 #include <dlfcn.h>
 
-/* The sonames tried, newest first: CUDA 13's, then CUDA 12's (same entry points). */
-static const char *const sonames[] = {"libnvjpeg.so.13", "libnvjpeg.so.12"};
-
 static ferry_nvjpeg_api loaded;
 static ferry_status load_status;
 static char load_message[FERRY_ERROR_MAX];
@@ -79,30 +77,56 @@ static const char *fill_table(void *lib, ferry_nvjpeg_api *api) {
   ENTRY(DecodeBatchedSupported)
   ENTRY(DecodeBatchedInitialize)
   ENTRY(DecodeBatched)
+  ENTRY(GetProperty)
   return NULL;
 }
 #undef ENTRY
 
+static const char *const status_names[] = {
+    "NVJPEG_STATUS_SUCCESS", "NVJPEG_STATUS_NOT_INITIALIZED", "NVJPEG_STATUS_INVALID_PARAMETER",
+    "NVJPEG_STATUS_BAD_JPEG", "NVJPEG_STATUS_JPEG_NOT_SUPPORTED", "NVJPEG_STATUS_ALLOCATOR_FAILURE",
+    "NVJPEG_STATUS_EXECUTION_FAILED", "NVJPEG_STATUS_ARCH_MISMATCH", "NVJPEG_STATUS_INTERNAL_ERROR",
+    "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED", "NVJPEG_STATUS_INCOMPLETE_BITSTREAM"};
+
+const char *ferry__nvjpeg_status_name(nvjpegStatus_t status) {
+  size_t n = sizeof status_names / sizeof *status_names;
+  return (size_t)status < n ? status_names[status] : "unknown status";
+}
+
+ferry_status ferry__nvjpeg_check_version(const ferry_nvjpeg_api *api, const char *soname) {
+  int major = -1, minor = -1;
+  nvjpegStatus_t st = api->GetProperty(MAJOR_VERSION, &major);
+  if (st == NVJPEG_STATUS_SUCCESS) st = api->GetProperty(MINOR_VERSION, &minor);
+  if (st != NVJPEG_STATUS_SUCCESS)
+    return ferry__fail(FERRY_ENODEV, "%s: nvjpegGetProperty failed with status %d (%s), so its version is "
+                       "unknown; ferry was built for nvJPEG %d", soname, (int)st, ferry__nvjpeg_status_name(st),
+                       NVJPEG_VER_MAJOR);
+  if (major == NVJPEG_VER_MAJOR) return FERRY_OK;
+  return ferry__fail(FERRY_ENODEV, "%s is nvJPEG %d.%d, but ferry was built against nvjpeg.h %d.%d: install "
+                     "the nvJPEG of CUDA %d (or build ferry against the nvjpeg.h of CUDA %d)", soname, major, minor,
+                     NVJPEG_VER_MAJOR, NVJPEG_VER_MINOR, NVJPEG_VER_MAJOR, major);
+}
+
+/* One name, one dlopen: the entry points, then the version the library reports. */
 static void load_once_fn(void) {
-  char tried[FERRY_ERROR_MAX] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < sizeof sonames / sizeof *sonames; i++) {
-    void *lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
-    const char *why = lib ? fill_table(lib, &loaded) : dlerror();
-    if (lib && !why) {
-      load_status = FERRY_OK;
-      return;
-    }
-    int n = snprintf(tried + used, sizeof tried - used, "%s%s: %s%s", used ? "; " : "", sonames[i],
-                     lib ? "no symbol " : "", why ? why : "not found");
-    if (n > 0) used = used + (size_t)n < sizeof tried ? used + (size_t)n : sizeof tried - 1;
-    if (lib) dlclose(lib);
+  const char *soname = FERRY_NVJPEG_SONAME;
+  void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  const char *missing = lib ? fill_table(lib, &loaded) : NULL;
+  if (lib && !missing && ferry__nvjpeg_check_version(&loaded, soname) == FERRY_OK) {
+    load_status = FERRY_OK;
+    return;
   }
+  if (!lib)
+    snprintf(load_message, sizeof load_message, "no nvJPEG: %s: %s (ferry was built for nvJPEG %d: pip install "
+             "the nvidia-nvjpeg of CUDA %d and put its lib folder on LD_LIBRARY_PATH)", soname, dlerror(),
+             NVJPEG_VER_MAJOR, NVJPEG_VER_MAJOR);
+  else if (missing)
+    snprintf(load_message, sizeof load_message, "no nvJPEG: %s has no symbol %s", soname, missing);
+  else
+    snprintf(load_message, sizeof load_message, "no nvJPEG: %s", ferry_last_error());
+  if (lib) dlclose(lib);
   memset(&loaded, 0, sizeof loaded);
   load_status = FERRY_ENODEV;
-  snprintf(load_message, sizeof load_message,
-           "no nvJPEG: %s (pip install nvidia-nvjpeg and put its nvidia/cu13/lib on LD_LIBRARY_PATH)",
-           tried);
 }
 
 ferry_status ferry__nvjpeg_load(const ferry_nvjpeg_api **out) {
@@ -115,7 +139,8 @@ ferry_status ferry__nvjpeg_load(const ferry_nvjpeg_api **out) {
 /* ---- the per-worker parser ---- */
 
 static ferry_status nvjpeg_error(const char *what, nvjpegStatus_t st) {
-  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s failed with status %d", what, (int)st);
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s failed with status %d (%s)", what, (int)st,
+                     ferry__nvjpeg_status_name(st));
 }
 
 ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_parser *out) {
@@ -163,13 +188,18 @@ void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
 }
 
 ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, int *width, int *height) {
+                                      const char *name, const ferry_image_options *opts, int *width,
+                                      int *height) {
   int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
   nvjpegChromaSubsampling_t css;
   nvjpegStatus_t ns = p->api->GetImageInfo(p->handle, data, len, &components, &css,
                                                   widths, heights);
   if (ns != NVJPEG_STATUS_SUCCESS || widths[0] <= 0 || heights[0] <= 0)
     return ferry__fail(FERRY_EFORMAT, "%s: nvJPEG cannot read the header (status %d)", name, (int)ns);
+  ferry_image_options defaults;
+  if (!opts) ferry_image_options_default(&defaults);
+  ferry_status st = ferry__image_check_limit(name, widths[0], heights[0], opts ? opts : &defaults);
+  if (st != FERRY_OK) return st;
   *width = widths[0];
   *height = heights[0];
   return FERRY_OK;
@@ -197,8 +227,11 @@ ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *c
   ferry__free(out);
   if (ns == NVJPEG_STATUS_SUCCESS) return FERRY_OK;
   d->batch = 0; /* nvJPEG: initialise again to reset a failed batch */
-  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d", what, n,
-                     stream->device->name, (int)ns);
+  if (ns == NVJPEG_STATUS_ALLOCATOR_FAILURE) /* its own device (or pinned) memory: the caller may free and retry */
+    return ferry__fail(FERRY_ENOMEM, "nvJPEG: %s of %d images on %s ran out of memory (%s)", what, n,
+                       stream->device->name, ferry__nvjpeg_status_name(ns));
+  return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d (%s)", what, n,
+                     stream->device->name, (int)ns, ferry__nvjpeg_status_name(ns));
 }
 
 /* ---- routing ---- */

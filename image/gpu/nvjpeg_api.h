@@ -1,8 +1,10 @@
 /* image/gpu/nvjpeg_api.h - nvJPEG, loaded at run time, and which images it may decode (internal).
  *
- * libferry never links libnvjpeg: ferry__nvjpeg_load opens libnvjpeg.so.13 (then
- * .so.12) with dlopen and fills a table of the entry points ferry uses, so the
- * library loads and runs where nvJPEG is absent. Everything that decides or decodes
+ * libferry never links libnvjpeg: ferry__nvjpeg_load opens libnvjpeg.so.N, N the
+ * major of the nvjpeg.h it was built with (nvjpeg_table.h, FERRY_NVJPEG_SONAME, says
+ * why no other), with dlopen, fills a table of the entry points ferry uses and checks
+ * the version the library reports, so the library loads and runs where nvJPEG is
+ * absent and never runs on an nvJPEG of another major. Everything that decides or decodes
  * goes through a table (ferry_nvjpeg_api), which tests fill with fakes.
  *
  * This header has no nvJPEG types, so the loader can ask whether GPU decoding can
@@ -44,9 +46,9 @@ const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route);
 struct ferry_nvjpeg_api;
 
 /* Open nvJPEG once per process (later calls return the same table) and give its
- * table. FERRY_ENODEV when ferry was built without nvjpeg.h or neither
- * libnvjpeg.so.13 nor libnvjpeg.so.12 loads or has every entry point; the message
- * says which. Thread-safe. */
+ * table. FERRY_ENODEV when ferry was built without nvjpeg.h, or libnvjpeg.so.N (N:
+ * the major ferry was built for) does not load, lacks an entry point, or reports
+ * another major through nvjpegGetProperty; the message says which. Thread-safe. */
 ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out);
 
 /* Whether `device` can decode with nvJPEG: FERRY_OK, or FERRY_EUNSUPPORTED with a

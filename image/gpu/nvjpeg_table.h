@@ -7,6 +7,7 @@
 #define FERRY_LIB_NVJPEG_TABLE_H
 
 #include "ferry/device.h"
+#include "ferry/image.h"
 #include "image/gpu/nvjpeg_api.h"
 
 #if FERRY_HAVE_NVJPEG
@@ -36,7 +37,27 @@ typedef struct ferry_nvjpeg_api {
                                             nvjpegOutputFormat_t);
   nvjpegStatus_t (*DecodeBatched)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
                                   const size_t *, nvjpegImage_t *, cudaStream_t);
+  nvjpegStatus_t (*GetProperty)(libraryPropertyType, int *);
 } ferry_nvjpeg_api;
+
+/* The one library name ferry__nvjpeg_load tries: libnvjpeg.so.N for the major N of
+ * the nvjpeg.h ferry was compiled with (NVJPEG_VER_MAJOR). nvJPEG's major is CUDA's
+ * (12 ships with CUDA 12, 13 with CUDA 13); the table's types and enum values are that
+ * header's, and a libnvjpeg of another major brings its own CUDA runtime and driver
+ * requirement into the process. So no other major is tried: a CUDA 12 build never
+ * picks up a CUDA 13 libnvjpeg because it happens to be installed. */
+#define FERRY_NVJPEG_STR_(x) #x
+#define FERRY_NVJPEG_STR(x) FERRY_NVJPEG_STR_(x)
+#define FERRY_NVJPEG_SONAME "libnvjpeg.so." FERRY_NVJPEG_STR(NVJPEG_VER_MAJOR)
+
+/* The loaded library's own word on its version (nvjpegGetProperty): FERRY_OK when its
+ * major is NVJPEG_VER_MAJOR, else FERRY_ENODEV naming `soname`, both versions and the
+ * CUDA whose nvJPEG to install (a file renamed or linked across majors, or the query
+ * failing, is refused the same way). */
+ferry_status ferry__nvjpeg_check_version(const ferry_nvjpeg_api *api, const char *soname);
+
+/* nvjpegStatus_t's name ("NVJPEG_STATUS_ARCH_MISMATCH"), "unknown status" out of range. */
+const char *ferry__nvjpeg_status_name(nvjpegStatus_t status);
 
 /* One handle and one parsed-stream object: what a worker needs to route its images.
  * `hardware` is 1 when the handle is on NVJPEG_BACKEND_HARDWARE (A100, H100, H200). */
@@ -70,10 +91,14 @@ typedef struct ferry_nvjpeg_decoder {
 ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_decoder *out);
 void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d);
 
-/* The size nvJPEG decodes the image at (its first component's). FERRY_EFORMAT naming
- * `name` when nvJPEG cannot read the header. */
+/* The size nvJPEG decodes the image at (its first component's), held to the CPU
+ * decoder's pixel limit (opts->max_pixels; NULL: the defaults), so that a header
+ * claiming a huge image is refused before anything is allocated for it, with the CPU
+ * decoder's message. FERRY_EFORMAT naming `name` when nvJPEG cannot read the header,
+ * FERRY_ELIMIT past the limit. */
 ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, int *width, int *height);
+                                      const char *name, const ferry_image_options *opts, int *width,
+                                      int *height);
 
 /* Queue the decode of n JPEGs (host memory) to interleaved RGB8 on `stream` (a CUDA
  * stream of ferry's): image i into dst[i], device memory of 3 * width[i] bytes a row.

@@ -91,7 +91,9 @@ FERRY_API void ferry_stream_close(ferry_stream *stream); /* waits for its work f
 FERRY_API ferry_status ferry_stream_synchronize(ferry_stream *stream);
 FERRY_API ferry_device *ferry_stream_device(const ferry_stream *stream);
 
-/* Stream-ordered device memory. size 0 gives NULL and counts nothing. */
+/* Stream-ordered device memory. size 0 gives NULL and counts nothing. Exhausted
+ * device memory is FERRY_ENOMEM (nothing counted: free some and retry); another
+ * runtime error, FERRY_EDEVICE. */
 FERRY_API ferry_status ferry_device_malloc(ferry_device *device, ferry_stream *stream, size_t size,
                                            void **out);
 FERRY_API ferry_status ferry_device_free(ferry_device *device, ferry_stream *stream, void *ptr);

@@ -18,11 +18,11 @@ extern "C" {
 typedef enum ferry_status {
   FERRY_OK = 0,
   FERRY_EINVAL = -1,       /* an argument is invalid (NULL, out of range, wrong shape) */
-  FERRY_ENOMEM = -2,       /* host or pinned memory could not be allocated */
+  FERRY_ENOMEM = -2,       /* host, pinned or device memory could not be allocated (free some, retry) */
   FERRY_EIO = -3,          /* a file could not be opened or read */
   FERRY_EFORMAT = -4,      /* input data is malformed: JSON, RLE, polygon, image bytes */
   FERRY_ENODEV = -5,       /* no such device, or no driver/device for its backend */
-  FERRY_EDEVICE = -6,      /* the device runtime reported an error (allocation, copy) */
+  FERRY_EDEVICE = -6,      /* the device runtime reported an error (a copy, a kernel, nvJPEG) */
   FERRY_EUNSUPPORTED = -7, /* valid but not supported (an image kind, an operation on this batch) */
   FERRY_ELIMIT = -8,       /* a configured limit was exceeded (pixel limit, nesting depth) */
   FERRY_ENOTFOUND = -9,    /* a named thing (field, image, category, file) does not exist */

@@ -68,8 +68,9 @@ FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
  * ferry_loader_stats.samples_cpu_fallback). */
 typedef enum ferry_decode_fallback {
   FERRY_FALLBACK_NOT_JPEG = 0,  /* PNG, or anything without the JPEG signature */
-  FERRY_FALLBACK_CORRUPT,       /* nvJPEG's parser refuses the stream (the CPU path then
-                                   fails or skips it by config.on_error, naming the file) */
+  FERRY_FALLBACK_CORRUPT,       /* nvJPEG's parser refuses the stream, or nvJPEG failed to
+                                   decode it in a transfer (the CPU path then decodes it,
+                                   or fails or skips it by config.on_error, naming the file) */
   FERRY_FALLBACK_COMPONENTS,    /* CMYK/YCCK, or a component count other than 1 and 3 */
   FERRY_FALLBACK_PRECISION,     /* not 8-bit samples */
   FERRY_FALLBACK_ENCODING,      /* lossless, arithmetic, or progressive on the hardware engine */

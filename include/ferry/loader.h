@@ -220,6 +220,11 @@ FERRY_API ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_
 /* Counters since open (samples decoded and skipped, batches, re-plans), the worker and
  * arena counts, and the pinned pool's statistics. */
 FERRY_API ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
+/* Why the loader decodes where it does (config.image.decode): "" when it runs what was
+ * asked; under FERRY_DECODE_AUTO on the CPU, the reason the GPU decoder did not open
+ * (the device is the host, nvJPEG is missing or of another version, nvjpegCreateEx
+ * failed on this GPU, ...), in words. Valid until the loader is closed. */
+FERRY_API const char *ferry_loader_decoder_note(const ferry_loader *loader);
 /* Nominal batches and samples per epoch on this rank (before any skip). */
 FERRY_API uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
 FERRY_API uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);

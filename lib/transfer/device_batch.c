@@ -18,7 +18,9 @@
  *   - hook_status is 0 or the first negative status a hook returned, and hook_message
  *     holds that hook's message;
  *   - `ready` is NULL until everything of the transfer is queued; a failed transfer
- *     frees its device batch itself, so a caller never sees one without it.
+ *     frees its device batch itself, so a caller never sees one without it;
+ *   - `source` is NULL, or maps each of batch_size device samples to its sample in
+ *     the source batch, increasing (samples a producer left out are skipped).
  * Not done here: no copying (transfer.c queues the copies), no locking.
  */
 #include <stdio.h>
@@ -50,6 +52,22 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
   }
   *out = db;
   return FERRY_OK;
+}
+
+ferry_status ferry__device_batch_leave_out(ferry_device_batch *db, const uint8_t *left_out) {
+  size_t n = db->batch_size, kept = 0;
+  size_t *source = ferry__calloc(n ? n : 1, sizeof *source);
+  if (!source) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu samples' order", n);
+  for (size_t i = 0; i < n; i++)
+    if (!left_out[i]) source[kept++] = db->source ? db->source[i] : i;
+  ferry__free(db->source);
+  db->source = source;
+  db->batch_size = kept;
+  return FERRY_OK;
+}
+
+size_t ferry__device_batch_source(const ferry_device_batch *db, size_t j) {
+  return db->source ? db->source[j] : j;
 }
 
 /* The message is copied now, on the thread that ran the hook (the stream's, for an
@@ -151,6 +169,7 @@ void ferry_device_batch_free(ferry_device_batch *db) {
   for (size_t i = 0; i < db->batch_size * db->nfields; i++)
     if (db->slots[i].present) ferry_tensor_free(&db->slots[i].tensor);
   ferry_event_destroy(db->ready);
+  ferry__free(db->source);
   ferry__free(db->slots);
   ferry__free(db);
 }

@@ -132,6 +132,7 @@ ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batc
                                        int src_on_host, ferry_copy_kind kind) {
   ferry_status st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, l->dtype, l->ndim, l->shape);
   db->images.present = st == FERRY_OK;
+  if (st != FERRY_OK) return ferry__error_prefix(st, "the padded images tensor: ");
   size_t row = db->images.present ? db->images.tensor.nbytes / db->batch_size : 0;
   for (size_t i = 0; i < db->batch_size && st == FERRY_OK; i++) {
     ferry_tensor view;
@@ -144,7 +145,7 @@ ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batc
     } else if (st == FERRY_OK) {
       st = copy_one(db->stream, l, &view, dst, kind);
     }
-    if (st != FERRY_OK) ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) ferry__sample_error(st, batch, i);
   }
   return st;
 }

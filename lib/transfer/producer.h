@@ -14,6 +14,10 @@
  * once allocated, so a failed transfer frees it) and queues everything on that
  * stream, reading the batch only from work queued there (the transfer holds the
  * batch until that has run). On failure it leaves nothing of its own allocated.
+ * Before it allocates the images tensor it may leave samples out of the device batch
+ * (ferry__device_batch_leave_out: images it could not make, under the loader's skip
+ * policy); the tensor then has a row per sample kept, and the transfer makes records
+ * for those samples only, in order.
  */
 #ifndef FERRY_LIB_TRANSFER_PRODUCER_H
 #define FERRY_LIB_TRANSFER_PRODUCER_H

@@ -60,6 +60,18 @@ void ferry__batch_hold_stream(ferry_batch *batch, ferry_stream *stream) {
   else ferry_stream_synchronize(stream);
 }
 
+/* ---- naming what failed (sample_name.c names a sample) ---------------------- */
+
+/* A failed transfer's message opens with the batch it was given, so that a caller
+ * holding several knows which one to retry: its size and first dataset index. */
+static ferry_status batch_error(ferry_status st, const ferry_batch *batch, const ferry_device *device) {
+  long long first = ferry__dataset_index(batch, 0);
+  if (first < 0)
+    return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples: ", device->name, batch->batch_size);
+  return ferry__error_prefix(st, "transfer to %s of the batch of %zu samples from dataset index %lld: ",
+                             device->name, batch->batch_size, first);
+}
+
 /* ---- the direct path ---------------------------------------------------------- */
 
 typedef struct transfer_job {
@@ -74,7 +86,8 @@ static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k
   ferry_device_batch *db = job->db;
   record_slot *slot = &db->slots[sample * db->nfields + k];
   ferry_tensor view;
-  ferry_status st = ferry_batch_sample(job->batch, (size_t)db->source_field[k], sample, &view);
+  ferry_status st = ferry_batch_sample(job->batch, (size_t)db->source_field[k], ferry__device_batch_source(db, sample),
+                                       &view);
   if (st == FERRY_OK)
     st = ferry_tensor_alloc(&slot->tensor, db->device, db->stream, view.dtype, view.ndim, view.shape);
   if (st != FERRY_OK) return st;
@@ -130,7 +143,7 @@ static ferry_status copy_image_rows(transfer_job *job, size_t field, const ferry
       st = ferry__memcpy_or_wait(db->stream, dst, view.data, view.nbytes, job->kind);
     else if (st == FERRY_OK)
       st = ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, dst, hw, params);
-    if (st != FERRY_OK) ferry__error_prefix(st, "sample %zu: ", i);
+    if (st != FERRY_OK) ferry__sample_error(st, job->batch, i);
   }
   return st;
 }
@@ -153,7 +166,7 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   /* Present once allocated, for the same reason as a sample's slot. */
   st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
   db->images.present = st == FERRY_OK;
-  return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : st;
+  return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : ferry__error_prefix(st, "the images tensor: ");
 }
 
 /* A sample's own image tensor, when the batch's images differ in shape: a copy of its
@@ -221,7 +234,8 @@ static ferry_status queue_copies(transfer_job *job, int image_field, const ferry
     for (size_t k = 0; k < job->db->nfields && st == FERRY_OK; k++) {
       st = (int)k == own_images ? copy_sample_image(job, i, k) : copy_sample_field(job, i, k);
       if (st != FERRY_OK)
-        ferry__error_prefix(st, "sample %zu field '%s': ", i, job->db->names[k]);
+        ferry__sample_error(ferry__error_prefix(st, "field '%s': ", job->db->names[k]), job->batch,
+                            ferry__device_batch_source(job->db, i));
     }
   return st;
 }
@@ -281,7 +295,7 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
     ferry_stream_synchronize(stream); /* queued hooks and normalisation jobs finish first */
     db->nstream_hooks = 0;
     ferry_device_batch_free(db);
-    return st;
+    return batch_error(st, batch, device);
   }
   *out = db;
   return FERRY_OK;

@@ -21,7 +21,8 @@
 static struct {
   unsigned fallback_every; /* 0: every JPEG goes to nvJPEG */
   int parses, inits, decodes, decoded_images, last_batch; /* updated atomically */
-  int fail_decode;         /* DecodeBatched fails */
+  int fail_decode;         /* DecodeBatched fails, with decode_failure (0: EXECUTION_FAILED) */
+  nvjpegStatus_t decode_failure;
 } fake_nvjpeg;
 
 /* A fresh fake: the TSan harness runs every test in one process. Call it before any
@@ -119,7 +120,8 @@ static nvjpegStatus_t fake_nv_init(nvjpegHandle_t h, nvjpegJpegState_t st, int b
 static nvjpegStatus_t fake_nv_decode(nvjpegHandle_t h, nvjpegJpegState_t st, const unsigned char *const *data,
                                      const size_t *len, nvjpegImage_t *out, cudaStream_t s) {
   __atomic_fetch_add(&fake_nvjpeg.decodes, 1, __ATOMIC_RELAXED);
-  if (fake_nvjpeg.fail_decode) return NVJPEG_STATUS_EXECUTION_FAILED;
+  if (fake_nvjpeg.fail_decode)
+    return fake_nvjpeg.decode_failure ? fake_nvjpeg.decode_failure : NVJPEG_STATUS_EXECUTION_FAILED;
   ferry_decoder *d;
   if (ferry_decoder_open(&d) != FERRY_OK) return NVJPEG_STATUS_ALLOCATOR_FAILURE;
   nvjpegStatus_t result = NVJPEG_STATUS_SUCCESS;
@@ -139,6 +141,12 @@ static nvjpegStatus_t fake_nv_decode(nvjpegHandle_t h, nvjpegJpegState_t st, con
   return result;
 }
 
+/* The version of the header the test is built with, as the real library would say. */
+static nvjpegStatus_t fake_nv_property(libraryPropertyType type, int *value) {
+  *value = type == MAJOR_VERSION ? NVJPEG_VER_MAJOR : type == MINOR_VERSION ? NVJPEG_VER_MINOR : NVJPEG_VER_PATCH;
+  return NVJPEG_STATUS_SUCCESS;
+}
+
 static const ferry_nvjpeg_api fake_nvjpeg_api = {
     .CreateEx = fake_nv_create,
     .Destroy = fake_nv_destroy,
@@ -156,6 +164,7 @@ static const ferry_nvjpeg_api fake_nvjpeg_api = {
     .DecodeBatchedSupported = fake_nv_supported,
     .DecodeBatchedInitialize = fake_nv_init,
     .DecodeBatched = fake_nv_decode,
+    .GetProperty = fake_nv_property,
 };
 
 #endif

@@ -105,7 +105,17 @@ static nvjpegStatus_t f_decode(nvjpegHandle_t h, nvjpegJpegState_t st, const uns
   return NVJPEG_STATUS_SUCCESS;
 }
 
+/* What nvjpegGetProperty reports: a major and minor, or a failure. */
+static int property_major = NVJPEG_VER_MAJOR, property_minor = 1;
+static nvjpegStatus_t property_status = NVJPEG_STATUS_SUCCESS;
+static nvjpegStatus_t f_property(libraryPropertyType type, int *value) {
+  if (property_status != NVJPEG_STATUS_SUCCESS) return property_status;
+  *value = type == MAJOR_VERSION ? property_major : type == MINOR_VERSION ? property_minor : 0;
+  return NVJPEG_STATUS_SUCCESS;
+}
+
 static const ferry_nvjpeg_api fake_api = {
+  .GetProperty = f_property,
   .JpegStateCreate = f_state_create,
   .JpegStateDestroy = f_state_destroy,
   .GetImageInfo = f_info,
@@ -345,11 +355,23 @@ Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) 
   ferry_nvjpeg_decoder d = open_decoder();
   fake.info_width = 641, fake.info_height = 427;
   int w = 0, h = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", &w, &h), FERRY_OK);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", NULL, &w, &h), FERRY_OK);
   cr_expect(w == 641 && h == 427, "%dx%d", w, h);
   fake.info_width = 0;
-  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", &w, &h), FERRY_EFORMAT);
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "b.jpg", NULL, &w, &h), FERRY_EFORMAT);
   cr_expect(strstr(ferry_last_error(), "b.jpg"), "%s", ferry_last_error());
+  /* The CPU decoder's pixel limit (issue 25): a header claiming 65,000 x 65,000. */
+  fake.info_width = fake.info_height = 65000;
+  w = h = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "c.jpg", NULL, &w, &h), FERRY_ELIMIT);
+  cr_expect(strstr(ferry_last_error(), "c.jpg: 65000x65000") && strstr(ferry_last_error(), "exceeds the limit of 89478485"),
+            "%s", ferry_last_error());
+  cr_expect(w == 0 && h == 0, "no size is given for a refused header");
+  ferry_image_options unlimited;
+  ferry_image_options_default(&unlimited);
+  unlimited.max_pixels = 0;
+  cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "c.jpg", &unlimited, &w, &h), FERRY_OK);
+  cr_expect_eq(w, 65000);
   ferry__nvjpeg_decoder_close(&d);
 }
 
@@ -364,15 +386,40 @@ Test(nvjpeg_table, dlopen_fills_every_entry_or_says_what_is_missing) {
   if (st != FERRY_OK) {
     cr_expect_eq(st, FERRY_ENODEV);
     cr_expect_null(api);
-    cr_expect(strstr(ferry_last_error(), "libnvjpeg.so.13") && strstr(ferry_last_error(), "libnvjpeg.so.12"),
-              "%s", ferry_last_error());
+    cr_expect(strstr(ferry_last_error(), FERRY_NVJPEG_SONAME), "%s", ferry_last_error());
     return;
   }
+  int major = -1;
+  cr_expect_eq(api->GetProperty(MAJOR_VERSION, &major), NVJPEG_STATUS_SUCCESS);
+  cr_expect_eq(major, NVJPEG_VER_MAJOR, "the library loaded is the major ferry was built for");
   void *const *entries = (void *const *)api;
   for (size_t i = 0; i < sizeof *api / sizeof(void *); i++) cr_expect_not_null(entries[i], "entry %zu", i);
   const ferry_nvjpeg_api *again = NULL;
   cr_expect_eq(ferry__nvjpeg_load(&again), FERRY_OK);
   cr_expect_eq(again, api, "loaded once per process");
+}
+
+/* Issue 25: one name, the built major's, and the library's own version checked. */
+Test(nvjpeg_table, only_the_built_major_is_loaded_and_its_reported_version_checked) {
+  char want[32];
+  snprintf(want, sizeof want, "libnvjpeg.so.%d", NVJPEG_VER_MAJOR);
+  cr_expect_str_eq(FERRY_NVJPEG_SONAME, want);
+  property_major = NVJPEG_VER_MAJOR;
+  cr_expect_eq(ferry__nvjpeg_check_version(&fake_api, "libnvjpeg.so.x"), FERRY_OK, "%s", ferry_last_error());
+  property_major = NVJPEG_VER_MAJOR - 1; /* a CUDA 12 library named or linked as the 13 one */
+  property_minor = 9;
+  cr_assert_eq(ferry__nvjpeg_check_version(&fake_api, "libnvjpeg.so.x"), FERRY_ENODEV);
+  char says[64];
+  snprintf(says, sizeof says, "libnvjpeg.so.x is nvJPEG %d.9", NVJPEG_VER_MAJOR - 1);
+  cr_expect(strstr(ferry_last_error(), says) && strstr(ferry_last_error(), "built against nvjpeg.h"), "%s",
+            ferry_last_error());
+  property_major = NVJPEG_VER_MAJOR;
+  property_status = NVJPEG_STATUS_NOT_INITIALIZED;
+  cr_assert_eq(ferry__nvjpeg_check_version(&fake_api, "libnvjpeg.so.x"), FERRY_ENODEV);
+  cr_expect(strstr(ferry_last_error(), "NVJPEG_STATUS_NOT_INITIALIZED"), "%s", ferry_last_error());
+  property_status = NVJPEG_STATUS_SUCCESS;
+  cr_expect_str_eq(ferry__nvjpeg_status_name(NVJPEG_STATUS_ARCH_MISMATCH), "NVJPEG_STATUS_ARCH_MISMATCH");
+  cr_expect_str_eq(ferry__nvjpeg_status_name((nvjpegStatus_t)99), "unknown status");
 }
 
 /* ---- the real library on the shared photos (a GPU node: nvjpegCreateEx needs a device) ---- */

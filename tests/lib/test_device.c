@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backends.h"
+#include "lib/device_internal.h"
 
 static ferry_memory_stats stats_of(ferry_device *d) {
   ferry_memory_stats s;
@@ -46,6 +47,39 @@ static void accounting_is_exact(ferry_device *d) {
   ferry_device_close(d);
 }
 BACKEND_TESTS(device, accounting_is_exact, accounting_is_exact)
+
+/* Device memory run out (the byte cap: ferry__device_cap_bytes): FERRY_ENOMEM, saying
+ * "out of device memory", with nothing counted; what fits still allocates, and
+ * lifting the cap lets the refused size through. Under CUDA the same cap holds the
+ * pool to it, and a request past what the GPU has fails the same way (not verified
+ * here: no GPU on the machine that wrote it). */
+static void exhausted_memory_is_enomem(ferry_device *d) {
+  void *a = NULL, *b = (void *)&b;
+  ferry__device_cap_bytes(d, 1000);
+  cr_assert_eq(ferry_device_malloc(d, NULL, 600, &a), FERRY_OK);
+  cr_assert_eq(ferry_device_malloc(d, NULL, 401, &b), FERRY_ENOMEM);
+  cr_expect_null(b);
+  cr_expect(strstr(ferry_last_error(), "out of device memory") && strstr(ferry_last_error(), "401 bytes") &&
+            strstr(ferry_last_error(), "600 of the 1000"), "%s", ferry_last_error());
+  ferry_memory_stats s = stats_of(d);
+  cr_expect_eq(s.live_bytes, 600);
+  cr_expect_eq(s.live_allocations, 1);
+  cr_expect_eq(s.allocations, 1, "a refused allocation is not counted");
+  cr_assert_eq(ferry_device_malloc(d, NULL, (size_t)1 << 40, &b), FERRY_ENOMEM, "a size past the cap itself");
+  cr_assert_eq(ferry_device_malloc(d, NULL, 400, &b), FERRY_OK, "exactly up to the cap");
+  cr_assert_eq(ferry_device_free(d, NULL, b), FERRY_OK);
+  ferry__device_cap_bytes(d, 0);
+  cr_assert_eq(ferry_device_malloc(d, NULL, 401, &b), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_device_free(d, NULL, b), FERRY_OK);
+  cr_assert_eq(ferry_device_free(d, NULL, a), FERRY_OK);
+  if (ferry_device_get_kind(d) == FERRY_DEVICE_CUDA) {
+    /* The pool itself exhausted: more than any GPU has. */
+    cr_assert_eq(ferry_device_malloc(d, NULL, (size_t)1 << 50, &b), FERRY_ENOMEM, "%s", ferry_last_error());
+  }
+  cr_expect_eq(stats_of(d).live_bytes, 0);
+  ferry_device_close(d);
+}
+BACKEND_TESTS(device, exhausted_memory_is_enomem, exhausted_memory_is_enomem)
 
 static void pinned_memory_is_counted(ferry_device *d) {
   void *p;

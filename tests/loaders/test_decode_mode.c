@@ -61,10 +61,13 @@ Test(decode_mode, auto_on_the_host_is_the_cpu_byte_for_byte, .timeout = 120) {
   ferry_loader *l;
   cr_assert_eq(try_open(FERRY_DECODE_CPU, &l), FERRY_OK, "%s", ferry_last_error());
   expect_decoder(l, FERRY_DECODE_CPU);
+  cr_expect_str_empty(ferry_loader_decoder_note(l), "CPU was asked for: nothing to explain");
   size_t n_cpu = epoch_digests(l, cpu, MAX);
   ferry_loader_close(l);
   cr_assert_eq(try_open(FERRY_DECODE_AUTO, &l), FERRY_OK, "%s", ferry_last_error());
   expect_decoder(l, FERRY_DECODE_CPU);
+  const char *note = ferry_loader_decoder_note(l);
+  cr_expect(strstr(note, "decode = AUTO runs on the CPU") && strstr(note, "the device is host"), "%s", note);
   size_t n_auto = epoch_digests(l, autod, MAX);
   ferry_loader_close(l);
   cr_assert_gt(n_cpu, 0);
