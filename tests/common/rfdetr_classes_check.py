@@ -20,7 +20,9 @@ Checked per sample: every draw the record implies was asked for, and no other; t
 pixels before normalisation byte for byte (the PIL image after the flip against ferry's
 uint8 layout); after normalisation to 1e-6 (ferry's f32 layout); the padding zero; masks
 equal; labels equal and in order; boxes within 1e-4 px (xyxy) and 1e-6 (normalised
-cxcywh); area within 1e-5 relative; iscrowd; size. Prints the count and exits 1 on the
+cxcywh); area within 1e-5 relative; iscrowd; size. Per batch: the padded images
+tensor and ferry.pixel_mask against RF-DETR's collate (nested_tensor_from_tensor_list
+with RFDETRDataModule's block size, patch_size * num_windows). Prints the count and exits 1 on the
 first difference, naming the file, the epoch and the record.
 """
 import argparse
@@ -189,18 +191,32 @@ def check_sample(ref, i, u8, t8, f32, tf, epoch):
     return True
 
 
+def check_batch(f32, targets, block, where):
+    """The padded batch and ferry.pixel_mask against RF-DETR's own collate
+    (nested_tensor_from_tensor_list with its block size) of the same samples."""
+    from rfdetr.utilities.tensors import nested_tensor_from_tensor_list
+    contents = [f32[i, :, :int(t["size"][0]), :int(t["size"][1])] for i, t in enumerate(targets)]
+    nested = nested_tensor_from_tensor_list(contents, block_size=block)
+    if nested.tensors.shape != f32.shape or not torch.equal(nested.tensors, f32):
+        fail(where, f"the padded batch {tuple(f32.shape)} is not RF-DETR's {tuple(nested.tensors.shape)}")
+    if not torch.equal(nested.mask, ferry.pixel_mask(f32, targets)):
+        fail(where, "ferry.pixel_mask is not RF-DETR's NestedTensor mask")
+
+
 def replay(annotations, images, options, epochs):
     ref = rfdetr_pipeline(annotations, images, options)
+    block = options["patch_size"] * options["num_windows"]  # RFDETRDataModule's collate block
     common = dict(batch_size=4, workers=2, seed=11, keep_crowd=False, tensor_type="torch",
                   fields=("boxes", "labels", "masks", "area", "iscrowd", "image_id", "size", "augment"),
                   **options)
     checked = 0
     with ferry.Loader(annotations, images, layout="uint8", box_format="xyxy", **common) as raw, \
-            ferry.Loader(annotations, images, layout="f32", **common) as norm:
+            ferry.Loader(annotations, images, layout="f32", size_divisibility=block, **common) as norm:
         for epoch in range(epochs):
             raw.set_epoch(epoch)
             norm.set_epoch(epoch)
-            for (u8, targets), (f32, targets_f) in zip(raw, norm):
+            for k, ((u8, targets), (f32, targets_f)) in enumerate(zip(raw, norm)):
+                check_batch(f32, targets_f, block, f"{os.path.basename(annotations)} epoch {epoch} batch {k}")
                 for i, (t8, tf) in enumerate(zip(targets, targets_f)):
                     checked += check_sample(ref, i, u8, t8, f32, tf, epoch)
     return checked
