@@ -16,7 +16,8 @@
  * validate`), or at open when FERRY_COCO_INDEX_VERIFY=1.
  * Callers: index_cache.c (ferry_coco_open) and coco.c (a buffer holding an index), on
  * the opening thread. The result is read-only like any opened coco; closing it unmaps
- * or frees the bytes (store.c). Not done here: deciding whether an index is fresh (index_cache.c).
+ * or frees the bytes (store.c). Not done here: deciding whether an index is fresh
+ * (index_cache.c).
  */
 #include <errno.h>
 #include <fcntl.h>
