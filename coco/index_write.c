@@ -140,11 +140,12 @@ static ferry_status write_fd(int fd, const char *path, const char *data, size_t 
 /* fsync the folder holding path, so that a rename into it survives a crash. */
 static ferry_status sync_folder_of(const char *path) {
   const char *slash = strrchr(path, '/');
-  size_t n = slash ? (size_t)(slash - path) + 1 : 2;
-  char *dir = ferry__malloc(n);
+  const char *from = !slash ? "." : slash == path ? "/" : path;
+  size_t n = slash && slash != path ? (size_t)(slash - path) : 1;
+  char *dir = ferry__malloc(n + 1);
   if (!dir) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", path);
-  snprintf(dir, n, "%s", slash ? path : ".");
-  if (slash == path) snprintf(dir, 2, "/");
+  memcpy(dir, from, n);
+  dir[n] = '\0';
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ferry_status st = fd >= 0 && fsync(fd) == 0 ? FERRY_OK
                         : ferry__fail(FERRY_EIO, "%s: cannot sync the folder %s: %s", path, dir, strerror(errno));
