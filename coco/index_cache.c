@@ -4,18 +4,23 @@
  * The index of X.json lives beside it as X.json.ferryidx, or, when FERRY_COCO_INDEX_DIR
  * is set, in that folder as <basename>.<hash of the absolute path>.ferryidx. It is used
  * only when fresh: the JSON's size and modification time equal those recorded in the
- * index, and so does the hash of its bytes. FERRY_COCO_INDEX selects the policy:
- *   unset or "use"  a fresh index is used, otherwise the JSON is parsed;
+ * index, and so does the hash of its bytes; and only when owned by this user or root
+ * and writable by no one else (the folder may be shared: anyone who can read the JSON
+ * could plant a matching index). FERRY_COCO_INDEX selects the policy:
+ *   unset, "" or "use"  a fresh index is used, otherwise the JSON is parsed;
  *   "auto"          a missing or stale index is built first (under an exclusive lock
  *                   on <index>.lock, so that 8 ranks starting together build it once,
- *                   and written to a temporary name then renamed into place);
- *   "off"           the JSON is always parsed.
+ *                   waited for at most FERRY_COCO_INDEX_LOCK_WAIT seconds);
+ *   "off"           the JSON is always parsed;
+ *   anything else   FERRY_EINVAL.
  * A collecting open (options.on_problem) always parses the JSON: problems are what it
  * is for, and an index holds none.
  * Every failure to use or build an index falls back to parsing the JSON, except a
  * failure the JSON itself causes (a bad file fails as its parse would): the cache can
- * make an open faster, not change its result. Callers: users and loaders/ via
- * ferry_coco_open, on the opening thread; concurrency between processes is the lock's.
+ * make an open faster, not change its result. A fallback the user did not expect (a
+ * refused index, a lock held too long, an index-only limit) is said in one line on
+ * stderr. Callers: users and loaders/ via ferry_coco_open, on the opening thread;
+ * concurrency between processes is the lock's.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -39,7 +39,8 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
 /* Parse json_path and write its index to index_path atomically (a new temporary,
  * synced, renamed into place). *json_failed (when not NULL) = 1 when the failure is
  * the JSON's own (unreadable, or invalid and unchanged while read), 0 when parsing it
- * again could succeed (it changed meanwhile, an index-only limit, writing failed). */
+ * again could succeed (it changed meanwhile, out of memory, an index-only limit,
+ * writing failed). */
 ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed);
 
 /* ---- coco/index_read.c ---- */

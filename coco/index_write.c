@@ -225,7 +225,8 @@ ferry_status ferry__coco_index_build_file(const char *json_path, const char *ind
   ferry__index_source source;
   ferry_coco *coco = NULL;
   ferry_status st = parse_for_index(json_path, &source, &coco, &own);
-  if (json_failed) *json_failed = own;
+  /* Out of memory is not the JSON's fault: the plain open may need less. */
+  if (json_failed) *json_failed = own && st != FERRY_ENOMEM;
   char *index = NULL;
   size_t index_len = 0;
   if (st == FERRY_OK) st = ferry__coco_index_serialize(coco, &source, &index, &index_len);
