@@ -36,16 +36,25 @@ ferry_status ferry__coco_parse_streamed(ferry_coco *coco, const char *json, size
 /* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
 ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
                                          size_t *len);
-/* Parse json_path and write its index to index_path atomically (temporary + rename). */
-ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path);
+/* Parse json_path and write its index to index_path atomically (a new temporary,
+ * synced, renamed into place). *json_failed (when not NULL) = 1 when the failure is
+ * the JSON's own (unreadable, or invalid and unchanged while read), 0 when parsing it
+ * again could succeed (it changed meanwhile, out of memory, an index-only limit,
+ * writing failed). */
+ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed);
 
 /* ---- coco/index_read.c ---- */
 /* 1 when the bytes start with the index magic. */
 int ferry__coco_index_sniff(const void *data, size_t len);
 /* *is_index = 1 when the file starts with the magic; FERRY_EIO when it cannot be read. */
 ferry_status ferry__coco_index_file_sniff(const char *path, int *is_index);
-/* Map and check the index at path (header checksum, every offset and count). */
-ferry_status ferry__coco_index_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
+/* flags of ferry__coco_index_open: a cache's index, used only when owned by this user
+ * or root and writable by no one else (else FERRY_EIO naming it). */
+#define FERRY__INDEX_CACHED 1u
+/* Take (map a sealed file, else copy) and check the index at path (header checksum,
+ * every offset and count); later changes to the file never reach the result. */
+ferry_status ferry__coco_index_open(const char *path, unsigned flags, const ferry_coco_options *opts,
+                                    ferry_coco **out);
 /* The same from bytes (copied). */
 ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const char *name,
                                            const ferry_coco_options *opts, ferry_coco **out);

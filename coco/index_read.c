@@ -1,18 +1,23 @@
 /* coco/index_read.c - opening a binary COCO index (format: coco/index_format.h).
  *
- * Opening maps the file read-only and shared (processes on one machine share its
- * pages) and points a ferry_coco's arrays into the mapping; nothing is copied. Before
- * any of it is used, the header is checked (magic, version, record sizes, file size,
- * its checksum) and so is every offset and count in it and in the records: a section
- * must lie inside the file, and every slice a record names must lie inside its target
- * section. After that, no read through the object can leave the mapping, whatever the
- * file holds. The checksums of the sections whose every byte this check reads anyway
- * are verified at open; the bulk payload (vertices, RLE counts, keypoints, strings) is
- * verified by ferry_coco_index_verify (`ferry-coco validate`), or at open when
- * FERRY_COCO_INDEX_VERIFY=1.
+ * Opening takes the file's bytes so that nothing done to the file later reaches them,
+ * and points a ferry_coco's arrays into them. A file nobody can write in place (no
+ * write bit, owned by this user or root, opened by a process that is not root) is
+ * mapped read-only and shared: processes on one machine share its pages. Any other is
+ * read into private memory: `cp new.ferryidx X.ferryidx` truncates and rewrites the
+ * inode a run reads, which under a shared mapping is SIGBUS or a checked slice changed
+ * after its check. Before any of it is used, the header is checked (magic, version,
+ * record sizes, file size, its checksum) and so is every offset and count in it and in
+ * the records: a section must lie inside the file, and every slice a record names must
+ * lie inside its target section. After that, no read through the object can leave the
+ * bytes, whatever the file holds or later becomes. The checksums of the sections whose
+ * every byte this check reads anyway are verified at open; the bulk payload (vertices,
+ * RLE counts, keypoints, strings) is verified by ferry_coco_index_verify (`ferry-coco
+ * validate`), or at open when FERRY_COCO_INDEX_VERIFY=1.
  * Callers: index_cache.c (ferry_coco_open) and coco.c (a buffer holding an index), on
  * the opening thread. The result is read-only like any opened coco; closing it unmaps
- * (store.c). Not done here: deciding whether an index is fresh (index_cache.c).
+ * or frees the bytes (store.c). Not done here: deciding whether an index is fresh
+ * (index_cache.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -317,29 +322,82 @@ ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const c
   return adopt(copy, len, 0, name, opts, out);
 }
 
-static ferry_status map_file(const char *path, void **bytes, size_t *len) {
+/* 1 when no process but root, or the owner after a chmod, can change the file in place,
+ * so that sharing its pages cannot let a rewrite or a truncation reach a reader (a
+ * truncated MAP_SHARED page raises SIGBUS; a rewritten one changes checked slices).
+ * Root writes through any mode bit, so a root process never shares. `cp` or an
+ * editor that replaces the file (a new inode, as ferry's own writes do) never matters:
+ * the open file keeps its old inode. */
+static int file_sealed(const struct stat *sb) {
+  uid_t me = geteuid();
+  return S_ISREG(sb->st_mode) && (sb->st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0 && me != 0 &&
+         (sb->st_uid == me || sb->st_uid == 0);
+}
+
+/* A cached index someone else could have planted or could rewrite: refused (it names
+ * the file, and the caller parses the JSON instead). */
+static ferry_status check_cache_owner(const char *path, const struct stat *sb) {
+  uid_t me = geteuid();
+  if (sb->st_uid != me && sb->st_uid != 0)
+    return ferry__fail(FERRY_EIO, "%s: refused: owned by uid %ld, not by this user (%ld) or root", path,
+                      (long)sb->st_uid, (long)me);
+  if (sb->st_mode & (S_IWGRP | S_IWOTH))
+    return ferry__fail(FERRY_EIO, "%s: refused: writable by other users (mode %03o)", path,
+                      (unsigned)(sb->st_mode & 0777));
+  return FERRY_OK;
+}
+
+/* The file's bytes in private memory: what it holds now, whatever it holds later. */
+static ferry_status copy_file(const char *path, int fd, size_t size, void **bytes) {
+  char *buf = ferry__malloc(size ? size : 1);  /* malloc's alignment suits every record */
+  if (!buf) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for a %zu-byte index", path, size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ferry__free(buf);
+      if (n < 0) return ferry__fail(FERRY_EIO, "%s: read error: %s", path, strerror(errno));
+      return ferry__fail(FERRY_EIO, "%s: cut from %zu to %zu bytes while it was being read", path, size, got);
+    }
+    got += (size_t)n;
+  }
+  *bytes = buf;
+  return FERRY_OK;
+}
+
+/* Map a sealed file shared (*mapped = 1), else copy it; either way nothing later done
+ * to the file reaches the bytes returned. */
+static ferry_status load_file(const char *path, unsigned flags, void **bytes, size_t *len, int *mapped) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat sb;
   ferry_status st = FERRY_OK;
   if (fstat(fd, &sb) != 0) st = ferry__fail(FERRY_EIO, "%s: cannot stat: %s", path, strerror(errno));
-  else if (sb.st_size < (off_t)sizeof(index_header))
+  if (st == FERRY_OK && (flags & FERRY__INDEX_CACHED)) st = check_cache_owner(path, &sb);
+  if (st == FERRY_OK && sb.st_size < (off_t)sizeof(index_header))
     st = ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)", path,
                     (long long)sb.st_size, sizeof(index_header));
-  if (st == FERRY_OK) {
+  *mapped = st == FERRY_OK && file_sealed(&sb);
+  if (st == FERRY_OK && *mapped) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) st = ferry__fail(FERRY_EIO, "%s: cannot map: %s", path, strerror(errno));
-    else *bytes = map, *len = (size_t)sb.st_size;
+    else *bytes = map;
+  } else if (st == FERRY_OK) {
+    st = copy_file(path, fd, (size_t)sb.st_size, bytes);
   }
+  if (st == FERRY_OK) *len = (size_t)sb.st_size;
   close(fd);
   return st;
 }
 
-ferry_status ferry__coco_index_open(const char *path, const ferry_coco_options *opts, ferry_coco **out) {
+ferry_status ferry__coco_index_open(const char *path, unsigned flags, const ferry_coco_options *opts,
+                                    ferry_coco **out) {
   void *bytes = NULL;
   size_t len = 0;
-  ferry_status st = map_file(path, &bytes, &len);
-  return st < 0 ? st : adopt(bytes, len, 1, path, opts, out);
+  int mapped = 0;
+  ferry_status st = load_file(path, flags, &bytes, &len, &mapped);
+  return st < 0 ? st : adopt(bytes, len, mapped, path, opts, out);
 }
 
 void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *out) {
@@ -353,7 +411,7 @@ void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *ou
 ferry_status ferry_coco_index_verify(const char *index_path) {
   if (!index_path) return ferry__fail(FERRY_EINVAL, "ferry_coco_index_verify: NULL argument");
   ferry_coco *coco = NULL;
-  ferry_status st = ferry__coco_index_open(index_path, NULL, &coco);
+  ferry_status st = ferry__coco_index_open(index_path, 0, NULL, &coco);
   if (st < 0) return st;
   index_header h;
   memcpy(&h, coco->backing, sizeof h);

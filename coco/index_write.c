@@ -2,15 +2,19 @@
  *
  * The index of a parsed ferry_coco is its arrays laid end to end behind a header that
  * records each section's place, size and checksum and the JSON it came from. A file is
- * written under a temporary name in the same folder and renamed into place, so that a
- * reader sees either no index or a complete one, never a partial file.
+ * written under a new, unique temporary name in the same folder (mkostemp: nothing
+ * planted there is followed or truncated), made read-only, synced, renamed into place,
+ * and the folder synced, so that a reader sees either no index or a complete one, never
+ * a partial file, even after a crash.
  * Callers: ferry_coco_index_build (`ferry-coco index`) and index_cache.c's "auto" policy,
  * which holds the build lock around ferry__coco_index_build_file. The JSON is stat'ed
  * before it is read and after it is parsed: a file changed meanwhile fails (FERRY_EIO)
  * rather than recording a fingerprint that does not match the content indexed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -112,30 +116,62 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
   return FERRY_OK;
 }
 
-static ferry_status write_all(const char *path, const char *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return ferry__fail(FERRY_EIO, "%s: cannot create: %s", path, strerror(errno));
-  int ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  int err = errno;
-  ok = fclose(f) == 0 && ok;
-  if (!ok) {
-    remove(path);
-    return ferry__fail(FERRY_EIO, "%s: write error: %s", path, strerror(err ? err : errno));
+/* The temporary's name pattern beside the index (for mkostemp). */
+static char *temp_template(const char *index_path) {
+  size_t n = strlen(index_path) + sizeof ".tmp.XXXXXX";
+  char *tmp = ferry__malloc(n);
+  if (tmp) snprintf(tmp, n, "%s.tmp.XXXXXX", index_path);
+  return tmp;
+}
+
+static ferry_status write_fd(int fd, const char *path, const char *data, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, data + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ferry__fail(FERRY_EIO, "%s: write error: %s", path, strerror(errno));
+    done += (size_t)n;
   }
+  /* Read-only for everyone: index_read.c shares the pages of a file nobody can write. */
+  if (fchmod(fd, 0444) != 0 || fsync(fd) != 0) return ferry__fail(FERRY_EIO, "%s: write error: %s", path, strerror(errno));
   return FERRY_OK;
 }
 
-/* Write under "<index_path>.tmp.<pid>" and rename into place. */
+/* fsync the folder holding path, so that a rename into it survives a crash. */
+static ferry_status sync_folder_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *from = !slash ? "." : slash == path ? "/" : path;
+  size_t n = slash && slash != path ? (size_t)(slash - path) : 1;
+  char *dir = ferry__malloc(n + 1);
+  if (!dir) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", path);
+  memcpy(dir, from, n);
+  dir[n] = '\0';
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* Some file systems cannot sync a folder (EINVAL, ENOTSUP): the rename stands. */
+  int synced = fd >= 0 && (fsync(fd) == 0 || errno == EINVAL || errno == ENOTSUP);
+  ferry_status st = synced ? FERRY_OK
+                           : ferry__fail(FERRY_EIO, "%s: cannot sync the folder %s: %s", path, dir, strerror(errno));
+  if (fd >= 0) close(fd);
+  ferry__free(dir);
+  return st;
+}
+
+/* Write a new file of a unique name beside the index (mkostemp: O_CREAT|O_EXCL, so
+ * nothing planted there, symlink or not, is followed or truncated), sync it, rename
+ * it into place and sync the folder. */
 static ferry_status write_atomically(const char *index_path, const char *data, size_t len) {
-  size_t n = strlen(index_path) + 32;
-  char *tmp = ferry__malloc(n);
+  char *tmp = temp_template(index_path);
   if (!tmp) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", index_path);
-  snprintf(tmp, n, "%s.tmp.%ld", index_path, (long)getpid());
-  ferry_status st = write_all(tmp, data, len);
-  if (st == FERRY_OK && rename(tmp, index_path) != 0) {
-    st = ferry__fail(FERRY_EIO, "%s: cannot rename %s into place: %s", index_path, tmp, strerror(errno));
-    remove(tmp);
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  ferry_status st = fd >= 0 ? FERRY_OK : ferry__fail(FERRY_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  if (st == FERRY_OK) {
+    st = write_fd(fd, tmp, data, len);
+    if (close(fd) != 0 && st == FERRY_OK) st = ferry__fail(FERRY_EIO, "%s: write error: %s", tmp, strerror(errno));
+    if (st == FERRY_OK && rename(tmp, index_path) != 0)
+      st = ferry__fail(FERRY_EIO, "%s: cannot rename %s into place: %s", index_path, tmp, strerror(errno));
+    if (st < 0) unlink(tmp);
   }
+  if (st == FERRY_OK) st = sync_folder_of(index_path);
   ferry__free(tmp);
   return st;
 }
@@ -146,8 +182,21 @@ static void source_from_stat(const struct stat *sb, ferry__index_source *out) {
   out->mtime_ns = (int64_t)sb->st_mtim.tv_nsec;
 }
 
-ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path) {
-  struct stat before, after;
+/* 1 when json_path still has the size and time it had before it was read (json_len
+ * bytes): the bytes parsed are the ones fingerprinted. */
+static int json_unchanged(const char *json_path, const struct stat *before, size_t json_len) {
+  struct stat now;
+  return stat(json_path, &now) == 0 && now.st_size == before->st_size && now.st_mtim.tv_sec == before->st_mtim.tv_sec &&
+         now.st_mtim.tv_nsec == before->st_mtim.tv_nsec && (uint64_t)json_len == (uint64_t)before->st_size;
+}
+
+/* Read and parse json_path; *coco on success. *json_failed = 1 when the failure is the
+ * JSON's own (unreadable, or invalid and unchanged while read): parsing it again would
+ * fail the same way. */
+static ferry_status parse_for_index(const char *json_path, ferry__index_source *source, ferry_coco **coco,
+                                    int *json_failed) {
+  struct stat before;
+  *json_failed = 1;
   if (stat(json_path, &before) != 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", json_path, strerror(errno));
   char *json = NULL;
   size_t json_len = 0;
@@ -157,18 +206,29 @@ ferry_status ferry__coco_index_build_file(const char *json_path, const char *ind
     ferry__free(json);
     return ferry__fail(FERRY_EINVAL, "%s: is already a binary index", json_path);
   }
-  ferry__index_source source;
-  source_from_stat(&before, &source);
-  source.hash = ferry__hash64(json, json_len, 0);
-  ferry_coco *coco = NULL;
-  st = ferry_coco_open_buffer(json, json_len, json_path, NULL, &coco);
+  source_from_stat(&before, source);
+  source->hash = ferry__hash64(json, json_len, 0);
+  st = ferry_coco_open_buffer(json, json_len, json_path, NULL, coco);
   ferry__free(json);
   /* The fingerprint is the stat taken before reading; if the file changed by the time it
-   * is parsed, the bytes indexed may not be the ones fingerprinted. */
-  if (st == FERRY_OK && (stat(json_path, &after) != 0 || after.st_size != before.st_size ||
-                         after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-                         after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || (uint64_t)json_len != source.size))
-    st = ferry__fail(FERRY_EIO, "%s: changed while it was being indexed", json_path);
+   * is parsed, the bytes indexed (or refused) may not be the ones fingerprinted. */
+  if (!json_unchanged(json_path, &before, json_len)) {
+    ferry_coco_close(*coco);
+    *coco = NULL;
+    *json_failed = 0;
+    return ferry__fail(FERRY_EIO, "%s: changed while it was being indexed", json_path);
+  }
+  if (st == FERRY_OK) *json_failed = 0;
+  return st;
+}
+
+ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed) {
+  int own = 0;
+  ferry__index_source source;
+  ferry_coco *coco = NULL;
+  ferry_status st = parse_for_index(json_path, &source, &coco, &own);
+  /* Out of memory is not the JSON's fault: the plain open may need less. */
+  if (json_failed) *json_failed = own && st != FERRY_ENOMEM;
   char *index = NULL;
   size_t index_len = 0;
   if (st == FERRY_OK) st = ferry__coco_index_serialize(coco, &source, &index, &index_len);

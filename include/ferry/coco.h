@@ -51,10 +51,17 @@ FERRY_API void ferry_coco_options_default(ferry_coco_options *o);
  * FERRY_EFORMAT for invalid JSON or content (with the JSON path).
  *
  * `path` may also be a binary index (ferry_coco_index_build; recognised by its first
- * bytes): it is mapped read-only and shared, checked, and used in place. For a JSON
- * path, a fresh index of it is used instead of parsing when there is one (beside it as
- * PATH.ferryidx, or in $FERRY_COCO_INDEX_DIR); FERRY_COCO_INDEX=auto builds it first,
- * =off never uses it. docs/coco.md has the rules. */
+ * bytes): it is checked and used in place, mapped shared when no one but root can
+ * write it (read-only for all, as ferry writes it, and this process not root), else
+ * read into private memory; either way, nothing later done to the file (rewritten,
+ * truncated) changes what the object reads. For a JSON path, a fresh index of it is
+ * used instead of parsing when there is one (beside it as PATH.ferryidx, or in
+ * $FERRY_COCO_INDEX_DIR) and it is owned by this user or root and writable by no one
+ * else; FERRY_COCO_INDEX=auto builds it first, =off never uses it, =use (or unset) is
+ * the default, and any other value is FERRY_EINVAL. Where an index cannot be used or
+ * built (refused, a build lock held past FERRY_COCO_INDEX_LOCK_WAIT seconds, an
+ * index-only limit), the JSON is parsed and one line on stderr says why.
+ * docs/coco.md has the rules. */
 FERRY_API ferry_status ferry_coco_open(const char *path, const ferry_coco_options *opts, ferry_coco **out);
 
 /* Same from a buffer of `len` bytes (need not be NUL-terminated; JSON or an index, which
@@ -68,7 +75,8 @@ FERRY_API void ferry_coco_close(ferry_coco *coco);
 /* ---- binary index ------------------------------------------------------------------ */
 
 /* Parse the JSON at `json_path` and write its binary index to `index_path` (NULL: where
- * ferry_coco_open looks for it), atomically: a temporary file renamed into place. */
+ * ferry_coco_open looks for it), atomically: a new temporary file of a unique name in the
+ * same folder, made read-only (0444), synced, renamed into place, the folder synced. */
 FERRY_API ferry_status ferry_coco_index_build(const char *json_path, const char *index_path);
 
 /* Check an index completely: what an open checks plus every section's checksum.

@@ -92,6 +92,69 @@ def random_size(rng):
     return rng.randint(4, 120), rng.randint(4, 120)
 
 
+# Sizes at which pycocotools' merge is not used: rleMerge mallocs h*w+1 runs (16 GiB at
+# 2^32 pixels), which meson's MALLOC_PERTURB_ fills, so every page becomes resident. There
+# the parts' runs (pycocotools' own, from rleFrPoly) are united here, run by run.
+MERGE_IN_PYTHON = 2**24
+
+
+def string_to_counts(s):
+    """pycocotools' compressed RLE string -> runs (rleFrString, without its int shifts)."""
+    counts, p = [], 0
+    while p < len(s):
+        x, k, more = 0, 0, True
+        while more:
+            c = ord(s[p]) - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = c & 0x20
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(counts) > 2:
+            x += counts[-2]
+        counts.append(x)
+    return counts
+
+
+def counts_to_string(counts):
+    """Runs -> pycocotools' compressed string (rleToString)."""
+    out = []
+    for i, x in enumerate(counts):
+        if i > 2:
+            x -= counts[i - 2]
+        more = True
+        while more:
+            c = x & 0x1F
+            x >>= 5
+            more = x != -1 if c & 0x10 else x != 0
+            out.append(chr((c | 0x20 if more else c) + 48))
+    return "".join(out)
+
+
+def union_string(rles, n):
+    """The union of same-size RLEs as pycocotools' merge writes it, in O(runs)."""
+    spans = []
+    for r in rles:
+        at = 0
+        for i, c in enumerate(string_to_counts(r["counts"].decode())):
+            if i % 2 and c:
+                spans.append((at, at + c))
+            at += c
+    spans.sort()
+    counts, end = [], 0
+    for a, b in spans:
+        if counts and a <= end:  # overlaps or touches the open foreground run
+            if b > end:
+                counts[-1] += b - end
+                end = b
+            continue
+        counts += [a - end, b - a]
+        end = b
+    if end < n or not counts:
+        counts.append(n - end)
+    return counts_to_string(counts)
+
+
 def polygon_case(rng):
     h, w = random_size(rng)
     kind = rng.choice(["inside", "inside", "outside", "negative", "repeated", "tiny", "star"])
@@ -100,7 +163,15 @@ def polygon_case(rng):
     nparts = 1 if rng.random() < 0.7 else rng.randint(2, 4)
     parts = [random_part(rng, h, w, kind) for _ in range(nparts)]
     rles = maskUtils.frPyObjects(parts, h, w)
-    rle = rles[0] if len(rles) == 1 else maskUtils.merge(rles, intersect=0)
+    if len(rles) == 1:
+        rle = rles[0]
+    elif h * w >= MERGE_IN_PYTHON:
+        rle = {"size": [h, w], "counts": union_string(rles, h * w).encode()}
+    else:
+        rle = maskUtils.merge(rles, intersect=0)
+        # the union above, checked against pycocotools' own merge where that is cheap
+        if union_string(rles, h * w) != rle["counts"].decode():
+            raise AssertionError(f"union_string differs from pycocotools' merge at {h}x{w}")
     cmd = f"P {h} {w} {nparts} " + " ".join(
         f"{len(p) // 2} " + " ".join(repr(float(v)) for v in p[:len(p) // 2 * 2]) for p in parts)
     return cmd, summary(rle)

@@ -4,10 +4,12 @@
  * at a time with FERRY_COCO_INDEX=auto); byte-identical rebuilds. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -339,4 +341,224 @@ Test(index, eight_processes_build_once, .timeout = 120) {
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d did not open the index", i);
   }
   cr_assert_eq(entries_in_scratch(), 3, "expected f.json, its index and its lock");
+}
+
+/* ---- files changed under a run (issue 25) ------------------------------------------------ */
+
+/* Rewrite path in place, as `cp` does: the same inode truncated, then the new bytes. */
+static void rewrite_in_place(const char *path, const unsigned char *data, size_t len) {
+  FILE *f = fopen(path, "r+b");
+  cr_assert_not_null(f, "%s", path);
+  cr_assert_eq(ftruncate(fileno(f), 0), 0);
+  cr_assert_eq(fwrite(data, 1, len, f), len);
+  cr_assert_eq(fclose(f), 0);
+}
+
+/* `cp other.ferryidx X.ferryidx` over the index an open object reads (its inode
+ * truncated and rewritten with another, shorter index), then a cut to 0 bytes: every
+ * accessor, mask and target still reads what the JSON gives (was SIGBUS). */
+Test(index, file_rewritten_and_truncated_under_an_open_index) {
+  char json[PATH_LEN], index[PATH_LEN], other_json[PATH_LEN], other[PATH_LEN];
+  write_text(in_scratch("r.json", json), hand_written[0]);
+  write_text(in_scratch("o.json", other_json), hand_written[3]);
+  cr_assert_eq(ferry_coco_index_build(json, in_scratch("r.ferryidx", index)), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(ferry_coco_index_build(other_json, in_scratch("o.ferryidx", other)), FERRY_OK);
+  cr_assert_eq(chmod(index, 0644), 0, "writable, as a file a user made by hand is");
+  setenv("FERRY_COCO_INDEX", "off", 1);
+  ferry_coco *from_json = NULL, *from_index = NULL;
+  cr_assert_eq(ferry_coco_open(json, NULL, &from_json), FERRY_OK);
+  unsetenv("FERRY_COCO_INDEX");
+  cr_assert_eq(ferry_coco_open(index, NULL, &from_index), FERRY_OK, "%s", ferry_last_error());
+  size_t len;
+  unsigned char *bytes = read_all(other, &len);
+  rewrite_in_place(index, bytes, len);
+  free(bytes);
+  same_content(from_json, from_index);
+  cr_assert_eq(truncate(index, 0), 0);
+  same_content(from_json, from_index);
+  ferry_coco_close(from_index);
+  ferry_coco_close(from_json);
+}
+
+/* 1 when this process maps path shared (an 's' in /proc/self/maps' permissions). */
+static int mapped_shared(const char *path) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  char line[PATH_LEN + 128], perms[8];
+  int shared = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, path) && sscanf(line, "%*s %7s", perms) == 1 && perms[3] == 's') shared = 1;
+  fclose(f);
+  return shared;
+}
+
+/* 1 when an index opened at path is mapped shared in this process. */
+static int opens_shared(const char *path) {
+  ferry_coco *coco = NULL;
+  cr_assert_eq(ferry_coco_open(path, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
+  int shared = mapped_shared(path);
+  ferry_coco_close(coco);
+  return shared;
+}
+
+/* Pages are shared only where no one but root can write the file in place: read-only
+ * for all and opened by a non-root user (root writes through any mode). As root, the
+ * non-root case runs in a child that drops to the file's owner. */
+Test(index, shared_only_when_no_one_can_rewrite_it) {
+  char json[PATH_LEN], index[PATH_LEN];
+  write_text(in_scratch("s.json", json), hand_written[0]);
+  cr_assert_eq(ferry_coco_index_build(json, in_scratch("s.ferryidx", index)), FERRY_OK, "%s", ferry_last_error());
+  struct stat sb;
+  cr_assert_eq(stat(index, &sb), 0);
+  cr_assert_eq(sb.st_mode & 0777, 0444, "ferry writes its indexes read-only");
+  cr_assert_eq(opens_shared(index), geteuid() != 0, "read-only: shared unless root");
+  cr_assert_eq(chmod(index, 0644), 0);
+  cr_assert(!opens_shared(index), "writable by its owner: copied");
+  if (geteuid() != 0) return;
+  cr_assert_eq(chmod(index, 0444), 0);
+  cr_assert_eq(chmod(scratch, 0755), 0);
+  cr_assert_eq(chown(index, 65534, 65534), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    ferry_coco *coco = NULL;
+    int ok = setgid(65534) == 0 && setuid(65534) == 0 && ferry_coco_open(index, NULL, &coco) == FERRY_OK &&
+             mapped_shared(index);
+    ferry_coco_close(coco);
+    _exit(ok ? 0 : 1);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a non-root owner's read-only index is not shared");
+}
+
+/* ---- a shared cache folder (issue 25) ------------------------------------------------------ */
+
+/* Run open with stderr sent to a file; what it wrote there in *said (malloc'd). */
+static ferry_status open_saying(const char *path, ferry_coco **coco, char **said) {
+  char log[PATH_LEN];
+  in_scratch("stderr.log", log);
+  fflush(stderr);
+  int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  cr_assert(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+  close(fd);
+  ferry_status st = ferry_coco_open(path, NULL, coco);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  size_t len;
+  *said = (char *)read_all(log, &len);
+  (*said)[len] = '\0';
+  return st;
+}
+
+/* Open json and expect it parsed (not through an index), with stderr naming `names`
+ * (or saying nothing when names is NULL). */
+static void opens_json_saying(const char *json, const char *names) {
+  ferry_coco *coco = NULL;
+  char *said = NULL;
+  cr_assert_eq(open_saying(json, &coco, &said), FERRY_OK, "%s", ferry_last_error());
+  cr_assert(!ferry_coco_is_index(coco), "%s: opened through an index", json);
+  if (names) cr_assert(strstr(said, names) && strstr(said, json), "stderr says: \"%s\", not %s", said, names);
+  else cr_assert_str_empty(said);
+  ferry_coco_close(coco);
+  free(said);
+}
+
+/* The old temporary name, <index>.tmp.<pid>, planted as a symlink to another file:
+ * `auto` must neither follow nor truncate it, and leave a read-only index and no
+ * temporary behind. */
+Test(index, cache_temporary_is_new_and_unguessable) {
+  char json[PATH_LEN], index[PATH_LEN], victim[PATH_LEN], planted[PATH_LEN];
+  write_text(in_scratch("t.json", json), hand_written[0]);
+  write_text(in_scratch("victim", victim), "precious");
+  snprintf(planted, sizeof planted, "%s/t.json.ferryidx.tmp.%ld", scratch, (long)getpid());
+  cr_assert_eq(symlink(victim, planted), 0);
+  setenv("FERRY_COCO_INDEX", "auto", 1);
+  cr_assert(opened_from_index(json), "%s", ferry_last_error());
+  unsetenv("FERRY_COCO_INDEX");
+  size_t len;
+  char *kept = (char *)read_all(victim, &len);
+  cr_assert(len == 8 && memcmp(kept, "precious", 8) == 0, "the symlink's target was written");
+  free(kept);
+  struct stat sb;
+  cr_assert_eq(lstat(in_scratch("t.json.ferryidx", index), &sb), 0);
+  cr_assert(S_ISREG(sb.st_mode) && (sb.st_mode & 0777) == 0444, "mode %o", (unsigned)sb.st_mode);
+  cr_assert_eq(entries_in_scratch(), 5, "t.json, its index, its lock, the victim and the planted link, no temporary");
+}
+
+/* Another process (here another open file description) holds the build lock: `auto`
+ * waits FERRY_COCO_INDEX_LOCK_WAIT seconds, then parses the JSON and says why. */
+Test(index, cache_lock_wait_is_bounded, .timeout = 30) {
+  char json[PATH_LEN], lock[PATH_LEN];
+  write_text(in_scratch("l.json", json), hand_written[0]);
+  int fd = open(in_scratch("l.json.ferryidx.lock", lock), O_RDONLY | O_CREAT, 0644);
+  cr_assert(fd >= 0 && flock(fd, LOCK_EX) == 0);
+  setenv("FERRY_COCO_INDEX", "auto", 1);
+  setenv("FERRY_COCO_INDEX_LOCK_WAIT", "0.2", 1);
+  opens_json_saying(json, "still locked");
+  close(fd);
+  cr_assert(opened_from_index(json), "built once the lock is free: %s", ferry_last_error());
+  setenv("FERRY_COCO_INDEX_LOCK_WAIT", "soon", 1);
+  ferry_coco *coco = NULL;
+  cr_assert_eq(ferry_coco_open(json, NULL, &coco), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "FERRY_COCO_INDEX_LOCK_WAIT=soon"), "%s", ferry_last_error());
+  unsetenv("FERRY_COCO_INDEX_LOCK_WAIT");
+  unsetenv("FERRY_COCO_INDEX");
+}
+
+/* A cached index someone else could have planted (another owner) or could rewrite
+ * (writable by group or others) is refused, naming it, and the JSON parsed; `auto`
+ * replaces it with its own. */
+Test(index, cache_refuses_indexes_others_control) {
+  char json[PATH_LEN], index[PATH_LEN];
+  write_text(in_scratch("p.json", json), hand_written[0]);
+  cr_assert_eq(ferry_coco_index_build(json, NULL), FERRY_OK, "%s", ferry_last_error());
+  in_scratch("p.json.ferryidx", index);
+  cr_assert_eq(chmod(index, 0664), 0);
+  opens_json_saying(json, "p.json.ferryidx: refused: writable by other users");
+  cr_assert_eq(chmod(index, 0646), 0);
+  opens_json_saying(json, "p.json.ferryidx: refused: writable by other users");
+  cr_assert_eq(chmod(index, 0444), 0);
+  cr_assert(opened_from_index(json), "its own read-only index is used");
+  if (geteuid() == 0) {  /* only root can give a file away */
+    cr_assert_eq(chown(index, 4321, 4321), 0);
+    opens_json_saying(json, "p.json.ferryidx: refused: owned by uid 4321");
+  }
+  setenv("FERRY_COCO_INDEX", "auto", 1);
+  cr_assert_eq(chmod(index, 0666), 0);
+  cr_assert(opened_from_index(json), "auto builds its own over it: %s", ferry_last_error());
+  unsetenv("FERRY_COCO_INDEX");
+  struct stat sb;
+  cr_assert(stat(index, &sb) == 0 && sb.st_uid == geteuid() && (sb.st_mode & 0777) == 0444);
+}
+
+/* A JSON whose index the format cannot hold (over 16,384 keypoints per category): `auto`
+ * parses the JSON, saying why, instead of failing the open. */
+Test(index, cache_auto_parses_what_no_index_can_hold) {
+  char json[PATH_LEN];
+  size_t names = 16385, cap = names * 8 + 256, at = 0;
+  char *text = malloc(cap);
+  at += (size_t)snprintf(text, cap, "{\"images\": [], \"categories\": [{\"id\": 1, \"keypoints\": [");
+  for (size_t i = 0; i < names; i++) at += (size_t)snprintf(text + at, cap - at, "%s\"k\"", i ? ", " : "");
+  snprintf(text + at, cap - at, "]}]}");
+  write_text(in_scratch("k.json", json), text);
+  free(text);
+  setenv("FERRY_COCO_INDEX", "auto", 1);
+  opens_json_saying(json, "over the index format's 16384");
+  unsetenv("FERRY_COCO_INDEX");
+}
+
+/* FERRY_COCO_INDEX takes auto, use or off: a typo is an error naming it, not "use". */
+Test(index, cache_policy_typo_is_an_error) {
+  char json[PATH_LEN];
+  write_text(in_scratch("u.json", json), hand_written[0]);
+  ferry_coco *coco = NULL;
+  setenv("FERRY_COCO_INDEX", "autp", 1);
+  cr_assert_eq(ferry_coco_open(json, NULL, &coco), FERRY_EINVAL);
+  cr_assert_null(coco);
+  cr_assert(strstr(ferry_last_error(), "FERRY_COCO_INDEX=autp: expected auto, use or off"), "%s", ferry_last_error());
+  setenv("FERRY_COCO_INDEX", "use", 1);
+  cr_assert(!opened_from_index(json), "use: no index, the JSON");
+  unsetenv("FERRY_COCO_INDEX");
 }
