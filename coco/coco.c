@@ -108,6 +108,23 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   return FERRY_OK;
 }
 
+/* Parse a tree the caller built (coco/shards.c: a split's sidecars as one COCO object);
+ * the caller keeps and frees root. */
+ferry_status ferry__coco_open_tree(json_t *root, const char *name, const ferry_coco_options *opts, ferry_coco **out) {
+  ferry_coco *coco = NULL;
+  ferry_status st = coco_for_parsing(name, opts, &coco);
+  if (st < 0) return st;
+  coco->root = root;
+  st = ferry__coco_parse(coco);
+  coco->root = NULL;
+  if (st < 0) {
+    ferry_coco_close(coco);
+    return st;
+  }
+  *out = coco;
+  return FERRY_OK;
+}
+
 /* Parse the JSON file at `path` (no index involved). */
 ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *opts, ferry_coco **out) {
   char *data = NULL;

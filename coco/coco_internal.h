@@ -112,6 +112,10 @@ ferry_status ferry__coco_parse_head(ferry_coco *coco);
 ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i);
 ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 
+/* Open a coco from a jansson tree built by the caller, who keeps it (coco.c). Call
+ * ferry__coco_json_use_ferry_allocator before building the tree. */
+ferry_status ferry__coco_open_tree(json_t *root, const char *name, const ferry_coco_options *opts, ferry_coco **out);
+
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
 size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);
 
