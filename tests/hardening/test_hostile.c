@@ -594,10 +594,12 @@ static void tar_sample(tar_bytes *t, const char *key, const char *sidecar) {
   tar_text(t, name, sidecar);
 }
 
-/* A loader's epoch over the annotations `spec` (a .tar, or an index) of scratch. */
-static outcome run_spec(const char *spec) {
+/* A loader's epoch over the annotations `spec` (a .tar, or an index) of scratch, under
+ * `policy`; *skipped (may be NULL) the samples it skipped. */
+static outcome run_spec_policy(const char *spec, ferry_error_policy policy, uint64_t *skipped) {
   ferry_loader_config cfg;
   ferry_loader_config_default(&cfg);
+  cfg.on_error = policy;
   cfg.annotations = spec;
   cfg.images = NULL;
   cfg.batch_size = 1;
@@ -611,9 +613,13 @@ static outcome run_spec(const char *spec) {
   ferry_batch *batch = NULL;
   while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) ferry_batch_release(batch);
   outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
+  ferry_loader_stats stats;
+  if (skipped && ferry_loader_stats_get(loader, &stats) == FERRY_OK) *skipped = stats.samples_skipped;
   ferry_loader_close(loader);
   return o;
 }
+
+static outcome run_spec(const char *spec) { return run_spec_policy(spec, FERRY_ON_ERROR_FAIL, NULL); }
 
 static outcome run_tar(tar_bytes *t, int end) {
   static int serial;
@@ -748,6 +754,17 @@ Test(hostile, shard_files, .timeout = 120) {
                             shard_cases[i].expected, shard_cases[i].substring);
     free(t);
   }
+  tar_bytes *t = calloc(1, sizeof *t);
+  no_sidecar(t);
+  tar_end(t);
+  uint64_t skipped = 0;
+  outcome o = run_spec_policy(write_scratch("skip.tar", t->data, t->len), FERRY_ON_ERROR_SKIP, &skipped);
+  free(t);
+  if (o.status == FERRY_OK && skipped != 1) {
+    o.status = FERRY_EFORMAT;
+    snprintf(o.message, sizeof o.message, "skipped %llu samples, not 1", (unsigned long long)skipped);
+  }
+  mismatches += check_row("shards", "sample without its sidecar, skip policy (OK, that one skipped)", o, FERRY_OK, "");
   const char *ok = "\"shards\": [\"indexed-000000.tar\"], \"num_samples\": 1, \"categories\": [], "
                    "\"annotated_category_ids\": [], \"category_ids\": \"raw\", \"samples_per_shard\": [1]";
   mismatches += check_row("shards", "an index (control, OK)", run_index("ok-index.json", ok), FERRY_OK, "");
