@@ -5,8 +5,10 @@
  * Image i (in "images" order) becomes members %08d.EXT (its file, byte for byte) and
  * %08d.json ({"image_id", "file_name", "annotations"}: its annotations in file order);
  * a shard is closed once its members reach --max-shard-bytes (a sample is never split).
- * The index SPLIT-index.json is written last, to a temporary name then renamed, so that
- * a reader never sees an index whose shards are not all there. Shards are named
+ * Shards are written under temporary names and renamed into place once all are
+ * complete (a failure removes them); the index SPLIT-index.json is written last, to a
+ * temporary name then renamed, so that a reader never sees an index whose shards are
+ * not all there. Shards are named
  * SPLIT-NNNNNN.tar (RF-DETR adds a content token; readers take the names from the
  * index either way).
  * Refused before anything is written: a file_name that is absolute or has "..", an
@@ -64,7 +66,8 @@ static int write_member(shard_writer *w, const char *name, const void *data, siz
   return 0;
 }
 
-/* Two zero blocks, then zeros to a whole record; renamed into place. */
+/* Two zero blocks, then zeros to a whole record. The shard keeps its temporary name
+ * until every shard is written (publish). */
 static int close_shard(shard_writer *w) {
   static const uint8_t zeros[RECORD_BYTES];
   size_t end = 2 * FERRY__TAR_BLOCK;
@@ -73,9 +76,22 @@ static int close_shard(shard_writer *w) {
   int bad = write_bytes(w, zeros, end);
   bad |= fclose(w->f) != 0;
   w->f = NULL;
-  if (!bad && rename(w->tmp, w->path) != 0) bad = 1;
-  if (bad) return complain("%s: cannot write: %s", w->path, strerror(errno));
+  if (bad) return complain("%s: cannot write: %s", w->tmp, strerror(errno));
   return 0;
+}
+
+/* Every shard written: rename them into place (ok), or remove them all. */
+static int publish(const pack_options *o, const json_t *shards, int ok) {
+  size_t i;
+  json_t *name;
+  json_array_foreach(shards, i, name) {
+    char path[4096], tmp[4096];
+    snprintf(path, sizeof path, "%s/%s", o->out, json_string_value(name));
+    snprintf(tmp, sizeof tmp, "%s/.%s.partial", o->out, json_string_value(name));
+    if (!ok) remove(tmp);
+    else if (rename(tmp, path) != 0) return complain("%s: cannot rename: %s", tmp, strerror(errno));
+  }
+  return !ok;
 }
 
 static int open_shard(shard_writer *w, const pack_options *o, size_t number, json_t *names) {
@@ -256,10 +272,8 @@ static int pack(const pack_options *o) {
     json_array_append_new(counts, json_integer((json_int_t)w.samples));
     bad = close_shard(&w);
   }
-  if (w.f) {
-    fclose(w.f);
-    remove(w.tmp);
-  }
+  if (w.f) fclose(w.f);
+  bad = publish(o, shards, !bad);
   if (!bad) bad = write_index(o, doc, shards, counts, annotated, json_array_size(images));
   json_decref(by_image);
   json_decref(annotated);

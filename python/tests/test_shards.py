@@ -158,3 +158,30 @@ def test_long_member_names_from_pythons_tarfile(tmp_path, synth, fmt):
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     assert digest(str(shard), images, 0)["digest"] == digest(annotations, images, 0)["digest"]
+
+
+PACK_REFUSALS = {
+    "file_name with ..": ({"file_name": "../x.jpg"}, "is absolute or leaves the images folder"),
+    "absolute file_name": ({"file_name": "/etc/x.jpg"}, "is absolute or leaves the images folder"),
+    "not an image RF-DETR decodes": ({"file_name": "x.gif"}, "not an image RF-DETR's shard reader decodes"),
+    "missing image file": ({"file_name": "missing.jpg"}, "missing.jpg: cannot read"),
+    "annotation of no image": ({"id": -5}, "matches no image"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PACK_REFUSALS))
+def test_pack_refuses_naming_the_problem(tmp_path, synth, case):
+    """ferry-coco pack refuses what RF-DETR's packer refuses, and leaves no shard or index."""
+    annotations, images = synth
+    with open(annotations) as f:
+        doc = json.load(f)
+    change, message = PACK_REFUSALS[case]
+    doc["images"][-1].update(change)
+    bad = str(tmp_path / "bad.json")
+    with open(bad, "w") as f:
+        json.dump(doc, f)
+    tool = os.path.join(BUILD, "tools", "ferry-coco")
+    out = tmp_path / "out"
+    done = subprocess.run([tool, "pack", bad, "--images", images, "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert not out.exists() or not os.listdir(out), os.listdir(out)  # nothing half-written left
