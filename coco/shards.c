@@ -1,15 +1,19 @@
 /* coco/shards.c - opening a split packed as WebDataset tar shards (coco/shards.h): the
  * spec (index, pattern, tar) to shard paths, each shard walked once, the sidecars made
- * into one COCO object that parse.c checks like any file.
+ * into the COCO object that parse.c checks like any file.
  *
  * Owns the shard set it returns (paths, each sample's shard/offset/size and names) and,
- * while opening, the tree it builds and one read buffer. Runs on the opening thread.
+ * while opening, the images' entries, where each sidecar is, and one read buffer. Runs
+ * on the opening thread.
+ * Two passes, so that no tree of every annotation is built (it costs several times the
+ * text, as coco/json_stream.c says of a JSON): the walk reads each sidecar for its
+ * image's entry (id, file name, probed size) and checks it, keeping only where it is and
+ * how many annotations it has; then the head (categories, images) is parsed and each
+ * sidecar read again, its annotations added one by one (ferry__coco_open_stepwise).
  * Invariants of a returned set: num_samples == the coco's image count, sample i is image
  * i; every sample without a problem has offset + size inside its shard as the tar
- * reader checked it; a sample with a problem has no annotations in the coco.
- * Why a tree and not the streamed parse: the sidecars are already separate JSON values,
- * so the tree costs what the split's JSON would, and parse.c then gives every check and
- * every message of a file, named by the sample (see name_element).
+ * reader checked it; a sample with a problem has no annotations in the coco. parse.c's
+ * messages name "annotations[i]" over the whole split: name_element adds the sample.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -187,13 +191,23 @@ typedef struct sample_members {
   char duplicate[16];       /* an extension seen twice, if any */
 } sample_members;
 
+/* Where a sample's sidecar is, read again when its annotations are parsed. */
+typedef struct sidecar_at {
+  uint64_t offset, size;
+  size_t annotations;       /* 0 for a sample with a problem */
+} sidecar_at;
+
 typedef struct builder {
   const char *spec;
   ferry__image_size_fn size;
   ferry__shard_set *set;
-  size_t cap;               /* of set->samples */
-  size_t *ann_first;        /* [cap]: each sample's first annotation in `annotations` */
-  json_t *images, *annotations;
+  size_t cap;               /* of set->samples, sidecars and ann_first */
+  sidecar_at *sidecars;
+  size_t *ann_first;        /* each sample's first annotation over the split */
+  size_t num_annotations;
+  int64_t *category_ids;    /* every annotation's category_id (an index-less spec's categories) */
+  size_t num_category_ids, category_cap;
+  json_t *images;
   int64_t max_id;
   int any_id;
   uint8_t *buf;
@@ -294,17 +308,34 @@ static ferry_status probe_size(builder *b, const shard_file *f, const ferry__tar
   return st;
 }
 
-/* Append the sample's image entry and its annotations. */
+/* Append the sample's image entry; its annotations come later (next_annotation). */
 static ferry_status add_entry(builder *b, size_t index, int64_t id, json_t *file_name, const char *member, int w,
-                              int h, json_t *anns) {
+                              int h) {
   json_t *img = json_object();
   int bad = !img || json_object_set_new(img, "id", json_integer(id)) ||
             json_object_set_new(img, "file_name", file_name ? file_name : json_string(member)) ||
             json_object_set_new(img, "width", json_integer(w)) || json_object_set_new(img, "height", json_integer(h)) ||
             json_array_append_new(b->images, img);
-  b->ann_first[index] = json_array_size(b->annotations);
-  if (!bad && anns) bad = json_array_extend(b->annotations, anns) != 0;
+  b->ann_first[index] = b->num_annotations;
+  b->num_annotations += b->sidecars[index].annotations;
   return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec) : FERRY_OK;
+}
+
+/* The category ids of a sample's annotations, kept for a spec without categories. */
+static ferry_status note_categories(builder *b, const json_t *anns) {
+  for (size_t k = 0; k < json_array_size(anns); k++) {
+    const json_t *c = json_object_get(json_array_get(anns, k), "category_id");
+    if (!json_is_integer(c)) continue;
+    if (b->num_category_ids == b->category_cap) {
+      size_t cap = b->category_cap ? 2 * b->category_cap : 1024;
+      int64_t *grown = ferry__realloc(b->category_ids, cap * sizeof *grown);
+      if (!grown) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
+      b->category_ids = grown;
+      b->category_cap = cap;
+    }
+    b->category_ids[b->num_category_ids++] = json_integer_value(c);
+  }
+  return FERRY_OK;
 }
 
 static ferry_status grow_samples(builder *b) {
@@ -314,7 +345,9 @@ static ferry_status grow_samples(builder *b) {
   if (s) b->set->samples = s;
   size_t *first = ferry__realloc(b->ann_first, cap * sizeof *first);
   if (first) b->ann_first = first;
-  if (!s || !first) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu samples", b->spec, cap);
+  sidecar_at *at = ferry__realloc(b->sidecars, cap * sizeof *at);
+  if (at) b->sidecars = at;
+  if (!s || !first || !at) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu samples", b->spec, cap);
   b->cap = cap;
   return FERRY_OK;
 }
@@ -341,6 +374,7 @@ static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *
   rec->size = s->image.size;
   rec->member = ferry__strdup(s->has_image ? s->image.name : s->key);
   rec->problem = missing_member(f, s);
+  b->sidecars[index] = (sidecar_at){s->json.offset, s->json.size, 0};
   if (!rec->member || (!rec->problem && (s->duplicate[0] || !s->has_json || !s->has_image)))
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
   int64_t id = 0;
@@ -348,23 +382,21 @@ static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *
   int w = 1, h = 1;
   if (!rec->problem) {
     st = read_sidecar(b, f, &s->json, &id, &file_name, &anns);
+    if (st == FERRY_OK) st = note_categories(b, anns);
     if (st == FERRY_OK) st = probe_size(b, f, &s->image, &w, &h);
     if (st == FERRY_ENOMEM) return st;
     if (st < 0 && !(rec->problem = ferry__strdup(ferry_last_error()))) st = FERRY_ENOMEM;
     if (st == FERRY_ENOMEM) return ferry__fail(st, "%s: out of memory", b->spec);
   }
   if (rec->problem) {
-    json_decref(anns);
-    anns = NULL;
     w = h = 1;
     id = 0;  /* given an unused id once every id is known (place_problems) */
-  } else if (!b->any_id || id > b->max_id) {
-    b->max_id = id;
-    b->any_id = 1;
+  } else {
+    b->sidecars[index].annotations = json_array_size(anns);
+    if (!b->any_id || id > b->max_id) b->max_id = id, b->any_id = 1;
   }
-  st = add_entry(b, index, id, file_name, rec->member, w, h, anns);
-  json_decref(anns);
-  return st;
+  json_decref(anns);  /* read again, one sidecar at a time, when the coco is built */
+  return add_entry(b, index, id, file_name, rec->member, w, h);
 }
 
 static ferry_status walk_shard(builder *b, uint32_t shard) {
@@ -472,20 +504,13 @@ static int compare_int64(const void *x, const void *y) {
 }
 
 /* Without an index: one category per category_id the annotations use, sorted, named by
- * nothing (the sidecars carry no names). */
-static ferry_status seen_categories(const char *spec, const json_t *annotations, json_t **out) {
-  size_t n = json_array_size(annotations), k = 0;
-  int64_t *ids = ferry__malloc((n ? n : 1) * sizeof *ids);
+ * nothing (the sidecars carry no names). Sorts b->category_ids. */
+static ferry_status seen_categories(builder *b, json_t **out) {
+  int64_t *ids = b->category_ids;
+  size_t k = b->num_category_ids;
   *out = json_array();
-  if (!ids || !*out) {
-    ferry__free(ids);
-    return ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
-  }
-  for (size_t i = 0; i < n; i++) {
-    const json_t *c = json_object_get(json_array_get(annotations, i), "category_id");
-    if (json_is_integer(c)) ids[k++] = json_integer_value(c);
-  }
-  qsort(ids, k, sizeof *ids, compare_int64);
+  if (!*out) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
+  if (k) qsort(ids, k, sizeof *ids, compare_int64);
   int bad = 0;
   for (size_t i = 0; i < k; i++) {
     if (i && ids[i] == ids[i - 1]) continue;
@@ -493,8 +518,56 @@ static ferry_status seen_categories(const char *spec, const json_t *annotations,
     bad |= !c || json_object_set_new(c, "id", json_integer(ids[i])) || json_object_set_new(c, "name", json_string("")) ||
            json_array_append_new(*out, c);
   }
-  ferry__free(ids);
-  return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec) : FERRY_OK;
+  return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec) : FERRY_OK;
+}
+
+/* ---- the annotations, read again one sidecar at a time ------------------------------- */
+
+typedef struct annotation_stream {
+  builder *b;
+  size_t sample;            /* the next sample to read */
+  json_t *anns;             /* the current sample's annotations */
+  size_t k;                 /* the next of them */
+  shard_file f;             /* the current sample's shard (fd -1: none open) */
+  uint32_t shard;
+} annotation_stream;
+
+/* The sidecar of `sample`, read again: its annotations, as the first reading saw them. */
+static ferry_status reread_sidecar(annotation_stream *s, size_t sample) {
+  builder *b = s->b;
+  const ferry__shard_sample *rec = &b->set->samples[sample];
+  if (s->f.fd < 0 || s->shard != rec->shard) {
+    if (s->f.fd >= 0) close(s->f.fd);
+    s->shard = rec->shard;
+    s->f = (shard_file){open(b->set->paths[rec->shard], O_RDONLY | O_CLOEXEC), b->set->paths[rec->shard]};
+    if (s->f.fd < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", s->f.path, strerror(errno));
+  }
+  ferry__tar_member m = {.offset = b->sidecars[sample].offset, .size = b->sidecars[sample].size};
+  snprintf(m.name, sizeof m.name, "the sidecar of %s", rec->member);
+  int64_t id;
+  json_t *file_name = NULL;
+  ferry_status st = read_sidecar(b, &s->f, &m, &id, &file_name, &s->anns);
+  json_decref(file_name);
+  if (st == FERRY_OK && json_array_size(s->anns) != b->sidecars[sample].annotations)
+    st = ferry__fail(FERRY_EFORMAT, "%s: member '%s' changed while the split was opened", s->f.path, m.name);
+  return st;
+}
+
+static ferry_status next_annotation(void *user, json_t **out) {
+  annotation_stream *s = user;
+  *out = NULL;
+  while (!s->anns || s->k >= json_array_size(s->anns)) {
+    json_decref(s->anns);
+    s->anns = NULL;
+    s->k = 0;
+    if (s->sample >= s->b->set->num_samples) return FERRY_OK;
+    size_t sample = s->sample++;
+    if (s->b->sidecars[sample].annotations == 0) continue;
+    ferry_status st = reread_sidecar(s, sample);
+    if (st < 0) return st;
+  }
+  *out = json_incref(json_array_get(s->anns, s->k++));
+  return FERRY_OK;
 }
 
 /* ---- the open --------------------------------------------------------------------- */
@@ -560,15 +633,19 @@ static ferry_status build(builder *b, split_index *ix, const ferry_coco_options 
   json_t *categories = NULL;
   if (ix->doc && ix->raw) categories = ix->categories ? json_incref((json_t *)ix->categories) : json_array();
   else if (ix->doc) st = remapped_categories(b->spec, ix->categories, ix->annotated, &categories);
-  else st = seen_categories(b->spec, b->annotations, &categories);
+  else st = seen_categories(b, &categories);
   if (ix->doc) o.remap_categories = !ix->raw;
-  json_t *root = json_object();
-  if (st == FERRY_OK && (!root || !categories || json_object_set(root, "categories", categories) ||
-                         json_object_set(root, "images", b->images) || json_object_set(root, "annotations", b->annotations)))
+  json_t *head = json_object();
+  if (st == FERRY_OK && (!head || !categories || json_object_set(head, "categories", categories) ||
+                         json_object_set(head, "images", b->images)))
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
-  if (st == FERRY_OK && (st = ferry__coco_open_tree(root, b->spec, &o, coco)) < 0) st = name_element(b, st);
+  annotation_stream stream = {.b = b, .f = {.fd = -1}};
+  if (st == FERRY_OK && (st = ferry__coco_open_stepwise(head, b->spec, &o, next_annotation, &stream, coco)) < 0)
+    st = name_element(b, st);
+  json_decref(stream.anns);
+  if (stream.f.fd >= 0) close(stream.f.fd);
   json_decref(categories);
-  json_decref(root);
+  json_decref(head);
   return st;
 }
 
@@ -620,17 +697,17 @@ ferry_status ferry__shards_open(const char *spec, const ferry_coco_options *opts
   split_index ix = {0};
   b.set = ferry__calloc(1, sizeof *b.set);
   b.images = json_array();
-  b.annotations = json_array();
-  ferry_status st = b.set && b.images && b.annotations ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
+  ferry_status st = b.set && b.images ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
   if (st == FERRY_OK && is_pattern(spec)) st = expand_pattern(spec, b.set);
   else if (st == FERRY_OK && ends_with(spec, ".tar")) st = add_path(b.set, ferry__strdup(spec));
   else if (st == FERRY_OK) st = read_index(spec, &ix, b.set);
   if (st == FERRY_OK) st = build(&b, &ix, opts, coco);
   json_decref(ix.doc);
   json_decref(b.images);
-  json_decref(b.annotations);
   ferry__free(b.buf);
   ferry__free(b.ann_first);
+  ferry__free(b.sidecars);
+  ferry__free(b.category_ids);
   if (st < 0) {
     ferry__shard_set_free(b.set);
     return st;
