@@ -21,23 +21,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "coco/tar.h"
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"
 #include "loaders/loader_internal.h"
 
-/* "..", or an absolute name, would let an annotation file read outside the folder. */
-static int escapes(const char *name) {
-  if (name[0] == '/') return 1;
-  for (const char *p = name; *p;) {
-    const char *slash = strchr(p, '/');
-    size_t len = slash ? (size_t)(slash - p) : strlen(p);
-    if (len == 2 && p[0] == '.' && p[1] == '.') return 1;
-    if (!slash) break;
-    p = slash + 1;
-  }
-  return 0;
-}
+/* "..", or an absolute name, would let an annotation file read outside the folder: the
+ * rule a tar member's name follows too (coco/tar.h). Empty names are refused before. */
+static int escapes(const char *name) { return ferry__tar_name_refused(name) != NULL; }
 
 /* The file of image `img`: file_name under the images folder, or as it is when it is
  * absolute and allow_escaping_paths lets it be. A name that does not fit in `size`

@@ -452,6 +452,35 @@ static real_image first_real_image(void) {
   return r;
 }
 
+/* A one-worker loader of batches of 1 at MASK x MASK, rank 0 of 1. */
+static void small_config(ferry_loader_config *cfg, const char *annotations, const char *images) {
+  ferry_loader_config_default(cfg);
+  cfg->annotations = annotations;
+  cfg->images = images;
+  cfg->batch_size = 1;
+  cfg->resolution = MASK;
+  cfg->workers = 1;
+  cfg->rank = 0;
+  cfg->world_size = 1;
+}
+
+/* Open the loader and run an epoch; *delivered (may be NULL) the samples its batches held. */
+static outcome run_epoch(const ferry_loader_config *cfg, uint64_t *delivered) {
+  ferry_loader *loader = NULL;
+  ferry_status st = ferry_loader_open(cfg, &loader);
+  if (st != FERRY_OK) return result(st);
+  ferry_batch *batch = NULL;
+  uint64_t samples = 0;
+  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) {
+    samples += ferry_batch_size(batch);
+    ferry_batch_release(batch);
+  }
+  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
+  if (delivered) *delivered = samples;
+  ferry_loader_close(loader);
+  return o;
+}
+
 /* Open a loader on one image called `file_name` (w x h) in `images` and run an epoch. */
 static outcome run_loader(const char *file_name, int64_t w, int64_t h, const char *images, int allow) {
   static int serial;
@@ -461,23 +490,9 @@ static outcome run_loader(const char *file_name, int64_t w, int64_t h, const cha
            "\"annotations\": [], \"categories\": [{\"id\": 1}]}", file_name, (long long)w, (long long)h);
   snprintf(name, sizeof name, "loader-%d.json", serial++);
   ferry_loader_config cfg;
-  ferry_loader_config_default(&cfg);
-  cfg.annotations = write_scratch_text(name, json);
-  cfg.images = images;
-  cfg.batch_size = 1;
-  cfg.resolution = MASK;
-  cfg.workers = 1;
-  cfg.rank = 0;
-  cfg.world_size = 1;
+  small_config(&cfg, write_scratch_text(name, json), images);
   cfg.allow_escaping_paths = allow;
-  ferry_loader *loader = NULL;
-  ferry_status st = ferry_loader_open(&cfg, &loader);
-  if (st != FERRY_OK) return result(st);
-  ferry_batch *batch = NULL;
-  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) ferry_batch_release(batch);
-  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
-  ferry_loader_close(loader);
-  return o;
+  return run_epoch(&cfg, NULL);
 }
 
 Test(hostile, loader_paths, .timeout = 120) {
@@ -598,28 +613,9 @@ static void tar_sample(tar_bytes *t, const char *key, const char *sidecar) {
  * `policy`; *delivered (may be NULL) the samples its batches held. */
 static outcome run_spec_policy(const char *spec, ferry_error_policy policy, uint64_t *delivered) {
   ferry_loader_config cfg;
-  ferry_loader_config_default(&cfg);
+  small_config(&cfg, spec, NULL);
   cfg.on_error = policy;
-  cfg.annotations = spec;
-  cfg.images = NULL;
-  cfg.batch_size = 1;
-  cfg.resolution = MASK;
-  cfg.workers = 1;
-  cfg.rank = 0;
-  cfg.world_size = 1;
-  ferry_loader *loader = NULL;
-  ferry_status st = ferry_loader_open(&cfg, &loader);
-  if (st != FERRY_OK) return result(st);
-  ferry_batch *batch = NULL;
-  uint64_t samples = 0;
-  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) {
-    samples += ferry_batch_size(batch);
-    ferry_batch_release(batch);
-  }
-  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
-  if (delivered) *delivered = samples;
-  ferry_loader_close(loader);
-  return o;
+  return run_epoch(&cfg, delivered);
 }
 
 static outcome run_spec(const char *spec) { return run_spec_policy(spec, FERRY_ON_ERROR_FAIL, NULL); }
