@@ -311,11 +311,13 @@ static ferry_status probe_size(builder *b, const shard_file *f, const ferry__tar
 /* Append the sample's image entry; its annotations come later (next_annotation). */
 static ferry_status add_entry(builder *b, size_t index, int64_t id, json_t *file_name, const char *member, int w,
                               int h) {
-  json_t *img = json_object();
-  int bad = !img || json_object_set_new(img, "id", json_integer(id)) ||
-            json_object_set_new(img, "file_name", file_name ? file_name : json_string(member)) ||
-            json_object_set_new(img, "width", json_integer(w)) || json_object_set_new(img, "height", json_integer(h)) ||
-            json_array_append_new(b->images, img);
+  /* json_pack takes file_name ("o") and json_array_append_new the entry even when they
+   * fail: nothing is left to free here. */
+  json_t *img = file_name ? json_pack("{s:o, s:I, s:i, s:i}", "file_name", file_name, "id", (json_int_t)id, "width", w,
+                                      "height", h)
+                          : json_pack("{s:s, s:I, s:i, s:i}", "file_name", member, "id", (json_int_t)id, "width", w,
+                                      "height", h);
+  int bad = json_array_append_new(b->images, img) != 0;
   b->ann_first[index] = b->num_annotations;
   b->num_annotations += b->sidecars[index].annotations;
   return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec) : FERRY_OK;
@@ -361,6 +363,29 @@ static char *missing_member(const shard_file *f, const sample_members *s) {
   return NULL;
 }
 
+/* A sample's sidecar (image id, file name, how many annotations) and its image's size.
+ * A problem with either is recorded in the sample; only running out of memory is
+ * returned. The annotations are dropped: read again one sidecar at a time, when the
+ * coco is built (next_annotation). */
+static ferry_status read_sample(builder *b, const shard_file *f, const sample_members *s, size_t index, int64_t *id,
+                                json_t **file_name, int *w, int *h) {
+  json_t *anns = NULL;
+  ferry_status st = read_sidecar(b, f, &s->json, id, file_name, &anns);
+  if (st == FERRY_OK) st = note_categories(b, anns);
+  if (st == FERRY_OK) st = probe_size(b, f, &s->image, w, h);
+  if (st == FERRY_OK) b->sidecars[index].annotations = json_array_size(anns);
+  json_decref(anns);
+  ferry__shard_sample *rec = &b->set->samples[index];
+  if (st < 0 && st != FERRY_ENOMEM && !(rec->problem = ferry__strdup(ferry_last_error()))) st = FERRY_ENOMEM;
+  else if (st < 0 && st != FERRY_ENOMEM) st = FERRY_OK;
+  if (st == FERRY_ENOMEM) {
+    json_decref(*file_name);
+    *file_name = NULL;
+    return ferry__fail(st, "%s: out of memory", b->spec);
+  }
+  return FERRY_OK;
+}
+
 /* One sample: its entry in the tree and its record in the set. A problem it has is
  * recorded, not returned: only running out of memory ends the open. */
 static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *f, const sample_members *s) {
@@ -378,24 +403,16 @@ static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *
   if (!rec->member || (!rec->problem && (s->duplicate[0] || !s->has_json || !s->has_image)))
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
   int64_t id = 0;
-  json_t *file_name = NULL, *anns = NULL;
+  json_t *file_name = NULL;
   int w = 1, h = 1;
-  if (!rec->problem) {
-    st = read_sidecar(b, f, &s->json, &id, &file_name, &anns);
-    if (st == FERRY_OK) st = note_categories(b, anns);
-    if (st == FERRY_OK) st = probe_size(b, f, &s->image, &w, &h);
-    if (st == FERRY_ENOMEM) return st;
-    if (st < 0 && !(rec->problem = ferry__strdup(ferry_last_error()))) st = FERRY_ENOMEM;
-    if (st == FERRY_ENOMEM) return ferry__fail(st, "%s: out of memory", b->spec);
-  }
+  if (!rec->problem && (st = read_sample(b, f, s, index, &id, &file_name, &w, &h)) < 0) return st;
   if (rec->problem) {
     w = h = 1;
     id = 0;  /* given an unused id once every id is known (place_problems) */
-  } else {
-    b->sidecars[index].annotations = json_array_size(anns);
-    if (!b->any_id || id > b->max_id) b->max_id = id, b->any_id = 1;
+  } else if (!b->any_id || id > b->max_id) {
+    b->max_id = id;
+    b->any_id = 1;
   }
-  json_decref(anns);  /* read again, one sidecar at a time, when the coco is built */
   return add_entry(b, index, id, file_name, rec->member, w, h);
 }
 
@@ -514,9 +531,7 @@ static ferry_status seen_categories(builder *b, json_t **out) {
   int bad = 0;
   for (size_t i = 0; i < k; i++) {
     if (i && ids[i] == ids[i - 1]) continue;
-    json_t *c = json_object();
-    bad |= !c || json_object_set_new(c, "id", json_integer(ids[i])) || json_object_set_new(c, "name", json_string("")) ||
-           json_array_append_new(*out, c);
+    bad |= json_array_append_new(*out, json_pack("{s:I, s:s}", "id", (json_int_t)ids[i], "name", "")) != 0;
   }
   return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec) : FERRY_OK;
 }
@@ -573,11 +588,12 @@ static ferry_status next_annotation(void *user, json_t **out) {
 /* ---- the open --------------------------------------------------------------------- */
 
 /* Samples with a problem get ids after every real one, so that none collides. */
-static void place_problems(builder *b) {
+static ferry_status place_problems(builder *b) {
   int64_t next = b->any_id ? b->max_id + 1 : 0;
   for (size_t i = 0; i < b->set->num_samples; i++)
-    if (b->set->samples[i].problem)
-      json_object_set_new(json_array_get(b->images, i), "id", json_integer(next++));
+    if (b->set->samples[i].problem && json_object_set_new(json_array_get(b->images, i), "id", json_integer(next++)))
+      return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
+  return FERRY_OK;
 }
 
 /* The index's counts must be what the shards hold. */
@@ -625,8 +641,8 @@ static ferry_status walk_all(builder *b, const split_index *ix) {
 
 static ferry_status build(builder *b, split_index *ix, const ferry_coco_options *opts, ferry_coco **coco) {
   ferry_status st = walk_all(b, ix);
+  if (st == FERRY_OK) st = place_problems(b);
   if (st < 0) return st;
-  place_problems(b);
   ferry_coco_options o;
   if (opts) o = *opts;
   else ferry_coco_options_default(&o);

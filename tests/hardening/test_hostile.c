@@ -549,52 +549,6 @@ Test(hostile, loader_paths, .timeout = 120) {
 
 /* ---- tar shards (issue 26) -------------------------------------------------------- */
 
-/* A tar archive made by hand, hostile headers included (the library's writer only
- * makes valid ones). */
-typedef struct tar_bytes {
-  unsigned char data[1 << 20];
-  size_t len;
-} tar_bytes;
-
-enum { TAR_BAD_CHECKSUM = 1 };
-
-static void tar_octal(unsigned char *field, size_t len, unsigned long long v) {
-  snprintf((char *)field, len, "%0*llo", (int)len - 1, v);
-}
-
-/* One header (name up to 100 bytes, type flag, the size it claims) and `len` bytes of
- * data, padded to a block. */
-static void tar_add(tar_bytes *t, const char *name, char type, unsigned long long size, const void *data, size_t len,
-                    int flags) {
-  unsigned char *h = t->data + t->len;
-  cr_assert_leq(t->len + 512 + len + 512, sizeof t->data);
-  memset(h, 0, 512);
-  memcpy(h, name, strlen(name) < 100 ? strlen(name) : 100);
-  tar_octal(h + 100, 8, 0644);
-  tar_octal(h + 108, 8, 0);
-  tar_octal(h + 116, 8, 0);
-  tar_octal(h + 124, 12, size);
-  tar_octal(h + 136, 12, 0);
-  h[156] = (unsigned char)type;
-  memcpy(h + 257, "ustar\0" "00", 8);
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < 512; i++) sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum + (flags & TAR_BAD_CHECKSUM ? 1 : 0));
-  t->len += 512;
-  if (len) memcpy(t->data + t->len, data, len);
-  t->len += (len + 511) / 512 * 512;
-}
-
-static void tar_text(tar_bytes *t, const char *name, const char *text) {
-  tar_add(t, name, '0', strlen(text), text, strlen(text), 0);
-}
-
-static void tar_end(tar_bytes *t) {
-  memset(t->data + t->len, 0, 1024);
-  t->len += 1024;
-}
-
 #define SIDECAR "{\"image_id\": 1, \"file_name\": \"a.jpg\", \"annotations\": []}"
 
 /* A sample: the real image as KEY.jpg and its sidecar. */
