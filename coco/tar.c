@@ -203,6 +203,19 @@ static member_kind kind_of(uint8_t flag, const char **why) {
   }
 }
 
+/* What a pax header or a GNU long name at `at` says about the next member, into p. */
+static ferry_status read_extension_header(ferry__tar *t, uint64_t at, member_kind kind, uint64_t data, uint64_t size,
+                                          pending *p) {
+  char buf[FERRY__TAR_MAX_EXTENSION + 1];
+  ferry_status st = read_extension(t, at, data, size, buf);
+  if (st < 0) return st;
+  if (kind == KIND_PAX) return parse_pax(t, at, buf, (size_t)size, p);
+  if (strlen(buf) >= FERRY__TAR_NAME_MAX) return bad_header(t, at, "a GNU long name longer than the names ferry reads");
+  snprintf(p->name, sizeof p->name, "%s", buf);
+  p->has_name = 1;
+  return FERRY_OK;
+}
+
 /* The data of the member whose header is at `at` must lie inside the shard and within
  * the size limit. */
 static ferry_status check_extent(const ferry__tar *t, const char *name, uint64_t offset, uint64_t size, int regular) {
@@ -243,14 +256,8 @@ static ferry_status step(ferry__tar *t, pending *p, ferry__tar_member *out, int 
   const char *refused = kind == KIND_PAX || kind == KIND_GNU_NAME || h[OFF_TYPE] == 'g' ? NULL : ferry__tar_name_refused(name);
   if (refused) return ferry__fail(FERRY_EFORMAT, "%s: member '%s': %s is refused", t->shard, name, refused);
   if ((st = check_extent(t, name, data, size, kind == KIND_REGULAR)) < 0) return st;
-  if (kind == KIND_PAX || kind == KIND_GNU_NAME) {
-    char buf[FERRY__TAR_MAX_EXTENSION + 1];
-    if ((st = read_extension(t, at, data, size, buf)) < 0) return st;
-    if (kind == KIND_PAX) st = parse_pax(t, at, buf, (size_t)size, p);
-    else if (strlen(buf) >= FERRY__TAR_NAME_MAX) st = bad_header(t, at, "a GNU long name longer than the names ferry reads");
-    else snprintf(p->name, sizeof p->name, "%s", buf), p->has_name = 1;
-    if (st < 0) return st;
-  }
+  if ((kind == KIND_PAX || kind == KIND_GNU_NAME) && (st = read_extension_header(t, at, kind, data, size, p)) < 0)
+    return st;
   t->pos = data + (size + FERRY__TAR_BLOCK - 1) / FERRY__TAR_BLOCK * FERRY__TAR_BLOCK;
   /* A directory uses up what the extension headers before it said. */
   if (h[OFF_TYPE] == '5') memset(p, 0, sizeof *p);
