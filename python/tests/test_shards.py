@@ -29,9 +29,11 @@ import ferry
 from conftest import make_synth
 
 RFDETR = importlib.util.find_spec("rfdetr")
-BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", "build/repro/synth_coco")))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "repro",
+                                                                                         "synth_coco"))))
 COCO_PARITY = os.path.join(BUILD, "repro", "coco_parity")
-REAL = os.path.join(os.environ.get("FERRY_SHARED", ""), "realdata")
+REAL = os.path.join(os.environ.get("FERRY_SHARED", os.path.join(ROOT, "..", "shared")), "realdata")
 REAL_SETS = {
     "dali_coco": ("dali_coco/coco/instances.json", "dali_coco/coco/images"),
     "dali_pixelwise": ("dali_coco/coco_pixelwise/instances.json", "dali_coco/coco_pixelwise/images"),
