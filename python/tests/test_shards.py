@@ -13,7 +13,10 @@ Without rfdetr the tests are skipped, saying so.
   - "remap" labels are RF-DETR's: on a Roboflow-style category list (a grouping root
     category no annotation uses), each label ferry delivers is ShardIndex.cat2label() of
     the annotation's category id;
-  - shards that Python's tarfile writes with GNU and pax long names load the same.
+  - shards that Python's tarfile writes with GNU and pax long names load the same;
+  - what `ferry-coco pack` writes, RF-DETR's index reader and a WebDataset-style walk of
+    its members read back whole, with RF-DETR's own labels; and the pack refuses what
+    RF-DETR's refuses.
 """
 import importlib.util
 import io
@@ -44,8 +47,8 @@ REAL_SETS = {
 # Runs in a child: stub packages for rfdetr (no __init__ executed), the real index.py and
 # pack.py, and filter_parent_categories with its helpers cut out of coco.py.
 RFDETR_PACK = r'''
-import ast, json, logging, os, sys, types
-root, images, annotations, out, policy, max_bytes = sys.argv[1:7]
+import ast, json, logging, os, sys, tarfile, types
+mode, root = sys.argv[1:3]
 for name in ("rfdetr", "rfdetr.datasets", "rfdetr.datasets.webdataset", "rfdetr.utilities"):
     module = types.ModuleType(name)
     module.__path__ = [os.path.join(root, *name.split(".")[1:])]
@@ -59,8 +62,28 @@ body = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in wa
 header = ast.parse("from __future__ import annotations\nfrom typing import Any, cast").body
 exec(compile(ast.Module(body=header + body, type_ignores=[]), "coco.py", "exec"), coco.__dict__)
 sys.modules["rfdetr.datasets.coco"] = coco
-from rfdetr.datasets.webdataset.pack import pack_coco_to_shards
-index = pack_coco_to_shards(images, annotations, out, split="val", max_shard_bytes=int(max_bytes), category_ids=policy)
+from rfdetr.datasets.webdataset.index import IMAGE_EXTENSIONS, read_shard_index, resolve_within
+if mode == "pack":
+    from rfdetr.datasets.webdataset.pack import pack_coco_to_shards
+    images, annotations, out, policy, max_bytes = sys.argv[3:8]
+    index = pack_coco_to_shards(images, annotations, out, split="val", max_shard_bytes=int(max_bytes),
+                                category_ids=policy)
+else:  # "read": the index and every sample as RF-DETR's reader takes them (load.py's _decode)
+    out = sys.argv[3]
+    index = read_shard_index(out, "val")
+    samples = []
+    for shard in index.shards:
+        with tarfile.open(resolve_within(__import__("pathlib").Path(out), shard)) as tar:
+            groups = {}
+            for member in tar.getmembers():
+                key, ext = member.name.split(".", 1)
+                groups.setdefault(key, {})[ext] = tar.extractfile(member).read()
+            for key, sample in groups.items():
+                assert "json" in sample and any(e in sample for e in IMAGE_EXTENSIONS), (shard, key, sorted(sample))
+                meta = json.loads(sample["json"])
+                samples.append([meta["image_id"], meta["file_name"], len(meta["annotations"])])
+    assert len(samples) == index.num_samples == sum(index.samples_per_shard)
+    print(json.dumps({"samples": samples}), file=sys.stderr)
 print(json.dumps({"shards": list(index.shards), "cat2label": {str(k): v for k, v in (index.cat2label() or {}).items()}}))
 '''
 
@@ -70,8 +93,8 @@ def rfdetr_pack(images, annotations, out, policy, max_bytes):
     if RFDETR is None:
         pytest.skip("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)")
     root = RFDETR.submodule_search_locations[0]
-    done = subprocess.run([sys.executable, "-c", RFDETR_PACK, root, images, annotations, out, policy, str(max_bytes)],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", RFDETR_PACK, "pack", root, images, annotations, out, policy,
+                           str(max_bytes)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(result["shards"]) >= 2, "the test wants a split over several shards"
@@ -187,3 +210,32 @@ def test_pack_refuses_naming_the_problem(tmp_path, synth, case):
     done = subprocess.run([tool, "pack", bad, "--images", images, "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert not out.exists() or not os.listdir(out), os.listdir(out)  # nothing half-written left
+
+
+@pytest.mark.parametrize("policy", ["raw", "remap"])
+def test_rfdetr_reads_what_ferry_coco_pack_writes(tmp_path, synth, policy):
+    """One packed copy serves both: RF-DETR's read_shard_index takes ferry's index, its
+    reader finds every sample (a sidecar and an image, the image id, file and annotation
+    count of the JSON, in its order), and the labels it would give are those of the
+    same split packed by RF-DETR itself."""
+    annotations, images = synth
+    if RFDETR is None:
+        pytest.skip("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)")
+    out = str(tmp_path / "ferry")
+    tool = os.path.join(BUILD, "tools", "ferry-coco")
+    subprocess.run([tool, "pack", annotations, "--images", images, "--out", out, "--split", "val",
+                    "--max-shard-bytes", str(folder_bytes(images) // 3), "--category-ids", policy],
+                   check=True, capture_output=True)
+    root = RFDETR.submodule_search_locations[0]
+    done = subprocess.run([sys.executable, "-c", RFDETR_PACK, "read", root, out], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    samples = json.loads(done.stderr.strip().splitlines()[-1])["samples"]
+    with open(annotations) as f:
+        doc = json.load(f)
+    counts = {}
+    for a in doc["annotations"]:
+        counts[a["image_id"]] = counts.get(a["image_id"], 0) + 1
+    assert samples == [[i["id"], i["file_name"], counts.get(i["id"], 0)] for i in doc["images"]]
+    _, cat2label = rfdetr_pack(images, annotations, str(tmp_path / "rfdetr"), policy, folder_bytes(images) // 3)
+    assert {int(k): v for k, v in read["cat2label"].items()} == cat2label
