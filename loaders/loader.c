@@ -199,11 +199,11 @@ static ferry_status open_data(ferry_loader *l) {
   ferry_coco_options co;
   ferry_coco_options_default(&co);
   co.remap_categories = l->config.remap_categories;
-  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
-  if (st != FERRY_OK) return st;
-  if (l->source && l->fill.gpu.api)
+  if (l->fill.gpu.api && ferry__shards_recognise(l->annotations_path)) /* before the walk: fail fast */
     return ferry__fail(FERRY_EUNSUPPORTED, "loader: %s: the GPU decoder reads image files, not shards; decode on "
                        "the CPU (FERRY_DECODE_CPU)", l->annotations_path);
+  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
+  if (st != FERRY_OK) return st;
   l->fill.source = l->source;
   l->keypoints = ferry_coco_num_keypoints(l->coco);
   ferry_target_options_default(&l->fill.target);
@@ -350,9 +350,11 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
   if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
   /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
-   * (check_augment refuses GPU with one), or no images at all. */
+   * (check_augment refuses GPU with one), no images at all, or tar shards (open_data
+   * refuses GPU with them). */
   if (!api && want == FERRY_DECODE_AUTO &&
-      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES)))
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) ||
+       ferry__shards_recognise(l->annotations_path)))
     return FERRY_OK;
   if (!api) {
     ferry_status st = ferry__nvjpeg_device_check(l->config.device);
