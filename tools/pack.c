@@ -150,7 +150,11 @@ static int group_annotations(const pack_options *o, const json_t *images, const 
   json_t *v;
   json_array_foreach(images, i, v) {
     const json_t *id = json_object_get(v, "id");
-    if (!json_is_integer(id)) return complain("%s: images[%s].id: expected an integer", o->annotations, "?");
+    snprintf(key, sizeof key, "%zu", i);
+    if (!json_is_integer(id)) {
+      json_decref(position);
+      return complain("%s: images[%s].id: expected an integer", o->annotations, key);
+    }
     snprintf(key, sizeof key, "%lld", (long long)json_integer_value(id));
     json_object_set_new(position, key, json_integer((json_int_t)i));
     json_array_append_new(by_image, json_array());
