@@ -108,6 +108,32 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
   return FERRY_OK;
 }
 
+/* The head the caller built (categories, images), then its annotations one by one as
+ * `next` yields them, each freed once added: coco/shards.c, whose sidecars are read
+ * again one at a time, so that no tree of every annotation is ever built. */
+ferry_status ferry__coco_open_stepwise(json_t *head, const char *name, const ferry_coco_options *opts,
+                                       ferry__coco_annotation_fn next, void *user, ferry_coco **out) {
+  ferry_coco *coco = NULL;
+  ferry_status st = coco_for_parsing(name, opts, &coco);
+  if (st < 0) return st;
+  coco->root = head;
+  st = ferry__coco_parse_head(coco);
+  for (size_t i = 0; st == FERRY_OK; i++) {
+    json_t *annotation = NULL;
+    if ((st = next(user, &annotation)) < 0 || !annotation) break;
+    st = ferry__coco_add_annotation(coco, annotation, i);
+    json_decref(annotation);
+  }
+  if (st == FERRY_OK) st = ferry__coco_parse_finish(coco);
+  coco->root = NULL;
+  if (st < 0) {
+    ferry_coco_close(coco);
+    return st;
+  }
+  *out = coco;
+  return FERRY_OK;
+}
+
 /* Parse the JSON file at `path` (no index involved). */
 ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *opts, ferry_coco **out) {
   char *data = NULL;

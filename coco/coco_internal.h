@@ -112,6 +112,14 @@ ferry_status ferry__coco_parse_head(ferry_coco *coco);
 ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i);
 ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 
+/* Open a coco from a head built by the caller, who keeps it: an object with
+ * "categories" and "images"; then each annotation that `next` yields (a new reference,
+ * NULL at the end; an error status ends the open) is added in turn and freed (coco.c).
+ * Call ferry__coco_json_use_ferry_allocator before building any of them. */
+typedef ferry_status (*ferry__coco_annotation_fn)(void *user, json_t **annotation);
+ferry_status ferry__coco_open_stepwise(json_t *head, const char *name, const ferry_coco_options *opts,
+                                       ferry__coco_annotation_fn next, void *user, ferry_coco **out);
+
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
 size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);
 

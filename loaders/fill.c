@@ -21,23 +21,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "coco/tar.h"
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"
 #include "loaders/loader_internal.h"
 
-/* "..", or an absolute name, would let an annotation file read outside the folder. */
-static int escapes(const char *name) {
-  if (name[0] == '/') return 1;
-  for (const char *p = name; *p;) {
-    const char *slash = strchr(p, '/');
-    size_t len = slash ? (size_t)(slash - p) : strlen(p);
-    if (len == 2 && p[0] == '.' && p[1] == '.') return 1;
-    if (!slash) break;
-    p = slash + 1;
-  }
-  return 0;
-}
+/* "..", or an absolute name, would let an annotation file read outside the folder: the
+ * rule a tar member's name follows too (coco/tar.h). Empty names are refused before. */
+static int escapes(const char *name) { return ferry__tar_name_refused(name) != NULL; }
 
 /* The file of image `img`: file_name under the images folder, or as it is when it is
  * absolute and allow_escaping_paths lets it be. A name that does not fit in `size`
@@ -112,7 +104,8 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
 ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
                                      char *path, size_t size) {
   ferry_status st = ferry_coco_image_at(ctx->coco, index, img);
-  if (st == FERRY_OK) st = image_path(ctx, img, path, size);
+  if (st == FERRY_OK && ctx->source) ctx->source->describe(ctx->source, index, path, size);
+  else if (st == FERRY_OK) st = image_path(ctx, img, path, size);
   if (st != FERRY_OK) return ferry__error_prefix(st, "dataset index %zu: ", index);
   return FERRY_OK;
 }
@@ -141,8 +134,21 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
 
 /* ---- the square resize (no recipe) ----------------------------------------------- */
 
-static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch, size_t slot,
-                                size_t index, const ferry_coco_image *img, const char *path) {
+/* The image's bytes from the fill's source into the worker's scratch; *data NULL when
+ * the image is a file of the images folder, which the decoder reads itself. */
+static ferry_status source_bytes(const fill_context *ctx, fill_scratch *s, size_t index, const uint8_t **data,
+                                 size_t *len) {
+  *data = NULL;
+  *len = 0;
+  if (!ctx->source) return FERRY_OK;
+  ferry_status st = ctx->source->read(ctx->source, index, &s->bytes, &s->bytes_cap, len);
+  if (st == FERRY_OK) *data = s->bytes;
+  return st;
+}
+
+static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+                                ferry_batch *batch, size_t slot, size_t index, const ferry_coco_image *img,
+                                const char *path) {
   /* Straight into the slot's image slice, no copy. w and h come back as the file's
    * size, EXIF-rotated when ctx->image.apply_exif is set: the annotations must then
    * give the size as displayed. A size that differs from the annotations fails the
@@ -150,8 +156,14 @@ static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder,
   ferry_status st = FERRY_OK;
   if (ctx->slots.images >= 0) {
     int w = 0, h = 0;
-    st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout,
-                                  ferry__loader_slice(batch, ctx->slots.images, slot), &w, &h);
+    const uint8_t *data;
+    size_t len;
+    void *dst = ferry__loader_slice(batch, ctx->slots.images, slot);
+    st = source_bytes(ctx, scratch, index, &data, &len);
+    if (st == FERRY_OK && data)
+      st = ferry_image_decode_resized(decoder, data, len, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
+    else if (st == FERRY_OK)
+      st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
     if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
   }
   /* Targets only for an image that loaded and matches: a failed sample's work stops
@@ -167,6 +179,7 @@ void ferry__fill_scratch_free(fill_scratch *s) {
   ferry__free(s->areas);
   ferry__free(s->keep);
   ferry__free(s->maps);
+  ferry__free(s->bytes);
   memset(s, 0, sizeof *s);
 }
 
@@ -285,9 +298,12 @@ static ferry_status fill_augmented(const fill_context *ctx, ferry_decoder *decod
                        (unsigned long long)ctx->image.max_pixels);
   ferry_status st = FERRY_OK;
   if (ctx->slots.images >= 0) {
-    const uint8_t *rgb;
+    const uint8_t *rgb, *data;
+    size_t len;
     int w = 0, h = 0;
-    st = ferry_image_load_rgb(decoder, path, &ctx->image, &rgb, &w, &h);
+    st = source_bytes(ctx, scratch, index, &data, &len);
+    if (st == FERRY_OK && data) st = ferry_decode_rgb(decoder, data, len, path, &ctx->image, &rgb, &w, &h);
+    else if (st == FERRY_OK) st = ferry_image_load_rgb(decoder, path, &ctx->image, &rgb, &w, &h);
     if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
     if (st == FERRY_OK)
       st = ferry__augment_pixels(decoder, rec, rgb, w, h, ctx->layout, ferry__loader_slice(batch, ctx->slots.images, slot));
@@ -304,7 +320,7 @@ ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *d
   ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);
   if (st != FERRY_OK) return st;
   st = ctx->varies ? fill_augmented(ctx, decoder, scratch, batch, slot, index, &img, path, record)
-                   : fill_square(ctx, decoder, batch, slot, index, &img, path);
+                   : fill_square(ctx, decoder, scratch, batch, slot, index, &img, path);
   if (st != FERRY_OK)
     return ferry__error_prefix(st, "dataset index %zu (image id %lld, file %s): ", index,
                               (long long)img.id, img.file_name);

@@ -39,6 +39,7 @@
 #include "image/gpu/nvjpeg_api.h"
 #include "lib/thread.h"
 #include "image/gpu/jpeg_stage.h"
+#include "coco/shards.h"
 #include "loaders/baseline.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
@@ -103,7 +104,8 @@ static ferry_status check_augment(const ferry_loader_config *c) {
 /* The config's bounds, checked before anything is allocated or parsed, so a wrong
  * argument costs no annotation parse. */
 static ferry_status check_config(const ferry_loader_config *c) {
-  if (!c->annotations || !c->images)
+  /* A split packed as shards holds its images: config.images may then be NULL. */
+  if (!c->annotations || (!c->images && !ferry__shards_recognise(c->annotations)))
     return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
   if (c->batch_size == 0 || c->max_outstanding == 0)
     return ferry__fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
@@ -130,7 +132,7 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
   ferry_status st = check_augment(c);
-  return st == FERRY_OK ? check_images_folder(c->images) : st;
+  return st == FERRY_OK && c->images ? check_images_folder(c->images) : st;
 }
 
 /* One field spec; returns its index. The table has FERRY_MAX_FIELDS entries and
@@ -201,8 +203,12 @@ static ferry_status open_data(ferry_loader *l) {
   ferry_coco_options co;
   ferry_coco_options_default(&co);
   co.remap_categories = l->config.remap_categories;
-  ferry_status st = ferry_coco_open(l->annotations_path, &co, &l->coco);
+  if (l->fill.gpu.api && ferry__shards_recognise(l->annotations_path)) /* before the walk: fail fast */
+    return ferry__fail(FERRY_EUNSUPPORTED, "loader: %s: the GPU decoder reads image files, not shards; decode on "
+                       "the CPU (FERRY_DECODE_CPU)", l->annotations_path);
+  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
   if (st != FERRY_OK) return st;
+  l->fill.source = l->source;
   l->keypoints = ferry_coco_num_keypoints(l->coco);
   ferry_target_options_default(&l->fill.target);
   l->fill.target.keep_crowd = l->config.keep_crowd;
@@ -350,10 +356,13 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
   if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
   /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
-   * (check_augment refuses GPU with one), or no images at all. */
+   * (check_augment refuses GPU with one), no images at all, or tar shards (open_data
+   * refuses GPU with them). */
   if (!api && want == FERRY_DECODE_AUTO &&
-      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES))) {
-    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments nor skips images"));
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) ||
+       ferry__shards_recognise(l->annotations_path))) {
+    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments, skips images "
+                                           "nor reads tar shards"));
     return FERRY_OK;
   }
   ferry_status st = FERRY_OK;
@@ -411,7 +420,7 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   l->workers = l->stats.workers = resolve_workers(config);
   pthread_mutex_init(&l->lock, NULL);
   l->annotations_path = ferry__strdup(config->annotations);
-  l->images_dir = ferry__strdup(config->images);
+  l->images_dir = ferry__strdup(config->images ? config->images : "");
   l->view.state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");
   if (st == FERRY_OK) st = resolve_decoder(l, api); /* before the annotations: fail fast */
@@ -618,6 +627,7 @@ void ferry_loader_close(ferry_loader *l) {
   ferry__free(l->fill.gpu.file_bytes);
   ferry__free(l->fill.gpu.route);
   ferry_coco_close(l->coco);
+  if (l->source) l->source->close(l->source);
   ferry__free(l->annotations_path);
   ferry__free(l->images_dir);
   pthread_mutex_destroy(&l->lock);

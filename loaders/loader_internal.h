@@ -50,6 +50,7 @@
 #include "lib/batch_internal.h"
 #include "lib/cond.h"
 #include "lib/status.h"
+#include "loaders/image_source.h"
 #include "loaders/sampler.h"
 
 /* Where each requested field sits in a batch (-1 when absent). */
@@ -83,6 +84,7 @@ typedef struct gpu_decode {
 typedef struct fill_context {
   const ferry_coco *coco;
   const char *images_dir;
+  const ferry__image_source *source;  /* NULL: files of images_dir; else where the bytes are (shards) */
   int resolution;
   ferry_box_format box_format;
   ferry_image_layout layout;
@@ -219,6 +221,7 @@ struct ferry_loader {
   ferry_loader_config config;
   char *annotations_path, *images_dir;
   ferry_coco *coco;
+  ferry__image_source *source; /* NULL: config.images; else the shards' (image_source.h) */
   ferry_device *device;        /* for pinned memory */
   int owns_device;
   int packed;                  /* 0: unpacked batches, the baseline (loaders/baseline.h) */
@@ -268,6 +271,8 @@ typedef struct fill_scratch {
   size_t instances;       /* room for this many in boxes, areas and keep */
   uint32_t *maps;         /* rows then columns */
   size_t map_entries;
+  uint8_t *bytes;         /* an image's bytes from the fill's source (shards) */
+  size_t bytes_cap;
 } fill_scratch;
 void ferry__fill_scratch_free(fill_scratch *s);
 

@@ -100,7 +100,7 @@ int bench_cores(void) {
 }
 
 void bench_common_default(bench_common *c) {
-  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW, 0};
+  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW, 0, 0};
 }
 
 int bench_common_flag(bench_common *c, const char *flag, const char *value) {
@@ -110,6 +110,7 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   else if (!strcmp(flag, "--batch")) c->batch = atoi(value);
   else if (!strcmp(flag, "--resolution")) c->resolution = atoi(value);
   else if (!strcmp(flag, "--prefetch")) c->prefetch = atoi(value);
+  else if (!strcmp(flag, "--remap-categories")) c->remap_categories = atoi(value) != 0;
   else if (!strcmp(flag, "--layout")) {
     if (!strcmp(value, "f32")) c->layout = FERRY_LAYOUT_F32_CHW;
     else if (!strcmp(value, "u8")) c->layout = FERRY_LAYOUT_U8_HWC;
@@ -128,6 +129,7 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->device = device;
   config->layout = c->layout;
   config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
+  config->remap_categories = c->remap_categories;
 }
 
 uint8_t *bench_read_file(const char *path, size_t *len) {

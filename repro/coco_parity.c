@@ -1,7 +1,8 @@
 /* coco_parity: every target of every sample, packed direct path vs unpacked path.
  *
  *   coco_parity [--annotations FILE --images DIR] [--workers N] [--batch 8]
- *               [--resolution 312] [--layout f32|u8] [--processes N] [--json]
+ *               [--resolution 312] [--layout f32|u8] [--remap-categories 0|1]
+ *               [--processes N] [--json]
  *
  * Both loaders walk one epoch of the same set in the same order; each batch goes
  * through ferry_transfer (host device) and every per-sample tensor of one path is
@@ -160,7 +161,8 @@ static void print_summary(const summary *s, int json) {
 
 static int usage(void) {
   fprintf(stderr, "usage: coco_parity [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
-                  "                   [--resolution R] [--layout f32|u8] [--processes N] [--json]\n");
+                  "                   [--resolution R] [--layout f32|u8] [--remap-categories 0|1]\n"
+                  "                   [--processes N] [--json]\n");
   return 2;
 }
 

@@ -7,6 +7,8 @@
  *   ferry-coco masks FILE [--size R] [--keep-crowd]
  *   ferry-coco index FILE.json [--out FILE.ferryidx]
  *   ferry-coco index --verify FILE.ferryidx [--source FILE.json]
+ *   ferry-coco pack FILE.json --images DIR --out DIR [--split NAME] [--max-shard-bytes N]
+ *                   [--category-ids remap|raw]
  *
  * FILE may be a COCO JSON file or its binary index everywhere.
  */
@@ -19,6 +21,7 @@
 #include "decode_images.h"
 #include "ferry/coco.h"
 #include "ferry/mask.h"
+#include "tools/pack.h"
 
 typedef struct command {
   const char *name;
@@ -435,6 +438,13 @@ static const command commands[] = {
      "--verify checks an index completely (every checksum); with --source, also that it\n"
      "was built from FILE.json as that file is now.",
      cmd_index},
+    {"pack", "pack FILE.json --images DIR --out DIR [--split NAME] [--max-shard-bytes N] [--category-ids remap|raw]",
+     "Write the split as WebDataset tar shards and RF-DETR's shard index (OUT/SPLIT-index.json),\n"
+     "the format of RF-DETR's pack_coco_to_shards: per image, its file byte for byte and a .json\n"
+     "sidecar (image_id, file_name, annotations). Shards close near --max-shard-bytes (100 MiB);\n"
+     "--split names them (train); --category-ids (remap) is the labels' policy the index states.\n"
+     "A loader given the index as its annotations reads the shards (docs/shards.md).",
+     ferry_coco_pack},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -108,9 +108,14 @@ FERRY_API void ferry_loader_progress_bar(const ferry_loader_progress *progress, 
  * ferry_loader_config_default. */
 typedef struct ferry_loader_config {
   size_t struct_size;          /* sizeof(ferry_loader_config), set by ferry_loader_config_default */
-  const char *annotations;     /* COCO instances/keypoints JSON (required) */
+  const char *annotations;     /* COCO instances/keypoints JSON (required); or a split packed
+                                  as WebDataset tar shards: RF-DETR's SPLIT-index.json, a
+                                  pattern "train-{000000..000127}.tar" or one ".tar", whose
+                                  sidecars are the annotations and whose members the images
+                                  (docs/shards.md) */
   const char *images;          /* folder that file_name is relative to (required; checked
-                                  to be a folder at open) */
+                                  to be a folder at open); with shards, not read: NULL, or
+                                  any folder (the shards' own, say) */
   size_t batch_size;           /* 8; 1..FERRY_LOADER_MAX_BATCH */
   size_t workers;              /* 0: one per core this process may run on. However many,
                                   no more of them fill samples at once than it has cores */

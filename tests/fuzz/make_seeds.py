@@ -3,7 +3,7 @@
 
     make_seeds.py KIND OUT_DIR [FERRY_COCO]
 
-KIND is rle, polygon, coco, jpeg, png or index. Index seeds are the coco seeds turned
+KIND is rle, polygon, coco, jpeg, png, index or tar. Index seeds are the coco seeds turned
 into binary indexes by FERRY_COCO (the ferry-coco tool: `ferry-coco index`). Seeds come from $FERRY_SHARED/realdata (real
 COCO files and photos, see its README) when it is there, plus a few hand-written
 edge cases defined below. Without the real data only the hand-written seeds are made.
@@ -184,6 +184,41 @@ def index_seeds(out, tool):
                     write(out, f.read(), MAX_INDEX_SEED)
 
 
+# ---- tar shards: what RF-DETR's packer writes, and the other formats' headers -------
+
+def tar_seeds(out):
+    """Small shards written by Python's tarfile: RF-DETR's members (%08d.jpg + .json)
+    in ustar, pax and GNU formats, long names, a directory, links, a pax size."""
+    import tarfile
+    photo = b"\xff\xd8\xff\xd9"
+    sources = [p for p in files((".jpg",)) if os.path.getsize(p) < 16 * 1024][:2]
+    for path in sources:
+        with open(path, "rb") as f:
+            photo = f.read()
+    sidecar = json.dumps({"image_id": 1, "file_name": "a.jpg", "annotations": [
+        {"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4], "area": 12, "iscrowd": 0}]}).encode()
+
+    def add(tar, name, data, kind=tarfile.REGTYPE, link=""):
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime, info.type, info.linkname = len(data), 0o644, 0, kind, link
+        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+    for fmt in (tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT, tarfile.GNU_FORMAT):
+        for long_names in (False, True):
+            if fmt == tarfile.USTAR_FORMAT and long_names:
+                continue
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+                key = ("k" * 140 + "/") if long_names else ""
+                for i in range(2):
+                    add(tar, f"{key}{i:08d}.jpg", photo)
+                    add(tar, f"{key}{i:08d}.json", sidecar)
+                if fmt != tarfile.USTAR_FORMAT:
+                    add(tar, "dir", b"", tarfile.DIRTYPE)
+                    add(tar, "00000002.jpg", b"", tarfile.SYMTYPE, "00000000.jpg")
+            write(out, buf.getvalue())
+
+
 # ---- images: small real files, and small re-encodings of real photos --------------
 
 def photo_sources():
@@ -251,6 +286,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     makers = {"rle": rle_seeds, "polygon": polygon_seeds, "coco": coco_seeds,
               "index": lambda o: index_seeds(o, tool),
+              "tar": tar_seeds,
               "jpeg": lambda o: image_seeds(o, "jpeg"), "png": lambda o: image_seeds(o, "png")}
     if kind not in makers:
         sys.exit("unknown kind %r" % kind)

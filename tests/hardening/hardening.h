@@ -101,4 +101,88 @@ static inline const char *write_subset(const char *src, size_t count, const char
   return path;
 }
 
+/* ---- tar shards, made by hand (issue 26) ----------------------------------------- */
+
+/* A tar archive, hostile headers included (the library's writer only makes valid
+ * ones). Allocate it (calloc): it is large. */
+typedef struct tar_bytes {
+  unsigned char data[4 << 20];
+  size_t len;
+} tar_bytes;
+
+enum { TAR_BAD_CHECKSUM = 1 };
+
+static inline void tar_octal(unsigned char *field, size_t len, unsigned long long v) {
+  snprintf((char *)field, len, "%0*llo", (int)len - 1, v);
+}
+
+/* One header (name up to 100 bytes, type flag, the size it claims) and `len` bytes of
+ * data, padded to a block. */
+static inline void tar_add(tar_bytes *t, const char *name, char type, unsigned long long size, const void *data,
+                           size_t len, int flags) {
+  unsigned char *h = t->data + t->len;
+  cr_assert_leq(t->len + 512 + len + 512 + 1024, sizeof t->data);
+  memset(h, 0, 512);
+  memcpy(h, name, strlen(name) < 100 ? strlen(name) : 100);
+  tar_octal(h + 100, 8, 0644);
+  tar_octal(h + 108, 8, 0);
+  tar_octal(h + 116, 8, 0);
+  tar_octal(h + 124, 12, size);
+  tar_octal(h + 136, 12, 0);
+  h[156] = (unsigned char)type;
+  memcpy(h + 257, "ustar\0" "00", 8);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum + (flags & TAR_BAD_CHECKSUM ? 1 : 0));
+  t->len += 512;
+  if (len) memcpy(t->data + t->len, data, len);
+  t->len += (len + 511) / 512 * 512;
+}
+
+static inline void tar_text(tar_bytes *t, const char *name, const char *text) {
+  tar_add(t, name, '0', strlen(text), text, strlen(text), 0);
+}
+
+static inline void tar_end(tar_bytes *t) {
+  memset(t->data + t->len, 0, 1024);
+  t->len += 1024;
+}
+
+/* The COCO file `annotations` (images in `images`) as one shard, scratch/<name>: per
+ * image, %08d.EXT and its sidecar, as RF-DETR's packer writes them; returns its path. */
+static inline const char *write_shard(const char *annotations, const char *images, const char *name) {
+  json_error_t err;
+  json_t *root = json_load_file(annotations, 0, &err);
+  cr_assert_not_null(root, "%s: %s", annotations, err.text);
+  json_t *list = json_object_get(root, "images"), *anns = json_object_get(root, "annotations");
+  tar_bytes *t = calloc(1, sizeof *t);
+  cr_assert_not_null(t);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    json_t *img = json_array_get(list, i), *own = json_array();
+    for (size_t a = 0; a < json_array_size(anns); a++)
+      if (json_equal(json_object_get(json_array_get(anns, a), "image_id"), json_object_get(img, "id")))
+        json_array_append(own, json_array_get(anns, a));
+    const char *file = json_string_value(json_object_get(img, "file_name"));
+    json_t *sidecar = json_pack("{s:O, s:s, s:o}", "image_id", json_object_get(img, "id"), "file_name", file,
+                                "annotations", own);
+    char *text = json_dumps(sidecar, 0), path[2 * HARD_PATH], member[64];
+    snprintf(path, sizeof path, "%s/%s", images, file);
+    size_t len;
+    unsigned char *bytes = read_whole(path, &len);
+    snprintf(member, sizeof member, "%08zu.%s", i, strrchr(file, '.') + 1);
+    tar_add(t, member, '0', len, bytes, len, 0);
+    snprintf(member, sizeof member, "%08zu.json", i);
+    tar_text(t, member, text);
+    free(bytes);
+    free(text);
+    json_decref(sidecar);
+  }
+  tar_end(t);
+  const char *out = write_scratch(name, t->data, t->len);
+  free(t);
+  json_decref(root);
+  return out;
+}
+
 #endif

@@ -12,7 +12,8 @@
  * which allocation is the n-th varies a little from run to run: the counts printed
  * are those of the clean run. A second test fails each allocation of an epoch on a
  * loader already open, behind a slow consumer (the layout retried once the batches
- * ahead of it are delivered).
+ * ahead of it are delivered). A third runs the first's sweep with the images packed as a
+ * tar shard (issue 26).
  */
 #include <criterion/criterion.h>
 #include <unistd.h>
@@ -125,15 +126,14 @@ static void subset_config(ferry_loader_config *cfg, size_t images, const char *n
   cfg->world_size = 1;
 }
 
-Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
-  ferry_loader_config cfg;
-  subset_config(&cfg, IMAGES, "subset.json", 2);
+/* The scenario clean, then with allocation n failing for every n (or every stride-th). */
+static void sweep(const ferry_loader_config *cfg) {
   ferry_device *dev = NULL;
   cr_assert_eq(ferry_device_open("host", &dev), FERRY_OK, "%s", ferry_last_error());
 
   phases clean = {0};
   long base = ferry__alloc_attempts();
-  cr_assert_eq(scenario(&cfg, dev, -1, &clean), FERRY_OK, "clean run: %s", ferry_last_error());
+  cr_assert_eq(scenario(cfg, dev, -1, &clean), FERRY_OK, "clean run: %s", ferry_last_error());
   long total = ferry__alloc_attempts() - base;
   const char *forced = getenv("FERRY_INJECT_STRIDE");
   long stride = forced && atol(forced) > 0 ? atol(forced) : 1;
@@ -146,7 +146,7 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   for (long n = 0; n < total; n += stride) {
     phases ph = {0};
     ferry__alloc_fail_after(n);
-    scenario(&cfg, dev, n, &ph);
+    scenario(cfg, dev, n, &ph);
     ferry__alloc_fail_after(-1);
     failures[ph.failed_in]++;
     if (ph.failed_in == 0)
@@ -159,6 +159,23 @@ Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
   cr_assert_gt(failures[1], 0);
   cr_assert_gt(failures[2], 0);
   ferry_device_close(dev);
+}
+
+Test(alloc_failure, every_allocation_of_open_epoch_transfer, .timeout = 600) {
+  ferry_loader_config cfg;
+  subset_config(&cfg, IMAGES, "subset.json", 2);
+  sweep(&cfg);
+}
+
+/* The same images packed as a tar shard (issue 26): the open walks the shard, reads
+ * each sidecar twice and builds the coco step by step, and the fill reads the bytes
+ * from the shard; every allocation of that fails once too. */
+Test(alloc_failure, every_allocation_of_a_shard_open_epoch_transfer, .timeout = 600) {
+  ferry_loader_config cfg;
+  subset_config(&cfg, IMAGES, "subset-for-shard.json", 2);
+  cfg.annotations = write_shard(cfg.annotations, cfg.images, "subset.tar");
+  cfg.images = NULL;
+  sweep(&cfg);
 }
 
 /* A batch that cannot be laid out while others are in flight is laid out again once

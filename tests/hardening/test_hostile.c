@@ -452,6 +452,35 @@ static real_image first_real_image(void) {
   return r;
 }
 
+/* A one-worker loader of batches of 1 at MASK x MASK, rank 0 of 1. */
+static void small_config(ferry_loader_config *cfg, const char *annotations, const char *images) {
+  ferry_loader_config_default(cfg);
+  cfg->annotations = annotations;
+  cfg->images = images;
+  cfg->batch_size = 1;
+  cfg->resolution = MASK;
+  cfg->workers = 1;
+  cfg->rank = 0;
+  cfg->world_size = 1;
+}
+
+/* Open the loader and run an epoch; *delivered (may be NULL) the samples its batches held. */
+static outcome run_epoch(const ferry_loader_config *cfg, uint64_t *delivered) {
+  ferry_loader *loader = NULL;
+  ferry_status st = ferry_loader_open(cfg, &loader);
+  if (st != FERRY_OK) return result(st);
+  ferry_batch *batch = NULL;
+  uint64_t samples = 0;
+  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) {
+    samples += ferry_batch_size(batch);
+    ferry_batch_release(batch);
+  }
+  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
+  if (delivered) *delivered = samples;
+  ferry_loader_close(loader);
+  return o;
+}
+
 /* Open a loader on one image called `file_name` (w x h) in `images` and run an epoch. */
 static outcome run_loader(const char *file_name, int64_t w, int64_t h, const char *images, int allow) {
   static int serial;
@@ -461,23 +490,9 @@ static outcome run_loader(const char *file_name, int64_t w, int64_t h, const cha
            "\"annotations\": [], \"categories\": [{\"id\": 1}]}", file_name, (long long)w, (long long)h);
   snprintf(name, sizeof name, "loader-%d.json", serial++);
   ferry_loader_config cfg;
-  ferry_loader_config_default(&cfg);
-  cfg.annotations = write_scratch_text(name, json);
-  cfg.images = images;
-  cfg.batch_size = 1;
-  cfg.resolution = MASK;
-  cfg.workers = 1;
-  cfg.rank = 0;
-  cfg.world_size = 1;
+  small_config(&cfg, write_scratch_text(name, json), images);
   cfg.allow_escaping_paths = allow;
-  ferry_loader *loader = NULL;
-  ferry_status st = ferry_loader_open(&cfg, &loader);
-  if (st != FERRY_OK) return result(st);
-  ferry_batch *batch = NULL;
-  while ((st = ferry_loader_next(loader, &batch)) == FERRY_OK) ferry_batch_release(batch);
-  outcome o = result(st == FERRY_EEND ? FERRY_OK : st);
-  ferry_loader_close(loader);
-  return o;
+  return run_epoch(&cfg, NULL);
 }
 
 Test(hostile, loader_paths, .timeout = 120) {
@@ -530,6 +545,197 @@ Test(hostile, loader_paths, .timeout = 120) {
                           result(ferry_loader_open(&cfg, &loader)), FERRY_EIO, "Is a directory");
   cr_assert_null(loader);
   cr_assert_eq(mismatches, 0, "%d loader rows did not give their expected error", mismatches);
+}
+
+/* ---- tar shards (issue 26) -------------------------------------------------------- */
+
+#define SIDECAR "{\"image_id\": 1, \"file_name\": \"a.jpg\", \"annotations\": []}"
+
+/* A sample: the real image as KEY.jpg and its sidecar. */
+static void tar_sample(tar_bytes *t, const char *key, const char *sidecar) {
+  static unsigned char *jpeg;
+  static size_t jpeg_len;
+  if (!jpeg) jpeg = read_whole(realdata_path("mmpose_coco/000000000785.jpg"), &jpeg_len);
+  char name[256];
+  snprintf(name, sizeof name, "%s.jpg", key);
+  tar_add(t, name, '0', jpeg_len, jpeg, jpeg_len, 0);
+  snprintf(name, sizeof name, "%s.json", key);
+  tar_text(t, name, sidecar);
+}
+
+/* A loader's epoch over the annotations `spec` (a .tar, or an index) of scratch, under
+ * `policy`; *delivered (may be NULL) the samples its batches held. */
+static outcome run_spec_policy(const char *spec, ferry_error_policy policy, uint64_t *delivered) {
+  ferry_loader_config cfg;
+  small_config(&cfg, spec, NULL);
+  cfg.on_error = policy;
+  return run_epoch(&cfg, delivered);
+}
+
+static outcome run_spec(const char *spec) { return run_spec_policy(spec, FERRY_ON_ERROR_FAIL, NULL); }
+
+static outcome run_tar(tar_bytes *t, int end) {
+  static int serial;
+  char name[32];
+  if (end) tar_end(t);
+  snprintf(name, sizeof name, "shard-%d.tar", serial++);
+  return run_spec(write_scratch(name, t->data, t->len));
+}
+
+typedef void (*tar_maker)(tar_bytes *t);
+
+static void valid(tar_bytes *t) { tar_sample(t, "00000000", SIDECAR); }
+/* A pax header giving the next member's path: "LEN path=NAME\n", LEN counting its own
+ * digits too. */
+static void tar_pax_path(tar_bytes *t, const char *name) {
+  char record[300];
+  size_t rest = strlen(" path=\n") + strlen(name), len = rest + 1;
+  while (len != rest + (size_t)snprintf(NULL, 0, "%zu", len)) len++;
+  snprintf(record, sizeof record, "%zu path=%s\n", len, name);
+  tar_add(t, "PaxHeader", 'x', strlen(record), record, strlen(record), 0);
+}
+
+static void pax_long_name(tar_bytes *t) {
+  char key[200], name[220];
+  memset(key, 'k', 150);
+  key[150] = '\0';
+  size_t len;
+  unsigned char *jpeg = read_whole(realdata_path("mmpose_coco/000000000785.jpg"), &len);
+  snprintf(name, sizeof name, "%s.jpg", key);
+  tar_pax_path(t, name);
+  tar_add(t, name, '0', len, jpeg, len, 0);  /* its own header holds the name cut to 100 bytes */
+  snprintf(name, sizeof name, "%s.json", key);
+  tar_pax_path(t, name);
+  tar_text(t, name, SIDECAR);
+  free(jpeg);
+}
+static void gnu_long_name(tar_bytes *t) {
+  char name[220];
+  memset(name, 'g', 150);
+  snprintf(name + 150, sizeof name - 150, ".json");
+  size_t len;
+  unsigned char *jpeg = read_whole(realdata_path("mmpose_coco/000000000785.jpg"), &len);
+  char image[220];
+  memset(image, 'g', 150);
+  snprintf(image + 150, sizeof image - 150, ".jpg");
+  tar_add(t, "././@LongLink", 'L', strlen(image) + 1, image, strlen(image) + 1, 0);
+  tar_add(t, "cut", '0', len, jpeg, len, 0);
+  tar_add(t, "././@LongLink", 'L', strlen(name) + 1, name, strlen(name) + 1, 0);
+  tar_text(t, "cut", SIDECAR);
+  free(jpeg);
+}
+static void bad_checksum(tar_bytes *t) {
+  valid(t);
+  tar_add(t, "00000001.json", '0', 2, "{}", 2, TAR_BAD_CHECKSUM);
+}
+static void past_end(tar_bytes *t) { tar_add(t, "00000000.jpg", '0', 4096, "x", 1, 0); }
+static void dotdot(tar_bytes *t) { tar_text(t, "../00000000.json", SIDECAR); }
+static void absolute(tar_bytes *t) { tar_text(t, "/etc/00000000.json", SIDECAR); }
+static void symlink_member(tar_bytes *t) { tar_add(t, "00000000.jpg", '2', 0, NULL, 0, 0); }
+static void hard_link(tar_bytes *t) { tar_add(t, "00000000.jpg", '1', 0, NULL, 0, 0); }
+static void device(tar_bytes *t) { tar_add(t, "00000000.jpg", '3', 0, NULL, 0, 0); }
+static void huge(tar_bytes *t) { tar_add(t, "00000000.jpg", '0', 3ull << 30, NULL, 0, 0); }
+static void cut_header(tar_bytes *t) {
+  valid(t);
+  t->len += 100;  /* 100 bytes of a header: the shard ends inside it */
+}
+static void bad_pax(tar_bytes *t) { tar_add(t, "PaxHeader", 'x', 9, "9 path=x", 9, 0); }
+static void no_sidecar(tar_bytes *t) {
+  valid(t);
+  size_t len;
+  unsigned char *jpeg = read_whole(realdata_path("mmpose_coco/000000000785.jpg"), &len);
+  tar_add(t, "00000001.jpg", '0', len, jpeg, len, 0);
+  free(jpeg);
+}
+static void sidecar_not_json(tar_bytes *t) { tar_sample(t, "00000000", "{\"image_id\": 1, "); }
+static void sidecar_no_id(tar_bytes *t) { tar_sample(t, "00000000", "{\"file_name\": \"a.jpg\", \"annotations\": []}"); }
+static void sidecar_other_image(tar_bytes *t) {
+  tar_sample(t, "00000000", "{\"image_id\": 1, \"annotations\": [{\"id\": 1, \"image_id\": 2, \"category_id\": 1, "
+                            "\"bbox\": [1, 1, 2, 2]}]}");
+}
+static void bad_bbox(tar_bytes *t) {
+  tar_sample(t, "00000000", "{\"image_id\": 1, \"annotations\": [{\"id\": 1, \"category_id\": 1, \"bbox\": [1, 1]}]}");
+}
+
+typedef struct shard_case {
+  const char *name;
+  tar_maker make;
+  ferry_status expected;
+  const char *substring;
+} shard_case;
+
+static const shard_case shard_cases[] = {
+  {"a valid shard (control, OK)", valid, FERRY_OK, ""},
+  {"pax extended header with a 154-byte path (OK)", pax_long_name, FERRY_OK, ""},
+  {"GNU long names (OK)", gnu_long_name, FERRY_OK, ""},
+  {"header checksum wrong", bad_checksum, FERRY_EFORMAT, "(after member '00000000.json'): the header's checksum is wrong"},
+  {"member size past the end of the shard", past_end, FERRY_EFORMAT, "member '00000000.jpg': 4096 bytes that would end past the end of the shard"},
+  {"member name with \"..\"", dotdot, FERRY_EFORMAT, "member '../00000000.json': a name with a '..' component is refused"},
+  {"absolute member name", absolute, FERRY_EFORMAT, "member '/etc/00000000.json': an absolute name is refused"},
+  {"symbolic link member", symlink_member, FERRY_EFORMAT, "member '00000000.jpg': a symbolic link"},
+  {"hard link member", hard_link, FERRY_EFORMAT, "member '00000000.jpg': a hard link"},
+  {"device member", device, FERRY_EFORMAT, "a member type ferry does not read"},
+  {"member of 3 GiB", huge, FERRY_EFORMAT, "3221225472 bytes, more than the 1073741824 a member may have"},
+  {"shard ending inside a header", cut_header, FERRY_EFORMAT, "the shard ends inside a header"},
+  {"pax records that do not parse", bad_pax, FERRY_EFORMAT, "a pax extended header whose records do not parse"},
+  {"sample without its sidecar (fails at its fill)", no_sidecar, FERRY_EFORMAT, "sample '00000001': no .json sidecar"},
+  {"sidecar that is not JSON", sidecar_not_json, FERRY_EFORMAT, "member '00000000.json': invalid JSON"},
+  {"sidecar without image_id", sidecar_no_id, FERRY_EFORMAT, "member '00000000.json': a sidecar is an object with an integer \"image_id\""},
+  {"annotation of another image in a sidecar", sidecar_other_image, FERRY_EFORMAT, "annotations[0].image_id is not the sidecar's image_id 1"},
+  {"annotation with a bad bbox", bad_bbox, FERRY_EFORMAT, "sample of member '00000000.jpg': "},
+};
+
+/* An index beside shard.tar (a valid one) with its fields given. */
+static outcome run_index(const char *name, const char *fields) {
+  tar_bytes *t = calloc(1, sizeof *t);
+  valid(t);
+  tar_end(t);
+  write_scratch("indexed-000000.tar", t->data, t->len);
+  free(t);
+  char json[1024];
+  snprintf(json, sizeof json, "{\"version\": 1, \"split\": \"val\", %s}", fields);
+  return run_spec(write_scratch_text(name, json));
+}
+
+Test(hostile, shard_files, .timeout = 120) {
+  int mismatches = 0;
+  for (size_t i = 0; i < sizeof shard_cases / sizeof shard_cases[0]; i++) {
+    tar_bytes *t = calloc(1, sizeof *t);
+    cr_assert_not_null(t);
+    shard_cases[i].make(t);
+    mismatches += check_row("shards", shard_cases[i].name, run_tar(t, shard_cases[i].make != cut_header),
+                            shard_cases[i].expected, shard_cases[i].substring);
+    free(t);
+  }
+  tar_bytes *t = calloc(1, sizeof *t);
+  no_sidecar(t);
+  tar_end(t);
+  uint64_t delivered = 0;
+  outcome o = run_spec_policy(write_scratch("skip.tar", t->data, t->len), FERRY_ON_ERROR_SKIP, &delivered);
+  free(t);
+  if (o.status == FERRY_OK && delivered != 1) {  /* of 2: the one without sidecar skipped */
+    o.status = FERRY_EFORMAT;
+    snprintf(o.message, sizeof o.message, "delivered %llu samples, not 1", (unsigned long long)delivered);
+  }
+  mismatches += check_row("shards", "sample without its sidecar, skip policy (OK, that one skipped)", o, FERRY_OK, "");
+  const char *ok = "\"shards\": [\"indexed-000000.tar\"], \"num_samples\": 1, \"categories\": [], "
+                   "\"annotated_category_ids\": [], \"category_ids\": \"raw\", \"samples_per_shard\": [1]";
+  mismatches += check_row("shards", "an index (control, OK)", run_index("ok-index.json", ok), FERRY_OK, "");
+  mismatches += check_row("shards", "index naming a shard outside its folder",
+                          run_index("out-index.json", "\"shards\": [\"../x.tar\"], \"num_samples\": 1"), FERRY_EFORMAT,
+                          "shards[0]: a name with a '..' component (a shard must be inside the index's folder)");
+  mismatches += check_row("shards", "index whose samples_per_shard is wrong",
+                          run_index("count-index.json", "\"shards\": [\"indexed-000000.tar\"], \"num_samples\": 1, "
+                                    "\"samples_per_shard\": [2]"), FERRY_EFORMAT, "samples_per_shard[0] says 2 samples");
+  mismatches += check_row("shards", "index whose num_samples is wrong",
+                          run_index("num-index.json", "\"shards\": [\"indexed-000000.tar\"], \"num_samples\": 5"),
+                          FERRY_EFORMAT, "num_samples says 5, but the shards hold 1 samples");
+  mismatches += check_row("shards", "index with an unknown category_ids policy",
+                          run_index("policy-index.json", "\"shards\": [], \"num_samples\": 0, \"category_ids\": \"x\""),
+                          FERRY_EFORMAT, "\"category_ids\": expected \"remap\" or \"raw\"");
+  mismatches += check_row("shards", "missing shard of a pattern", run_spec(scratch_path("none-{0..1}.tar")),
+                          FERRY_ENOTFOUND, "none-0.tar: cannot open");
+  cr_assert_eq(mismatches, 0, "%d shard rows did not give their expected error", mismatches);
 }
 
 /* ---- binary index files (issue 16) ------------------------------------------------ */

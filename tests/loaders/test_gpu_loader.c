@@ -752,3 +752,17 @@ Test(gpu_loader, an_image_no_decoder_reads_fails_the_transfer_naming_it_under_fa
   ferry_device_close(host);
   remove_victim_folder();
 }
+
+/* Tar shards (issue 26) are read by the CPU decoder only: the GPU decoder is refused
+ * before the shards are walked (the pattern names no file). */
+Test(gpu_loader, shards_are_refused_before_their_walk, .timeout = 60) {
+  fake_nvjpeg_reset(0);
+  ferry_loader_config c;
+  test_config(&c);
+  c.annotations = "never-read-{000000..000001}.tar";
+  ferry_loader *gpu = NULL;
+  cr_assert_eq(ferry__loader_open_gpu(&c, &fake_nvjpeg_api, &gpu), FERRY_EUNSUPPORTED, "%s", ferry_last_error());
+  cr_assert_not_null(strstr(ferry_last_error(), "the GPU decoder reads image files, not shards"), "%s",
+                     ferry_last_error());
+  cr_assert_null(gpu);
+}
