@@ -5,7 +5,7 @@ RF-DETR 1.11.2 comes from PyPI without its dependencies (./run installs it with
 index.py) is loaded from the installed files in a child process, with the one function of
 rfdetr.datasets.coco it names (filter_parent_categories, and its helpers) taken from that
 file's source, since importing the package would need torch's whole training stack.
-Without rfdetr the tests are skipped, saying so.
+Without rfdetr the tests are skipped, saying so (failed under CI: FERRY_REQUIRE_TORCH).
 
   - the coco_parity digest (every delivered byte, packed and unpacked paths) from the
     index RF-DETR wrote equals the digest from the JSON and its images folder, labels raw
@@ -29,7 +29,7 @@ import tarfile
 import pytest
 
 import ferry
-from conftest import make_synth
+from conftest import make_synth, skip_or_fail
 
 RFDETR = importlib.util.find_spec("rfdetr")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -91,7 +91,8 @@ print(json.dumps({"shards": list(index.shards), "cat2label": {str(k): v for k, v
 def rfdetr_pack(images, annotations, out, policy, max_bytes):
     """Pack with RF-DETR's pack_coco_to_shards; (index path, cat2label)."""
     if RFDETR is None:
-        pytest.skip("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)")
+        skip_or_fail("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)",
+                     "FERRY_REQUIRE_TORCH")
     root = RFDETR.submodule_search_locations[0]
     done = subprocess.run([sys.executable, "-c", RFDETR_PACK, "pack", root, images, annotations, out, policy,
                            str(max_bytes)], capture_output=True, text=True)
@@ -220,7 +221,8 @@ def test_rfdetr_reads_what_ferry_coco_pack_writes(tmp_path, synth, policy):
     same split packed by RF-DETR itself."""
     annotations, images = synth
     if RFDETR is None:
-        pytest.skip("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)")
+        skip_or_fail("rfdetr is not installed (pip install --no-deps rfdetr==1.11.2, as ./run does)",
+                     "FERRY_REQUIRE_TORCH")
     out = str(tmp_path / "ferry")
     tool = os.path.join(BUILD, "tools", "ferry-coco")
     subprocess.run([tool, "pack", annotations, "--images", images, "--out", out, "--split", "val",
