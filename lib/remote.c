@@ -182,11 +182,30 @@ typedef struct transfer {
   char code[64];            /* an S3 error body's <Code>, if any */
   char body[512];
   size_t body_len;
+  long stall_s;             /* give up after this long without a byte */
+  double last_byte;         /* when the last byte (or the attempt's start) was seen */
+  int stalled;
 } transfer;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* curl calls this often while bytes flow and about once a second when none do: a
+ * transfer that has received nothing for stall_s is ended (and retried). */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+  transfer *t = user;
+  if (now_s() - t->last_byte < (double)t->stall_s) return 0;
+  t->stalled = 1;
+  return 1;
+}
 
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
   transfer *t = user;
   size_t n = size * count, used = 0;
+  t->last_byte = now_s();
   if (!t->status) {
     curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &t->status);
     t->skip = t->status == 200 ? t->from : 0;
@@ -227,8 +246,9 @@ static void set_options(const ferry__remote *r, transfer *t, const char *target,
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, r->stall_s);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   if (range) curl_easy_setopt(h, CURLOPT_RANGE, range);
   if (headers) curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
@@ -250,7 +270,7 @@ static enum outcome judge(CURLcode rc, transfer *t) {
   switch (rc) {
     case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_RECV_ERROR: case CURLE_SEND_ERROR:
     case CURLE_PARTIAL_FILE: case CURLE_GOT_NOTHING: case CURLE_HTTP2: case CURLE_HTTP2_STREAM:
-    case CURLE_SSL_CONNECT_ERROR: case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_SSL_CONNECT_ERROR: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_ABORTED_BY_CALLBACK:
       return RETRY;
     default:
       return FAIL;
@@ -269,6 +289,7 @@ static ferry_status failure(const char *url, uint64_t from, uint64_t to, CURLcod
   ferry__remote_display(url, shown, sizeof shown);
   int http_error = t->status > 299 && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR);
   if (http_error) snprintf(what, sizeof what, "HTTP %ld%s", t->status, t->code);
+  else if (t->stalled) snprintf(what, sizeof what, "stalled, no byte for %ld s (HTTP %ld)", t->stall_s, t->status);
   else if (t->status) snprintf(what, sizeof what, "%s (HTTP %ld)", curl_easy_strerror(rc), t->status);
   else snprintf(what, sizeof what, "%s", curl_easy_strerror(rc));
   if (retries > 0) snprintf(after, sizeof after, ", after %ld retries", retries);
@@ -332,6 +353,9 @@ ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offs
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)(offset + len - 1));
     set_options(r, &t, target, headers, range, sign);
     t.from = from;
+    t.stall_s = r->stall_s;
+    t.last_byte = now_s();
+    t.stalled = 0;
     t.status = 0;
     t.body_len = 0;
     t.body[0] = '\0';

@@ -11,13 +11,15 @@
  * AWS_REGION (else AWS_DEFAULT_REGION, else us-east-1), and sent to AWS_ENDPOINT_URL/
  * BUCKET/KEY (path style) when that is set, else to https://BUCKET.s3.REGION.amazonaws.com/KEY.
  *
- * Faults: a connection refused or reset, a timeout (no byte for FERRY_REMOTE_STALL_S
- * seconds), a body cut short, or an HTTP 5xx or 429 is retried after a backoff
+ * Faults: a connection refused or reset, a connection not made within
+ * FERRY_REMOTE_CONNECT_TIMEOUT_MS, no byte for FERRY_REMOTE_STALL_S seconds (a stall), a
+ * body cut short, or an HTTP 5xx, 429 or 408 is retried after a backoff
  * (FERRY_REMOTE_BACKOFF_MS, doubled each time, at most 5 s) from the first byte not yet
  * received (HTTP Range), at most FERRY_REMOTE_RETRIES times per read; then the read
  * fails with FERRY_EIO naming the URL, the bytes and the last HTTP status or transport
- * error. Other 4xx fail at once (404: FERRY_ENOTFOUND). Messages name the URL as given,
- * less any user:password part; credentials are never put in a message.
+ * error. Other 4xx fail at once (404: FERRY_ENOTFOUND), with S3's error code when the
+ * body has one. Messages name the URL as given, less any user:password part;
+ * credentials are never put in a message, and curl's verbose output is never enabled.
  */
 #ifndef FERRY_LIB_REMOTE_H
 #define FERRY_LIB_REMOTE_H
