@@ -174,6 +174,27 @@ def test_url_with_password_or_query_refused(http_base):
     assert rc != 0 and "query" in log, log
 
 
+def test_python_loader_reads_a_url(packed, http_base):
+    """ferry.Loader takes the index URL as it takes the local index: the same batches,
+    image bytes and targets alike."""
+    import numpy as np
+    import ferry
+
+    def epoch(spec):
+        loader = ferry.Loader(spec, packed[0], batch_size=4, workers=2, resolution=64, shuffle=False,
+                              tensor_type="numpy")
+        return [(images.copy(), [{k: np.array(v) for k, v in t.items()} for t in targets])
+                for images, targets in loader]
+
+    local, remote = epoch(os.path.join(packed[0], "val-index.json")), epoch(f"{http_base}/val-index.json")
+    assert len(local) == len(remote) == 6
+    for (li, lt), (ri, rt) in zip(local, remote):
+        assert np.array_equal(li, ri)
+        assert len(lt) == len(rt)
+        for a, b in zip(lt, rt):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 # ---- S3 (moto) ------------------------------------------------------------------------
 
 
