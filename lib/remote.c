@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -182,6 +183,9 @@ typedef struct transfer {
   char code[64];            /* an S3 error body's <Code>, if any */
   char body[512];
   size_t body_len;
+  int has_range;            /* a Content-Range header came, starting at range_start */
+  uint64_t range_start;
+  int wrong_range;          /* a 206 for other bytes than asked: refused, never appended */
   long stall_s;             /* give up after this long without a byte */
   double last_byte;         /* when the last byte (or the attempt's start) was seen */
   int stalled;
@@ -202,6 +206,21 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
   return 1;
 }
 
+/* Where a 206's bytes start (Content-Range: bytes A-B/T), so that bytes of another
+ * range are never appended as if they were the ones asked for. */
+static size_t on_header(char *line, size_t size, size_t count, void *user) {
+  transfer *t = user;
+  size_t n = size * count;
+  char text[128];
+  unsigned long long start;
+  snprintf(text, sizeof text, "%.*s", (int)(n < sizeof text - 1 ? n : sizeof text - 1), line);
+  if (!strncasecmp(text, "content-range:", 14) && sscanf(text + 14, " bytes %llu-", &start) == 1) {
+    t->has_range = 1;
+    t->range_start = start;
+  }
+  return n;
+}
+
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
   transfer *t = user;
   size_t n = size * count, used = 0;
@@ -209,7 +228,9 @@ static size_t on_body(char *data, size_t size, size_t count, void *user) {
   if (!t->status) {
     curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &t->status);
     t->skip = t->status == 200 ? t->from : 0;
+    t->wrong_range = t->status == 206 && !(t->has_range && t->range_start == t->from);
   }
+  if (t->wrong_range) return 0;
   if (t->status < 200 || t->status > 299) {  /* an error's body: kept only to find its <Code> */
     size_t k = n < sizeof t->body - 1 - t->body_len ? n : sizeof t->body - 1 - t->body_len;
     memcpy(t->body + t->body_len, data, k);
@@ -245,6 +266,8 @@ static void set_options(const ferry__remote *r, transfer *t, const char *target,
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms);
   curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
@@ -263,6 +286,7 @@ static void set_options(const ferry__remote *r, transfer *t, const char *target,
 enum outcome { DONE, RETRY, FAIL };
 
 static enum outcome judge(CURLcode rc, transfer *t) {
+  if (t->wrong_range) return FAIL;
   if (rc == CURLE_WRITE_ERROR && t->full) return DONE;
   if (rc == CURLE_OK && t->status == 416) return DONE;  /* the range starts at or past the end */
   if (rc == CURLE_OK && t->status >= 200 && t->status <= 299) return DONE;
@@ -288,7 +312,10 @@ static ferry_status failure(const char *url, uint64_t from, uint64_t to, CURLcod
   char shown[2048], what[256], after[64] = "";
   ferry__remote_display(url, shown, sizeof shown);
   int http_error = t->status > 299 && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR);
-  if (http_error) snprintf(what, sizeof what, "HTTP %ld%s", t->status, t->code);
+  if (t->wrong_range)
+    snprintf(what, sizeof what, "HTTP 206 for other bytes (%s %llu) than asked for", t->has_range ? "from" : "no Content-Range,",
+             (unsigned long long)t->range_start);
+  else if (http_error) snprintf(what, sizeof what, "HTTP %ld%s", t->status, t->code);
   else if (t->stalled) snprintf(what, sizeof what, "stalled, no byte for %ld s (HTTP %ld)", t->stall_s, t->status);
   else if (t->status) snprintf(what, sizeof what, "%s (HTTP %ld)", curl_easy_strerror(rc), t->status);
   else snprintf(what, sizeof what, "%s", curl_easy_strerror(rc));
@@ -353,6 +380,8 @@ ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offs
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)(offset + len - 1));
     set_options(r, &t, target, headers, range, sign);
     t.from = from;
+    t.has_range = t.wrong_range = t.full = 0;
+    t.range_start = 0;
     t.stall_s = r->stall_s;
     t.last_byte = now_s();
     t.stalled = 0;

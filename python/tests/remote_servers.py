@@ -7,7 +7,8 @@
     plan gives the request: "reset" (the status, the headers and part of the body, then a
     TCP reset), "503" (a 503 without asking upstream), "stall" (part of the body, then
     nothing for longer than the reader waits), "cut" (part of the body, then a clean close
-    short of Content-Length);
+    short of Content-Length), "wrong-range" (a 206 for bytes starting one later than
+    asked: plain HTTP only, a signature covers the Range);
   - moto_server: moto's standalone S3 server in a child process.
 Every server runs in daemon threads and stops with the test session; each proxy request
 is counted, so a test knows faults were met.
@@ -123,6 +124,9 @@ class FaultProxy:
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=30)
                 conn.putrequest("GET", self.path, skip_host=True, skip_accept_encoding=True)
                 for k, v in self.headers.items():
+                    wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", v) if k.lower() == "range" else None
+                    if fault == "wrong-range" and wanted:  # the next byte on: a 206 for other bytes
+                        v = f"bytes={int(wanted.group(1)) + 1}-{wanted.group(2)}"
                     conn.putheader(k, v)
                 conn.endheaders()
                 reply = conn.getresponse()

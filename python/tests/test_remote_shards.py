@@ -45,7 +45,8 @@ FAST = {"FERRY_REMOTE_BACKOFF_MS": "10", "FERRY_REMOTE_STALL_S": "1", "FERRY_REM
 def parity(spec, workers=2, env=None):
     """coco_parity's run over `spec` with only the given AWS and FERRY_REMOTE settings:
     (returncode, its JSON or None, stdout + stderr)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FERRY_REMOTE_"))}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [COCO_PARITY, "--annotations", spec, "--images", os.path.dirname(COCO_PARITY), "--workers", str(workers),
            "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--json"]
     out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **(env or {})), capture_output=True, text=True,
@@ -164,6 +165,16 @@ def test_http_missing_shard_is_named(packed, http_base):
     assert rc != 0
     missing = f"{http_base}/val-{len(packed[1]):06d}.tar"
     assert missing in log and "HTTP 404" in log, log
+
+
+def test_http_206_for_other_bytes_refused(http_base, proxy_to):
+    """A server that answers a range with other bytes (a 206 whose Content-Range starts
+    elsewhere): refused, never taken for the bytes asked for, and not retried."""
+    proxy = proxy_to(http_base)
+    proxy.every(1, "wrong-range")
+    rc, _, log = parity(f"{proxy.url}/val-index.json", 2, FAST)
+    assert rc != 0 and "val-index.json: bytes 0-1048575: HTTP 206 for other bytes (from 1)" in log, log
+    assert proxy.requests == 1
 
 
 def test_url_with_password_or_query_refused(http_base):
