@@ -319,7 +319,7 @@ static ferry_status failure(const char *url, uint64_t from, uint64_t to, CURLcod
   else if (t->stalled) snprintf(what, sizeof what, "stalled, no byte for %ld s (HTTP %ld)", t->stall_s, t->status);
   else if (t->status) snprintf(what, sizeof what, "%s (HTTP %ld)", curl_easy_strerror(rc), t->status);
   else snprintf(what, sizeof what, "%s", curl_easy_strerror(rc));
-  if (retries > 0) snprintf(after, sizeof after, ", after %ld retries", retries);
+  if (retries > 0) snprintf(after, sizeof after, ", after %ld %s", retries, retries == 1 ? "retry" : "retries");
   return ferry__fail(t->status == 404 ? FERRY_ENOTFOUND : FERRY_EIO, "%s: bytes %llu-%llu: %s%s", shown,
                      (unsigned long long)from, (unsigned long long)to, what, after);
 }
@@ -363,6 +363,26 @@ static ferry_status prepare(const ferry__remote *r, const char *url, char **targ
   return FERRY_OK;
 }
 
+/* One GET of bytes [from, last], appended to what t holds. */
+static CURLcode attempt_once(const ferry__remote *r, transfer *t, const char *target, struct curl_slist *headers,
+                             int sign, uint64_t from, uint64_t last) {
+  char range[64];
+  snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)last);
+  set_options(r, t, target, headers, range, sign);
+  t->from = from;
+  t->has_range = t->wrong_range = t->full = t->stalled = 0;
+  t->range_start = 0;
+  t->stall_s = r->stall_s;
+  t->last_byte = now_s();
+  t->status = 0;
+  t->body_len = 0;
+  t->body[0] = '\0';
+  CURLcode rc = curl_easy_perform(t->handle);
+  if (!t->status) curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &t->status);
+  find_code(t);
+  return rc;
+}
+
 ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offset, void *buf, size_t len,
                                 size_t *got) {
   *got = 0;
@@ -375,22 +395,7 @@ ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offs
   transfer t = {.handle = take_handle(r), .buf = buf, .len = len};
   if (!t.handle) st = ferry__fail(FERRY_ENOMEM, "remote: curl_easy_init failed");
   for (long attempt = 0; st == FERRY_OK; attempt++) {
-    char range[64];
-    uint64_t from = offset + t.got;
-    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)(offset + len - 1));
-    set_options(r, &t, target, headers, range, sign);
-    t.from = from;
-    t.has_range = t.wrong_range = t.full = 0;
-    t.range_start = 0;
-    t.stall_s = r->stall_s;
-    t.last_byte = now_s();
-    t.stalled = 0;
-    t.status = 0;
-    t.body_len = 0;
-    t.body[0] = '\0';
-    CURLcode rc = curl_easy_perform(t.handle);
-    if (!t.status) curl_easy_getinfo(t.handle, CURLINFO_RESPONSE_CODE, &t.status);
-    find_code(&t);
+    CURLcode rc = attempt_once(r, &t, target, headers, sign, offset + t.got, offset + len - 1);
     enum outcome o = judge(rc, &t);
     if (o == DONE) break;
     if (o == FAIL || attempt >= r->retries) {
