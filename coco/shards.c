@@ -29,6 +29,7 @@
 #include "coco/shards.h"
 #include "coco/tar.h"
 #include "lib/alloc.h"
+#include "lib/remote.h"
 #include "lib/status.h"
 
 /* The first bytes of an image that its size is read from; a header further in (a big
@@ -124,7 +125,8 @@ static const json_t *index_array(const char *spec, const json_t *doc, const char
 static ferry_status read_index(const char *spec, split_index *ix, ferry__shard_set *set) {
   char *text = NULL;
   size_t len = 0;
-  ferry_status st = ferry__coco_read_file(spec, &text, &len);
+  ferry_status st = set->remote ? ferry__remote_get(set->remote, spec, FERRY__SHARD_MAX_SIDECAR, &text, &len)
+                                : ferry__coco_read_file(spec, &text, &len);
   if (st < 0) return st;
   json_error_t err;
   int oom = 0;
@@ -165,13 +167,16 @@ static ferry_status read_index(const char *spec, split_index *ix, ferry__shard_s
 
 /* ---- one shard ----------------------------------------------------------------------- */
 
+/* A shard being read: a local file (fd) or a URL (stream), never both. */
 typedef struct shard_file {
   int fd;
+  ferry__remote_stream *stream;
   const char *path;
 } shard_file;
 
 static ferry_status pread_at(void *user, uint64_t offset, void *buf, size_t len, size_t *got) {
   const shard_file *f = user;
+  if (f->stream) return ferry__remote_stream_read(f->stream, offset, buf, len, got);
   *got = 0;
   while (*got < len) {
     ssize_t n = pread(f->fd, (char *)buf + *got, len - *got, (off_t)(offset + *got));
@@ -181,6 +186,34 @@ static ferry_status pread_at(void *user, uint64_t offset, void *buf, size_t len,
     *got += (size_t)n;
   }
   return FERRY_OK;
+}
+
+/* Open shard `path` of `set`: its size, UINT64_MAX for a URL (a tar walk finds the end). */
+static ferry_status open_shard(const ferry__shard_set *set, const char *path, shard_file *f, uint64_t *size) {
+  *f = (shard_file){.fd = -1, .path = path};
+  if (set->remote) {
+    *size = UINT64_MAX;
+    return ferry__remote_stream_open(set->remote, path, &f->stream);
+  }
+  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0) return ferry__fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(f->fd);
+    f->fd = -1;
+    return ferry__fail(FERRY_EIO, "%s: not a regular file", path);
+  }
+  *size = (uint64_t)sb.st_size;
+  return FERRY_OK;
+}
+
+static int shard_is_open(const shard_file *f) { return f->fd >= 0 || f->stream; }
+
+static void close_shard(shard_file *f) {
+  if (f->fd >= 0) close(f->fd);
+  ferry__remote_stream_close(f->stream);
+  f->fd = -1;
+  f->stream = NULL;
 }
 
 /* The members of one sample, as they came. */
@@ -376,6 +409,7 @@ static ferry_status read_sample(builder *b, const shard_file *f, const sample_me
   if (st == FERRY_OK) b->sidecars[index].annotations = json_array_size(anns);
   json_decref(anns);
   ferry__shard_sample *rec = &b->set->samples[index];
+  if (st == FERRY_EIO) return st;  /* the shard could not be read (a disk, a network): not the sample's fault */
   if (st < 0 && st != FERRY_ENOMEM && !(rec->problem = ferry__strdup(ferry_last_error()))) st = FERRY_ENOMEM;
   else if (st < 0 && st != FERRY_ENOMEM) st = FERRY_OK;
   if (st == FERRY_ENOMEM) {
@@ -418,19 +452,15 @@ static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *
 
 static ferry_status walk_shard(builder *b, uint32_t shard) {
   const char *path = b->set->paths[shard];
-  shard_file f = {open(path, O_RDONLY | O_CLOEXEC), path};
-  if (f.fd < 0) return ferry__fail(errno == ENOENT ? FERRY_ENOTFOUND : FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(f.fd);
-    return ferry__fail(FERRY_EIO, "%s: not a regular file", path);
-  }
+  shard_file f;
+  uint64_t size;
+  ferry_status st = open_shard(b->set, path, &f, &size);
+  if (st < 0) return st;
   ferry__tar tar;
-  ferry__tar_init(&tar, path, (uint64_t)sb.st_size, FERRY__SHARD_MAX_MEMBER, pread_at, &f);
+  ferry__tar_init(&tar, path, size, FERRY__SHARD_MAX_MEMBER, pread_at, &f);
   sample_members s;
   memset(&s, 0, sizeof s);
   ferry__tar_member m;
-  ferry_status st;
   while ((st = ferry__tar_next(&tar, &m)) == FERRY_OK) {
     char key[FERRY__TAR_NAME_MAX];
     const char *ext;
@@ -443,7 +473,9 @@ static ferry_status walk_shard(builder *b, uint32_t shard) {
     gather(&s, &m, ext);
   }
   if (st == FERRY_EEND) st = s.members ? finish_sample(b, shard, &f, &s) : FERRY_OK;
-  close(f.fd);
+  if (st == FERRY_EIO || st == FERRY_ENOTFOUND)
+    st = ferry__error_prefix(st, "shard %zu, at member '%s': ", (size_t)shard, tar.last[0] ? tar.last : "(the first)");
+  close_shard(&f);
   return st;
 }
 
@@ -543,7 +575,7 @@ typedef struct annotation_stream {
   size_t sample;            /* the next sample to read */
   json_t *anns;             /* the current sample's annotations */
   size_t k;                 /* the next of them */
-  shard_file f;             /* the current sample's shard (fd -1: none open) */
+  shard_file f;             /* the current sample's shard (none open: fd -1, no stream) */
   uint32_t shard;
 } annotation_stream;
 
@@ -551,11 +583,12 @@ typedef struct annotation_stream {
 static ferry_status reread_sidecar(annotation_stream *s, size_t sample) {
   builder *b = s->b;
   const ferry__shard_sample *rec = &b->set->samples[sample];
-  if (s->f.fd < 0 || s->shard != rec->shard) {
-    if (s->f.fd >= 0) close(s->f.fd);
+  if (!shard_is_open(&s->f) || s->shard != rec->shard) {
+    close_shard(&s->f);
     s->shard = rec->shard;
-    s->f = (shard_file){open(b->set->paths[rec->shard], O_RDONLY | O_CLOEXEC), b->set->paths[rec->shard]};
-    if (s->f.fd < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", s->f.path, strerror(errno));
+    uint64_t size;
+    ferry_status st = open_shard(b->set, b->set->paths[rec->shard], &s->f, &size);
+    if (st < 0) return st;
   }
   ferry__tar_member m = {.offset = b->sidecars[sample].offset, .size = b->sidecars[sample].size};
   snprintf(m.name, sizeof m.name, "the sidecar of %s", rec->member);
@@ -655,11 +688,11 @@ static ferry_status build(builder *b, split_index *ix, const ferry_coco_options 
   if (st == FERRY_OK && (!head || !categories || json_object_set(head, "categories", categories) ||
                          json_object_set(head, "images", b->images)))
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
-  annotation_stream stream = {.b = b, .f = {.fd = -1}};
+  annotation_stream stream = {.b = b, .f = {.fd = -1, .stream = NULL}};
   if (st == FERRY_OK && (st = ferry__coco_open_stepwise(head, b->spec, &o, next_annotation, &stream, coco)) < 0)
     st = name_element(b, st);
   json_decref(stream.anns);
-  if (stream.f.fd >= 0) close(stream.f.fd);
+  close_shard(&stream.f);
   json_decref(categories);
   json_decref(head);
   return st;
@@ -677,6 +710,7 @@ static int is_pattern(const char *path) {
 
 int ferry__shards_recognise(const char *path) {
   if (!path) return 0;
+  if (ferry__remote_is_url(path)) return 1;  /* ferry reads only shards from a URL */
   if (is_pattern(path) || ends_with(path, ".tar")) return 1;
   FILE *f = fopen(path, "rb");
   if (!f) return 0;
@@ -694,6 +728,7 @@ int ferry__shards_recognise(const char *path) {
 void ferry__shard_set_free(ferry__shard_set *set) {
   if (!set) return;
   for (size_t i = 0; i < set->num_shards; i++) ferry__free(set->paths[i]);
+  ferry__remote_close(set->remote);
   for (size_t i = 0; i < set->num_samples; i++) {
     ferry__free(set->samples[i].member);
     ferry__free(set->samples[i].problem);
@@ -701,6 +736,19 @@ void ferry__shard_set_free(ferry__shard_set *set) {
   ferry__free(set->paths);
   ferry__free(set->samples);
   ferry__free(set);
+}
+
+/* A URL's client. A query string (a presigned URL) would not survive the shard names
+ * being made from the index's URL, and a user:password would be in every message that
+ * names a shard: both are refused. */
+static ferry_status open_remote(const char *spec, ferry__shard_set *set) {
+  char shown[2048];
+  ferry__remote_display(spec, shown, sizeof shown);
+  if (strpbrk(spec, "?#"))
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: a shard URL with a query or fragment is not supported", shown);
+  if (strcmp(shown, spec) != 0)  /* shard URLs appear in messages: they must hold no password */
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: a user name or password in a shard URL is not supported", shown);
+  return ferry__remote_open(&set->remote);
 }
 
 ferry_status ferry__shards_open(const char *spec, const ferry_coco_options *opts, ferry__image_size_fn size,
@@ -714,6 +762,7 @@ ferry_status ferry__shards_open(const char *spec, const ferry_coco_options *opts
   b.set = ferry__calloc(1, sizeof *b.set);
   b.images = json_array();
   ferry_status st = b.set && b.images ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
+  if (st == FERRY_OK && ferry__remote_is_url(spec)) st = open_remote(spec, b.set);
   if (st == FERRY_OK && is_pattern(spec)) st = expand_pattern(spec, b.set);
   else if (st == FERRY_OK && ends_with(spec, ".tar")) st = add_path(b.set, ferry__strdup(spec));
   else if (st == FERRY_OK) st = read_index(spec, &ix, b.set);

@@ -41,8 +41,11 @@ typedef struct ferry__shard_sample {
   char *problem;            /* NULL, or why the sample cannot be read (names shard and member) */
 } ferry__shard_sample;
 
+typedef struct ferry__remote ferry__remote;
+
 typedef struct ferry__shard_set {
-  char **paths;             /* the shards, as opened */
+  char **paths;             /* the shards, as opened: paths, or URLs */
+  ferry__remote *remote;    /* the client the URLs are read through (lib/remote.h); NULL for paths */
   size_t num_shards;
   ferry__shard_sample *samples;  /* one per image of the coco, in its order */
   size_t num_samples;

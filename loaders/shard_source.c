@@ -1,12 +1,17 @@
-/* loaders/shard_source.c - the image source of a split packed as local tar shards,
- * and the choice, at open, between it and the images folder.
+/* loaders/shard_source.c - the image source of a split packed as tar shards, local or
+ * at URLs, and the choice, at open, between it and the images folder.
  *
- * Owns one read-only descriptor per shard, opened at open and closed at close, and the
- * shard set (coco/shards.h). Workers read through pread at the member's offset, so no
- * position is shared and no lock is taken. Sizes are learnt at open from each image's
- * header (ferry_image_probe), which is why the loader, not coco/, opens shards.
- * Invariants: fds[i] is shard i of the set; a sample with a problem is never read, its
- * problem is returned instead, so the loader's error policy decides (fail or skip).
+ * Owns the shard set (coco/shards.h) and, for local shards, one read-only descriptor
+ * per shard, opened at open and closed at close. Workers read through pread at the
+ * member's offset, or, for URLs, one ranged GET of the member's bytes through the set's
+ * client (lib/remote.h: a handle per request from its pool, retried from the byte it
+ * stopped at); so no position is shared and no lock is taken here. Nothing is cached:
+ * a member's bytes go straight into the worker's buffer. Sizes are learnt at open from
+ * each image's header (ferry_image_probe), which is why the loader, not coco/, opens
+ * shards.
+ * Invariants: fds[i] is shard i of the set (fds is NULL for URLs); a sample with a
+ * problem is never read, its problem is returned instead, so the loader's error policy
+ * decides (fail or skip).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +22,7 @@
 #include "coco/shards.h"
 #include "ferry/image.h"
 #include "lib/alloc.h"
+#include "lib/remote.h"
 #include "lib/status.h"
 #include "loaders/image_source.h"
 
@@ -45,6 +51,13 @@ static ferry_status read_member(const ferry__image_source *self, size_t index, u
     *cap = want + 1;
   }
   size_t got = 0;
+  if (s->set->remote) {
+    ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[r->shard], r->offset, *buf, want, &got);
+    if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
+    if (got < want)
+      return ferry__fail(FERRY_EFORMAT, "%s: member '%s': the shard ends inside it (it changed since the open)",
+                         s->set->paths[r->shard], r->member);
+  }
   while (got < want) {
     ssize_t n = pread(s->fds[r->shard], *buf + got, want - got, (off_t)(r->offset + got));
     if (n < 0 && errno == EINTR) continue;
@@ -72,6 +85,7 @@ static ferry_status probe(const void *data, size_t len, const char *name, int *w
 }
 
 static ferry_status open_fds(shard_source *s) {
+  if (s->set->remote) return FERRY_OK;
   s->fds = ferry__malloc((s->set->num_shards ? s->set->num_shards : 1) * sizeof *s->fds);
   if (!s->fds) return ferry__fail(FERRY_ENOMEM, "shards: out of memory");
   for (size_t i = 0; i < s->set->num_shards; i++) s->fds[i] = -1;

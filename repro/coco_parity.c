@@ -101,9 +101,13 @@ static int traverse(const options *o, summary *s) {
   ferry_device *dev;
   if (ferry_device_open("host", &dev) != FERRY_OK) return fail("device");
   ferry_loader *packed = open_path(o, dev, 1);
-  if (!packed) return fail("packed loader");
-  ferry_loader *unpacked = open_path(o, dev, 0);
-  if (!unpacked) return fail("unpacked loader");
+  ferry_loader *unpacked = packed ? open_path(o, dev, 0) : NULL;
+  if (!unpacked) {  /* the message first: closing must not be what it reports */
+    int failed = fail(packed ? "unpacked loader" : "packed loader");
+    ferry_loader_close(packed);
+    ferry_device_close(dev);
+    return failed;
+  }
   memset(s, 0, sizeof *s);
   s->min_iou = 1.0;
   sha256 h;

@@ -111,8 +111,8 @@ typedef struct ferry_loader_config {
   const char *annotations;     /* COCO instances/keypoints JSON (required); or a split packed
                                   as WebDataset tar shards: RF-DETR's SPLIT-index.json, a
                                   pattern "train-{000000..000127}.tar" or one ".tar", whose
-                                  sidecars are the annotations and whose members the images
-                                  (docs/shards.md) */
+                                  sidecars are the annotations and whose members the images,
+                                  as a path or an http(s):// or s3:// URL (docs/shards.md) */
   const char *images;          /* folder that file_name is relative to (required; checked
                                   to be a folder at open); with shards, not read: NULL, or
                                   any folder (the shards' own, say) */

@@ -1,0 +1,71 @@
+/* lib/remote.h - bytes of an object named by an http(s):// or s3:// URL, read with
+ * ranged GETs through libcurl (internal; used by coco/shards.c and loaders/shard_source.c).
+ *
+ * A client (ferry__remote) holds the settings read once from the environment, the S3
+ * credentials, and a pool of idle curl handles (each keeps its connections alive), so
+ * that many threads read at once, each through its own handle. Knows nothing of tar or
+ * COCO: an object is a byte range to read.
+ *
+ * s3://BUCKET/KEY is signed with SigV4 (CURLOPT_AWS_SIGV4) when AWS_ACCESS_KEY_ID and
+ * AWS_SECRET_ACCESS_KEY are set (AWS_SESSION_TOKEN goes in x-amz-security-token), for
+ * AWS_REGION (else AWS_DEFAULT_REGION, else us-east-1), and sent to AWS_ENDPOINT_URL/
+ * BUCKET/KEY (path style) when that is set, else to https://BUCKET.s3.REGION.amazonaws.com/KEY.
+ *
+ * Faults: a connection refused or reset, a connection not made within
+ * FERRY_REMOTE_CONNECT_TIMEOUT_MS, no byte for FERRY_REMOTE_STALL_S seconds (a stall), a
+ * body cut short, or an HTTP 5xx, 429 or 408 is retried after a backoff
+ * (FERRY_REMOTE_BACKOFF_MS, doubled each time, at most 5 s) from the first byte not yet
+ * received (HTTP Range), at most FERRY_REMOTE_RETRIES times per read; then the read
+ * fails with FERRY_EIO naming the URL, the bytes and the last HTTP status or transport
+ * error. Other 4xx fail at once (404: FERRY_ENOTFOUND), with S3's error code when the
+ * body has one. Messages name the URL as given, less any user:password part;
+ * credentials are never put in a message, and curl's verbose output is never enabled.
+ */
+#ifndef FERRY_LIB_REMOTE_H
+#define FERRY_LIB_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/error.h"
+
+typedef struct ferry__remote ferry__remote;
+
+/* Defaults of the settings the environment may change. */
+#define FERRY__REMOTE_RETRIES 5
+#define FERRY__REMOTE_BACKOFF_MS 100
+#define FERRY__REMOTE_STALL_S 30
+#define FERRY__REMOTE_CONNECT_TIMEOUT_MS 10000
+
+/* 1 when `path` is a URL this file reads: http://, https:// or s3://. */
+int ferry__remote_is_url(const char *path);
+
+/* A client with the environment's settings and credentials as they are now. */
+ferry_status ferry__remote_open(ferry__remote **out);
+void ferry__remote_close(ferry__remote *r);
+
+/* Bytes [offset, offset + len) of `url` into buf; *got < len only where the object
+ * ends. Thread-safe. */
+ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offset, void *buf, size_t len,
+                                size_t *got);
+
+/* The whole object, at most `max` bytes (more is FERRY_ELIMIT), NUL-terminated; free
+ * *data with ferry__free. */
+ferry_status ferry__remote_get(ferry__remote *r, const char *url, size_t max, char **data, size_t *len);
+
+/* A forward reader of one object for one thread (a tar walk): it fetches ahead in
+ * chunks of FERRY__REMOTE_CHUNK and keeps the last chunk fetched, so that a walk that
+ * reads a header and then, a little behind it, the member it names costs one request
+ * per chunk. A read behind the kept bytes is one request of its own. Memory: one
+ * chunk, or the largest single read when that is larger. */
+#define FERRY__REMOTE_CHUNK ((size_t)1 << 20)
+typedef struct ferry__remote_stream ferry__remote_stream;
+ferry_status ferry__remote_stream_open(ferry__remote *r, const char *url, ferry__remote_stream **out);
+/* ferry__tar_read_fn's shape: `stream` is a ferry__remote_stream. */
+ferry_status ferry__remote_stream_read(void *stream, uint64_t offset, void *buf, size_t len, size_t *got);
+void ferry__remote_stream_close(ferry__remote_stream *s);
+
+/* `url` as messages show it: without a user:password part. */
+void ferry__remote_display(const char *url, char *out, size_t size);
+
+#endif
