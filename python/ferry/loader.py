@@ -537,7 +537,10 @@ class Loader:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the modules close() uses may be gone
+            pass
 
     def __repr__(self):
         state = "closed" if self._loader is None else f"epoch {self._state.epoch}"
