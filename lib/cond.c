@@ -11,26 +11,34 @@
  */
 #include "lib/cond.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static void futex(atomic_uint *word, int op, unsigned value) {
-  /* EAGAIN (seq moved on) and EINTR are wake-ups like any other: the caller looks again. */
-  syscall(SYS_futex, word, op, value, NULL, NULL, 0);
+/* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (NULL: none), so a
+ * wait cut short by a signal and begun again never sleeps past it. Only ETIMEDOUT
+ * and EINTR are told apart; EAGAIN (seq moved on) is a wake-up like any other. */
+static int futex_wait(atomic_uint *word, unsigned value, const struct timespec *deadline) {
+  if (syscall(SYS_futex, word, FUTEX_WAIT_BITSET_PRIVATE, value, deadline, NULL, FUTEX_BITSET_MATCH_ANY) == 0)
+    return 0;
+  return errno == ETIMEDOUT || errno == EINTR ? errno : 0;
 }
 
-void ferry__cond_wait(ferry__cond *c, pthread_mutex_t *mutex) {
+void ferry__cond_wait(ferry__cond *c, pthread_mutex_t *mutex) { ferry__cond_wait_until(c, mutex, NULL); }
+
+int ferry__cond_wait_until(ferry__cond *c, pthread_mutex_t *mutex, const struct timespec *deadline) {
   unsigned seq = atomic_load_explicit(&c->seq, memory_order_relaxed);
   atomic_fetch_add(&c->waiters, 1);
   pthread_mutex_unlock(mutex);
-  futex(&c->seq, FUTEX_WAIT_PRIVATE, seq);
+  int rc = futex_wait(&c->seq, seq, deadline);
   pthread_mutex_lock(mutex);
   atomic_fetch_sub(&c->waiters, 1);
+  return rc;
 }
 
 void ferry__cond_wake(ferry__cond *c) {
   atomic_fetch_add(&c->seq, 1);
-  if (atomic_load(&c->waiters)) futex(&c->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
+  if (atomic_load(&c->waiters)) syscall(SYS_futex, &c->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }

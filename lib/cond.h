@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 typedef struct ferry__cond {
   atomic_uint seq;     /* bumped by every wake-up; a waiter sleeps only while it is unchanged */
@@ -27,6 +28,11 @@ typedef struct ferry__cond {
 
 /* Let `mutex` go, sleep until a wake-up (or spuriously), take `mutex` back. */
 void ferry__cond_wait(ferry__cond *cond, pthread_mutex_t *mutex);
+/* The same, sleeping no later than `deadline` (CLOCK_MONOTONIC; NULL: no bound).
+ * 0 after a wake-up (or spuriously), ETIMEDOUT once the deadline has passed, EINTR
+ * when a signal handler ran on this thread meanwhile: a caller that must answer
+ * signals (a Python binding) returns instead of sleeping again. */
+int ferry__cond_wait_until(ferry__cond *cond, pthread_mutex_t *mutex, const struct timespec *deadline);
 /* Wake every thread waiting on `cond`: no system call when none is. */
 void ferry__cond_wake(ferry__cond *cond);
 

@@ -9,7 +9,8 @@
  * the sampler's order (drawn here by begin_epoch, read by plan_create), and a plan
  * being laid out. Plans in flight, ready items and the batches that exist are
  * handoff.c's: it is asked to append, discard, release and recycle them. Of the
- * counters it writes samples_skipped, replans and coordinator_idle_cpu_ns.
+ * counters it writes samples_skipped, replans, batches_dropped and
+ * coordinator_idle_cpu_ns.
  *
  * Invariants: plans in flight are in cursor order and contiguous (each starts where
  * the previous one ended); only the head plan is ever committed; at most
@@ -379,8 +380,9 @@ static void *coordinate(void *arg) {
    * the loop looks again from the top after it. */
   while (!l->stopping && !l->coord.failed) {
     if (run.generation != l->generation) {
+      l->stats.batches_dropped += l->hand.inflight; /* a restart: what was laid out ahead goes */
       cancel_inflight(l);
-      ferry__handoff_drop_stale(l, l->generation);
+      l->stats.batches_dropped += ferry__handoff_drop_stale(l, l->generation);
       begin_epoch(l, &run, l->coord.restart_epoch, l->coord.restart_cursor, l->coord.restart_batch);
       continue;
     }

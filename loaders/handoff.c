@@ -79,15 +79,20 @@ void ferry__loader_unlock(ferry_loader *l) {
 }
 
 void ferry__loader_wait(ferry_loader *l, ferry__cond *cv, uint64_t *idle_ns) {
+  ferry__loader_wait_until(l, cv, idle_ns, NULL);
+}
+
+int ferry__loader_wait_until(ferry_loader *l, ferry__cond *cv, uint64_t *idle_ns, const struct timespec *deadline) {
   if (owes_wakeups(l)) {
     ferry__loader_unlock(l);
     pthread_mutex_lock(&l->lock);
-    return;
+    return 0;
   }
   ferry__loader_check(l);
   uint64_t before = idle_ns ? thread_cpu_ns() : 0;
-  ferry__cond_wait(cv, &l->lock);
+  int rc = ferry__cond_wait_until(cv, &l->lock, deadline);
   if (idle_ns) *idle_ns += thread_cpu_ns() - before;
+  return rc;
 }
 
 /* ---- plans and items ------------------------------------------------------------- */
@@ -234,8 +239,9 @@ void ferry__handoff_release_inflight(ferry_loader *l) {
 /* The list is relinked in place, keeping the current generation's items in order;
  * ready_tail is rebuilt as the walk goes. With UINT64_MAX, a generation never
  * reached, every item goes (the coordinator's exit). */
-void ferry__handoff_drop_stale(ferry_loader *l, uint64_t generation) {
+size_t ferry__handoff_drop_stale(ferry_loader *l, uint64_t generation) {
   handoff *h = &l->hand;
+  size_t batches = 0;
   ready_item **link = &h->ready_head;
   h->ready_tail = NULL;
   while (*link) {
@@ -246,10 +252,14 @@ void ferry__handoff_drop_stale(ferry_loader *l, uint64_t generation) {
       continue;
     }
     *link = item->next;
-    if (item->batch) ferry__handoff_discard(l, item->batch);
+    if (item->batch) {
+      ferry__handoff_discard(l, item->batch);
+      batches++;
+    }
     ferry__handoff_item_put(l, item);
     h->ready--;
   }
+  return batches;
 }
 
 void ferry__handoff_coordinator_idle(ferry_loader *l, int drain) {

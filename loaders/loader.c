@@ -5,9 +5,9 @@
  * coordinator and workers are in coordinator.c and workers.c, the release hook and
  * the other hand-offs in handoff.c; the lock and the condition variables they share
  * are described in loader_internal.h.
- * Callers: the user's threads. open and close from one thread, close once every
- * other call has returned; next from one thread at a time (loader.h); set_epoch,
- * state_get/set and stats_get from any, each under loader->lock.
+ * Callers: the user's threads. next from one thread at a time (loader.h); set_epoch,
+ * state_get/set and stats_get from any, each under loader->lock; close from any,
+ * also while those are in progress on other threads (not while one begins).
  *
  * Invariants:
  *   - everything open computes (config, the fill context, the field table, the
@@ -22,12 +22,20 @@
  *     than `arenas` (the coordinator makes no more), so next can tell a consumer
  *     that holds them all instead of waiting forever;
  *   - open either returns a loader whose threads all run, or closes what it opened:
- *     close accepts a loader stopped at any step of open.
+ *     close accepts a loader stopped at any step of open;
+ *   - every public call but the two constant counts is counted in `calls` (enter,
+ *     leave) from its first touch of the lock to its last touch of the loader, and
+ *     close, once `stopping` is set (no call enters after it), frees nothing until
+ *     `calls` is 0: a next waiting for a batch is woken and returns FERRY_ECANCELED;
+ *   - in a child of fork() (`forks` differs from the process's count), no call takes
+ *     the lock, which a thread that is not in the child may have held: they fail, and
+ *     close forgets the loader.
  * Not done here: the order of batches (coordinator.c), filling (workers.c, fill.c,
  * gpu_fill.c), the wait for a batch's events before its arena is reused
  * (lib/pool.c).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sched.h>
 #include <string.h>
@@ -405,6 +413,24 @@ static ferry_status adopt_config(const ferry_loader_config *given, ferry_loader_
   return FERRY_OK;
 }
 
+/* ---- fork ---------------------------------------------------------------------- */
+
+/* Children fork() has made in this process's line (pthread_atfork, installed at the
+ * first open): a loader opened under another count is a child's copy of its parent's. */
+static atomic_uint fork_count;
+static pthread_once_t fork_hook_once = PTHREAD_ONCE_INIT;
+static void count_fork(void) { atomic_fetch_add_explicit(&fork_count, 1, memory_order_relaxed); }
+static void install_fork_hook(void) { pthread_atfork(NULL, NULL, count_fork); }
+
+static unsigned forks_so_far(void) {
+  pthread_once(&fork_hook_once, install_fork_hook);
+  return atomic_load_explicit(&fork_count, memory_order_relaxed);
+}
+
+static int in_fork_child(const ferry_loader *l) {
+  return atomic_load_explicit(&fork_count, memory_order_relaxed) != l->forks;
+}
+
 static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api, int packed,
                                 ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
@@ -415,6 +441,7 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   if (st != FERRY_OK) return st;
   ferry_loader *l = ferry__calloc(1, sizeof *l);
   if (!l) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  l->forks = forks_so_far();
   l->config = adopted;
   l->packed = packed;
   l->workers = l->stats.workers = resolve_workers(config);
@@ -458,12 +485,65 @@ ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const str
 
 
 
+/* ---- calls in progress, close and fork ---------------------------------------- */
+
+/* Count a call in and return with the lock held; or refuse it, without the lock: in
+ * a fork child (its lock may be held by a parent's thread, which will never let it
+ * go), or once close has begun. */
+static ferry_status enter(ferry_loader *l, const char *call) {
+  if (in_fork_child(l))
+    return ferry__fail(FERRY_EUNSUPPORTED, "%s: the loader was opened before fork() and its threads are in the "
+                       "parent process; open a new loader in the child", call);
+  pthread_mutex_lock(&l->lock);
+  if (l->stopping) {
+    ferry__loader_unlock(l);
+    return ferry__fail(FERRY_ECANCELED, "%s: the loader is being closed", call);
+  }
+  l->calls++;
+  return FERRY_OK;
+}
+
+/* Count a call out, the lock not held, once it touches the loader no more. Nothing is
+ * owed after the decrement, so the unlock is the last touch: close may free next. */
+static void leave(ferry_loader *l) {
+  pthread_mutex_lock(&l->lock);
+  if (--l->calls == 0 && l->stopping) ferry__cond_wake(&l->close_cv);
+  ferry__loader_unlock(l);
+}
+
+/* leave, from a call that holds the lock: the wake-ups it owes go out first. */
+static void leave_locked(ferry_loader *l) {
+  ferry__loader_unlock(l);
+  leave(l);
+}
+
+/* close, after `stopping`: the calls in progress have all returned. */
+static void wait_for_calls(ferry_loader *l) {
+  pthread_mutex_lock(&l->lock);
+  while (l->calls) ferry__loader_wait(l, &l->close_cv, NULL);
+  ferry__loader_unlock(l);
+}
+
+/* The absolute CLOCK_MONOTONIC time `ms` from now (ms >= 0). */
+static struct timespec deadline_after(int ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_sec += ms / 1000;
+  t.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
 /* Wait for the next current-generation item; NULL with the status set if none can come.
  * An item of an older generation at the head is left for the coordinator to drop
  * (it wakes on the restart that made it stale). With nothing ready and every arena
  * held by the consumer, no batch can be made until one is released: that is an
- * error, not a wait that would never end. */
-static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
+ * error, not a wait that would never end. With a deadline (NULL: none), the wait
+ * also ends, FERRY_EAGAIN, when it passes or a signal handler ran on this thread. */
+static ready_item *wait_item(ferry_loader *l, const struct timespec *deadline, ferry_status *st) {
   for (;;) {
     if (l->stopping) {
       *st = ferry__fail(FERRY_ECANCELED, "loader: closed");
@@ -480,7 +560,10 @@ static ready_item *wait_item(ferry_loader *l, ferry_status *st) {
                        "(ferry_batch_release) before asking for the next", l->arenas);
       return NULL;
     }
-    ferry__loader_wait(l, &l->ready_cv, &l->stats.consumer_idle_cpu_ns);
+    if (ferry__loader_wait_until(l, &l->ready_cv, &l->stats.consumer_idle_cpu_ns, deadline) != 0) {
+      *st = ferry__fail(FERRY_EAGAIN, "loader: no batch yet (the wait was bounded or interrupted)");
+      return NULL;
+    }
   }
 }
 
@@ -497,12 +580,13 @@ static void next_epoch_view(ferry_loader *l, int64_t ended) {
 /* The view and `held` change under the lock; the progress callback runs after it is
  * let go, so that the callback may call the loader (stats_get, state_get). An item
  * is recycled whatever its kind: a batch's item carries only its address. */
-ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
+ferry_status ferry_loader_next_timed(ferry_loader *l, ferry_batch **out, int timeout_ms) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_next: loader and out are required");
   *out = NULL;
-  ferry_status st = FERRY_OK;
-  pthread_mutex_lock(&l->lock);
-  ready_item *item = wait_item(l, &st);
+  ferry_status st = enter(l, "ferry_loader_next");
+  if (st != FERRY_OK) return st;
+  struct timespec deadline = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+  ready_item *item = wait_item(l, timeout_ms >= 0 ? &deadline : NULL, &st);
   ferry_loader_progress progress = {0};
   consumer_view *v = &l->view;
   if (item && item->kind == ITEM_BATCH) {
@@ -529,36 +613,52 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) {
   ferry__loader_unlock(l);
   if ((*out || progress.epoch_ended) && l->config.progress)
     l->config.progress(&progress, l->config.progress_user);
+  leave(l);
   if (st == FERRY_EEND) ferry__fail(FERRY_EEND, "end of epoch"); /* the callback may call ferry */
   return st;
 }
 
+ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) { return ferry_loader_next_timed(l, out, -1); }
+
 /* Restart the coordinator at (epoch, cursor); what was in flight is dropped
  * (coordinator.c). The view is set in the same hold of the lock, so a state_get right
  * after already says where the loader stands, and no batch of the old generation can
- * be taken in between. Batches the consumer holds stay valid. */
+ * be taken in between. Batches the consumer holds stay valid. The lock is held. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
-  pthread_mutex_lock(&l->lock);
   ferry__coordinator_restart(l, epoch, cursor, delivered);
   consumer_view *v = &l->view;
   v->state.epoch = epoch;
   v->state.batches_delivered = delivered;
   v->state.cursor = cursor;
   v->samples_in_epoch = v->skipped_in_epoch = 0;
-  ferry__loader_unlock(l);
 }
 
+/* Nothing of `epoch` delivered yet, and the coordinator laying it out from its start:
+ * just opened (or restarted there), or the previous epoch's end or error taken (the
+ * coordinator begins the next epoch as it queues either: coordinator.c). What is in
+ * flight is then exactly what a restart would make again. */
+static int stands_at_start_of(const ferry_loader *l, int64_t epoch) {
+  const ferry_loader_state *s = &l->view.state;
+  return s->epoch == epoch && s->batches_delivered == 0 && s->cursor == 0 && !l->coord.failed;
+}
+
+/* The recommended loop calls set_epoch before every epoch, at the epoch the loader
+ * already stands at: a restart there would throw the prefetched batches away. */
 ferry_status ferry_loader_set_epoch(ferry_loader *l, int64_t epoch) {
   if (!l || epoch < 0) return ferry__fail(FERRY_EINVAL, "ferry_loader_set_epoch: a loader and an epoch >= 0 are required");
-  restart(l, epoch, 0, 0);
+  ferry_status st = enter(l, "ferry_loader_set_epoch");
+  if (st != FERRY_OK) return st;
+  if (!stands_at_start_of(l, epoch)) restart(l, epoch, 0, 0);
+  leave_locked(l);
   return FERRY_OK;
 }
 
 ferry_status ferry_loader_state_get(ferry_loader *l, ferry_loader_state *out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_state_get: loader and out are required");
-  pthread_mutex_lock(&l->lock);
+  ferry_status st = enter(l, "ferry_loader_state_get");
+  if (st != FERRY_OK) return st;
   *out = l->view.state;
-  ferry__loader_unlock(l);
+  leave_locked(l);
   return FERRY_OK;
 }
 
@@ -572,7 +672,10 @@ ferry_status ferry_loader_state_set(ferry_loader *l, const ferry_loader_state *s
   if (s->epoch < 0 || s->cursor > l->sampler.per_rank)
     return ferry__fail(FERRY_EINVAL, "loader state: epoch %lld / cursor %llu are out of range (%zu samples per epoch)",
                       (long long)s->epoch, (unsigned long long)s->cursor, l->sampler.per_rank);
+  ferry_status st = enter(l, "ferry_loader_state_set");
+  if (st != FERRY_OK) return st;
   restart(l, s->epoch, s->cursor, s->batches_delivered);
+  leave_locked(l);
   return FERRY_OK;
 }
 
@@ -589,13 +692,15 @@ static uint64_t coordinator_cpu_ns(const ferry_loader *l) {
 
 ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
-  pthread_mutex_lock(&l->lock);
+  ferry_status st = enter(l, "ferry_loader_stats_get");
+  if (st != FERRY_OK) return st;
   *out = l->stats;
   ferry__loader_unlock(l);
   out->samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
   out->coordinator_cpu_ns = coordinator_cpu_ns(l);
-  if (l->pool) return ferry_pool_stats_get(l->pool, &out->pool);
-  return FERRY_OK;
+  if (l->pool) st = ferry_pool_stats_get(l->pool, &out->pool);
+  leave(l);
+  return st;
 }
 
 uint64_t ferry_loader_samples_per_epoch(const ferry_loader *l) { return l->sampler.per_rank; }
@@ -607,14 +712,22 @@ uint64_t ferry_loader_batches_per_epoch(const ferry_loader *l) {
 }
 
 /* The order matters. stopping and a new generation make the consumer and the
- * coordinator give up; cancelling the pool frees a coordinator blocked on an arena;
+ * coordinator give up, and no call enters after it; the calls in progress return
+ * (a next waiting for a batch with FERRY_ECANCELED); cancelling the pool frees a
+ * coordinator blocked on an arena;
  * the coordinator is joined before the workers, since its exit waits for the slots
  * they hold; the consumer's batches go back before the pool that owns their arenas
  * is closed, and the pool before the device whose memory it pinned. Their hooks are
  * removed first: the loader they point to is going away. */
 void ferry_loader_close(ferry_loader *l) {
   if (!l) return;
+  if (in_fork_child(l)) { /* the threads to join and the locks are the parent's: forget it */
+    ferry__fail(FERRY_EUNSUPPORTED, "ferry_loader_close: the loader was opened before fork(); the child "
+                "only forgets it (its memory stays, as the parent's copy)");
+    return;
+  }
   ferry__coordinator_stop(l);
+  wait_for_calls(l);
   if (l->pool) ferry_pool_cancel(l->pool);
   ferry__coordinator_join(l);
   ferry__loader_stop_workers(l);

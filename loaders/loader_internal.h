@@ -245,13 +245,19 @@ struct ferry_loader {
   ferry__cond coord_cv;        /* coordinator: head complete, room ahead, restart or stop */
   ferry__cond ready_cv;        /* consumer: an item is ready, a fatal error, or stop */
   int stopping;                /* set once, by close (loader.c) */
+  /* The public calls in progress (loader.c): close, once `stopping` is set, waits on
+   * close_cv until none is left, so that no call still reads what it frees. */
+  size_t calls;
+  ferry__cond close_cv;
+  unsigned forks;              /* the process's fork count at open (loader.c): another
+                                  count means this is a child's copy of the loader */
   uint64_t generation;         /* bumped by set_epoch/state_set (coordinator.c) and close */
   work_queue work;             /* workers.c */
   handoff hand;                /* handoff.c */
   coordinator_part coord;      /* coordinator.c */
   consumer_view view;          /* loader.c */
   /* Counters, each written by one file: samples_decoded and peak_busy_workers by
-   * workers.c, samples_skipped, replans and coordinator_idle_cpu_ns by
+   * workers.c, samples_skipped, replans, batches_dropped and coordinator_idle_cpu_ns by
    * coordinator.c, batches_delivered and consumer_idle_cpu_ns by loader.c; the rest
    * at open. */
   ferry_loader_stats stats;
@@ -380,6 +386,10 @@ void ferry__loader_unlock(ferry_loader *loader);
  * idling: at saturation they never wait, so only the work bounds the rate
  * (repro/throughput's ceiling). */
 void ferry__loader_wait(ferry_loader *loader, ferry__cond *cv, uint64_t *idle_ns);
+/* The same, sleeping no later than `deadline` (CLOCK_MONOTONIC; NULL: no bound): 0, or
+ * ETIMEDOUT / EINTR as ferry__cond_wait_until says. */
+int ferry__loader_wait_until(ferry_loader *loader, ferry__cond *cv, uint64_t *idle_ns,
+                             const struct timespec *deadline);
 
 /* Plans: a new one with arrays for a full batch (NULL when out of memory; allocated
  * without needing the lock), a spare one (NULL when there is none), one back to the
@@ -411,8 +421,9 @@ void ferry__handoff_discard(ferry_loader *loader, ferry_batch *batch);
 /* Every plan in flight, cancelled and with no slot held by a worker any more
  * (coordinator.c cancel_inflight), off the list: batches given back, plans to spare. */
 void ferry__handoff_release_inflight(ferry_loader *loader);
-/* Drop ready items of another generation than `generation` (UINT64_MAX: all). */
-void ferry__handoff_drop_stale(ferry_loader *loader, uint64_t generation);
+/* Drop ready items of another generation than `generation` (UINT64_MAX: all); returns
+ * how many batches went with them. */
+size_t ferry__handoff_drop_stale(ferry_loader *loader, uint64_t generation);
 /* The head plan is complete and good: hand its batch out in the item it was laid out
  * with (so that delivering needs no memory), and recycle the plan. */
 void ferry__handoff_deliver_head(ferry_loader *loader);

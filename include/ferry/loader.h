@@ -23,6 +23,20 @@
  * their timing. Memory is bounded: `prefetch + max_outstanding` arenas, and a
  * consumer that holds on to batches makes the workers wait. By default the prefetch
  * depth follows the worker count (docs/tuning.md), within `max_pinned_bytes`.
+ *
+ * Threads, signals, fork (docs/api.md, "A loader's lifetime"):
+ *   - ferry_loader_next is called from one thread at a time; set_epoch, state_get/set
+ *     and stats_get from any;
+ *   - ferry_loader_close may come from another thread while such calls are in
+ *     progress: a next waiting for a batch returns FERRY_ECANCELED at once, and close
+ *     waits for every call in progress to return before it frees anything. A call
+ *     begun after close has begun is the caller's error (the loader may be gone);
+ *   - ferry_loader_next_timed bounds the wait, and returns FERRY_EAGAIN when a signal
+ *     handler ran on the waiting thread, so a binding can run its own handlers;
+ *   - the threads of a loader stay in the process that opened it: in a child made by
+ *     fork(), every call on an inherited loader fails with FERRY_EUNSUPPORTED, and
+ *     ferry_loader_close only forgets it (the parent's threads cannot be joined there,
+ *     nor its locks trusted). Open a new loader in the child.
  */
 #ifndef FERRY_LOADER_H
 #define FERRY_LOADER_H
@@ -118,7 +132,8 @@ typedef struct ferry_loader_config {
                                   any folder (the shards' own, say) */
   size_t batch_size;           /* 8; 1..FERRY_LOADER_MAX_BATCH */
   size_t workers;              /* 0: one per core this process may run on. However many,
-                                  no more of them fill samples at once than it has cores */
+                                  no more of them fill samples at once than it has cores.
+                                  Not torch's num_workers, whose 0 means no worker at all */
   size_t prefetch;             /* batches being filled ahead of the consumer. 0 (the default):
                                   enough that 4 x workers samples are in flight, at least 2,
                                   within max_pinned_bytes (docs/tuning.md) */
@@ -131,7 +146,8 @@ typedef struct ferry_loader_config {
   int resolution;              /* R: images and masks are R x R (square resize): 312; with a
                                   recipe, its base scale */
   unsigned fields;             /* FERRY_LOADER_FIELDS_DEFAULT */
-  ferry_box_format box_format; /* FERRY_BOXES_XYXY */
+  ferry_box_format box_format; /* FERRY_BOXES_XYXY here; the Python package's default is
+                                  "cxcywh" (FERRY_BOXES_CXCYWH_NORM), DETR's format */
   int keep_crowd;              /* 0: drop iscrowd annotations (RF-DETR's ConvertCoco) */
   int remap_categories;        /* 0: labels are raw category ids; 1: 0..C-1 */
   ferry_error_policy on_error; /* FERRY_ON_ERROR_FAIL */
@@ -193,6 +209,10 @@ typedef struct ferry_loader_stats {
    * worker fills the sample, re-planned ones included, as samples_decoded is. */
   uint64_t samples_gpu_decode;
   uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
+  uint64_t batches_dropped;   /* batches laid out ahead (in flight or ready) and thrown
+                                 away by set_epoch or state_set, to be filled again; a
+                                 set_epoch to the epoch the loader stands at the start
+                                 of drops none */
 } ferry_loader_stats;
 
 /* Fill the first `size` bytes of *config with the documented defaults (options this
@@ -208,11 +228,21 @@ FERRY_API ferry_status ferry_loader_open(const ferry_loader_config *config, ferr
 
 /* The next batch of the current epoch, in order; blocks until it is filled.
  * FERRY_EEND ends the epoch (the next call begins the next one). An error under
- * FERRY_ON_ERROR_FAIL ends the epoch too. Call from one thread at a time. */
+ * FERRY_ON_ERROR_FAIL ends the epoch too. FERRY_ECANCELED when ferry_loader_close,
+ * called on another thread, ended the wait. Call from one thread at a time. */
 FERRY_API ferry_status ferry_loader_next(ferry_loader *loader, ferry_batch **out);
 
+/* ferry_loader_next, waiting at most `timeout_ms` milliseconds for the batch (-1: no
+ * bound, as ferry_loader_next; 0: only what is ready). FERRY_EAGAIN, with nothing
+ * taken and *out NULL, when none came in time or when a signal handler ran on this
+ * thread during the wait: call again. What a binding whose signal handlers run only
+ * once the call returns (Python's) calls in a loop of short waits. */
+FERRY_API ferry_status ferry_loader_next_timed(ferry_loader *loader, ferry_batch **out, int timeout_ms);
+
 /* Drop what is in flight and start `epoch` from its first batch (as
- * DistributedSampler.set_epoch). */
+ * DistributedSampler.set_epoch). When the loader already stands at the first batch of
+ * `epoch` (just opened, or the previous epoch's end taken), nothing is dropped: the
+ * batches prefetched for it are those it would make again. */
 FERRY_API ferry_status ferry_loader_set_epoch(ferry_loader *loader, int64_t epoch);
 
 /* Where the loader stands: as of the last batch ferry_loader_next returned. Save it
@@ -235,7 +265,10 @@ FERRY_API uint64_t ferry_loader_batches_per_epoch(const ferry_loader *loader);
 FERRY_API uint64_t ferry_loader_samples_per_epoch(const ferry_loader *loader);
 
 /* Stop and join every thread and free every arena, also mid-epoch. Batches the
- * consumer still holds are released here: do not use them afterwards. */
+ * consumer still holds are released here: do not use them afterwards, nor release
+ * them on another thread while close runs. Calls in progress on other threads return
+ * first (ferry_loader_next with FERRY_ECANCELED); close waits for them. In a child
+ * made by fork(), it only forgets the loader (see the top of this header). */
 FERRY_API void ferry_loader_close(ferry_loader *loader);
 
 #ifdef __cplusplus

@@ -13,7 +13,10 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_int, c_int32, c_int64
 
 # ---- status codes and enums (include/ferry/error.h, loader.h, transfer.h) ------------
 OK = 0
+EUNSUPPORTED = -7
 ENOTFOUND = -9
+ECANCELED = -10
+EAGAIN = -11
 EEND = -12
 
 FIELD_BOXES, FIELD_LABELS, FIELD_MASKS = 1 << 0, 1 << 1, 1 << 2
@@ -87,7 +90,8 @@ class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
                 ("coordinator_idle_cpu_ns", c_uint64), ("consumer_idle_cpu_ns", c_uint64),
                 ("peak_busy_workers", c_size_t), ("decoder", c_int),
                 ("samples_gpu_decode", c_uint64),
-                ("samples_cpu_fallback", c_uint64 * 8)]  # FERRY_FALLBACK_REASONS
+                ("samples_cpu_fallback", c_uint64 * 8),  # FERRY_FALLBACK_REASONS
+                ("batches_dropped", c_uint64)]
 
 
 class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h
@@ -157,6 +161,7 @@ _SIGNATURES = {
     "ferry_loader_config_init": (None, POINTER(LoaderConfig), c_size_t),
     "ferry_loader_open": (c_int, POINTER(LoaderConfig), handle),
     "ferry_loader_next": (c_int, c_void_p, handle),
+    "ferry_loader_next_timed": (c_int, c_void_p, handle, c_int),
     "ferry_loader_set_epoch": (c_int, c_void_p, c_int64),
     "ferry_loader_state_get": (c_int, c_void_p, POINTER(LoaderState)),
     "ferry_loader_state_set": (c_int, c_void_p, POINTER(LoaderState)),
@@ -173,6 +178,7 @@ _SIGNATURES = {
     "ferry_device_batch_take": (c_int, c_void_p, c_size_t, c_char_p, POINTER(Tensor)),
     "ferry_device_batch_take_images": (c_int, c_void_p, POINTER(Tensor)),
     "ferry_device_batch_free": (None, c_void_p),
+    "ferry_tensor_free": (None, POINTER(Tensor)),
     # the DLManagedTensor comes back as a plain address, handed on to PyCapsule_New
     "ferry_tensor_to_dlpack": (c_int, POINTER(Tensor), POINTER(c_void_p)),
 }
@@ -182,6 +188,32 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [c_void_p, c_char_p, c_void_p]
+# The destructor gets a capsule whose references are gone: a plain address, never a
+# py_object (which would count a reference to it again).
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.restype, _capsule_is_valid.argtypes = c_int, [c_void_p, c_char_p]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = c_void_p, [c_void_p, c_char_p]
+_DELETER = ctypes.CFUNCTYPE(None, c_void_p)
+
+
+def _delete_managed(address):
+    """Call a DLManagedTensor's own deleter: what frees the ferry tensor inside it."""
+    managed = DLManagedTensor.from_address(address)
+    if managed.deleter:
+        _DELETER(managed.deleter)(address)
+
+
+@ctypes.PYFUNCTYPE(None, c_void_p)
+def _free_unconsumed(capsule):
+    """The DLPack rule: a capsule still named "dltensor" when it dies was never taken
+    (the consumer renames it "used_dltensor"), so its tensor is freed here; a failing
+    from_dlpack, or an interrupt before it, leaks nothing."""
+    if _capsule_is_valid(capsule, b"dltensor"):
+        _delete_managed(_capsule_pointer(capsule, b"dltensor"))
+
+
+_CAPSULE_DESTRUCTOR = ctypes.cast(_free_unconsumed, c_void_p)
 
 
 class FerryError(RuntimeError):
@@ -205,8 +237,16 @@ def check(status, what=None):
 
 class Exporter:
     """Moves ferry tensors into DLPack capsules ("dltensor"), which their consumer then
-    owns. One per thread of use: it reuses its ctypes arguments, since a step hands
-    over dozens of tensors and building them is most of the cost."""
+    owns. One per thread of use (the Loader lets one step run at a time): it reuses its
+    ctypes arguments, since a step hands over dozens of tensors and building them is
+    most of the cost.
+
+    A tensor is never unowned on the way: it is in the device batch, then in
+    self.tensor (taken), then in self._managed (exported), then in a capsule whose
+    destructor frees it unless a consumer took it. An interrupt (KeyboardInterrupt)
+    between two of those calls leaves it in self.tensor or self._managed, and reclaim()
+    frees it: no Python bytecode that could raise runs between the read of
+    self._managed and the capsule's creation."""
 
     def __init__(self):
         self.tensor = Tensor()
@@ -219,4 +259,14 @@ class Exporter:
         status = lib.ferry_tensor_to_dlpack(self.tensor_ref, self._managed_ref)
         if status != OK:
             check(status)
-        return _capsule_new(self._managed, b"dltensor", None)
+        managed = self._managed.value
+        self._managed.value = None
+        return _capsule_new(managed, b"dltensor", _CAPSULE_DESTRUCTOR)
+
+    def reclaim(self):
+        """Free what an interrupted hand-over left behind (nothing, normally)."""
+        lib.ferry_tensor_free(self.tensor_ref)  # a cleared tensor: nothing to do
+        managed = self._managed.value
+        if managed:
+            self._managed.value = None
+            _delete_managed(managed)

@@ -3,7 +3,8 @@
 Every tensor goes through DLPack: ferry_tensor_to_dlpack moves its ownership into a
 DLManagedTensor, and torch.from_dlpack / numpy.from_dlpack take it over, so the
 library that made the array frees the ferry allocation (through the deleter) when its
-array dies. DLPack 0.6 has no bool: masks arrive as uint8 and are reinterpreted as
+array dies. A capsule that no library took (from_dlpack raised) frees it itself
+(_capi.Exporter). DLPack 0.6 has no bool: masks arrive as uint8 and are reinterpreted as
 bool in place (a view, same bytes).
 """
 import importlib.util
@@ -56,12 +57,13 @@ class NumpyConverter:
         import numpy
         self.numpy = numpy
         self.exporter = _capi.Exporter()
+        self._from_dlpack = numpy.from_dlpack
 
     def __call__(self):
         """exporter.tensor as a numpy array (moved, not copied). The Loader refuses
         layout="bf16" with numpy, which has no bfloat16."""
         is_bool = self.exporter.tensor.dtype == _capi.DTYPE_BOOL
-        out = self.numpy.from_dlpack(_Producer(self.exporter.capsule()))
+        out = self._from_dlpack(_Producer(self.exporter.capsule()))
         return out.view(self.numpy.bool_) if is_bool else out
 
 

@@ -10,10 +10,20 @@ Invariants:
   - a packed batch is released right after its transfer is queued (the arena goes back
     to the pool once the copies have read it), so the Python side never holds an arena;
   - every tensor of a device batch is either taken out and handed over, or freed with
-    the device batch: nothing is left behind, whatever raises;
+    the device batch: nothing is left behind, whatever raises, a KeyboardInterrupt
+    included (the C calls write into ctypes objects a try block already covers);
+  - every call into the C loader is counted in `_inside` while it runs, and the C loader
+    is closed only once none is: a close from a signal handler or another thread during
+    a step lets the step finish (another thread's close waits for it), and at most one
+    step runs at a time, on any thread (they share the conversion scratch);
+  - a wait for a batch lasts at most WAIT_SLICE_MS before Python looks at its signals
+    (Ctrl-C) and at a close again;
+  - in a child of os.fork(), an inherited Loader refuses every call and close only
+    forgets it: its threads are in the parent (the C loader refuses the same);
   - devices are opened once per process and never closed, because tensors handed out
     may outlive every Loader and their deleters free through the device.
 """
+import contextlib
 import ctypes
 import os
 import threading
@@ -44,8 +54,43 @@ LAYOUTS = {"f32": (_capi.LAYOUT_F32_CHW, _capi.NORMALIZE_NONE),
            # [h, w, 3]): RF-DETR's gpu_postprocess normalises on the GPU itself
            "uint8": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_NONE)}
 
+# How long one wait for a batch lasts before Python runs its signal handlers (Ctrl-C)
+# and looks for a close from another thread; then it waits again.
+WAIT_SLICE_MS = 50
+
+# What code written for torch.utils.data.DataLoader passes, refused with what to use.
+DATALOADER_OPTIONS = {
+    "num_workers": "ferry decodes in its own threads: pass workers=N. Mind the zero: workers=0 "
+                   "(the default) is one thread per core, where num_workers=0 loads in the main process",
+    "pin_memory": "ferry stages every batch in pinned memory itself and copies it to `device`: "
+                  "pass device='cuda' for tensors on the GPU, device='cpu' for CPU tensors",
+    "prefetch_factor": "pass prefetch=N, the batches filled ahead (None: sized from the workers)",
+    "persistent_workers": "ferry's threads live as long as the Loader (close() stops them): leave it out",
+    "collate_fn": "batches come collated, DETR's (images, targets): leave it out",
+    "sampler": "the order is ferry's: shuffle, seed, rank/world_size and set_epoch",
+}
+
+
+def _refuse_dataloader_options(options):
+    for key in options:
+        if key in DATALOADER_OPTIONS:
+            raise TypeError(f"ferry.Loader has no {key} (a DataLoader option): {DATALOADER_OPTIONS[key]}")
+        raise TypeError(f"ferry.Loader got an unexpected keyword argument {key!r}")
+
+
 _devices = {}
 _devices_lock = threading.Lock()
+
+
+def _forget_parent_devices():
+    """In a fork child: the parent's devices have their stream threads in the parent,
+    so the child opens its own (and the lock may have been held by a parent's thread)."""
+    global _devices_lock
+    _devices_lock = threading.Lock()
+    _devices.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_devices)
 
 
 def _ferry_device_name(device):
@@ -154,7 +199,18 @@ class Loader:
     targets[i]["augment"] the sample's record. The next iteration continues where the
     loader stands: the rest of the epoch, or the next epoch (reshuffled from seed +
     epoch). docs/python.md.
+
+    Not DataLoader's options: workers=0 (the default) is one decoding thread per core,
+    not torch's num_workers=0 (no worker); num_workers and pin_memory are refused with
+    what to use. box_format is "cxcywh" (DETR's), where the C library's default is
+    xyxy. One iteration step runs at a time (another thread's is refused); close() may
+    come from a signal handler or another thread (docs/python.md, "Threads, signals,
+    fork").
     """
+
+    _loader = None    # the C handle while open; taken out atomically by _take_handle
+    _closing = False
+    _close_waiters = 0  # close() calls waiting for the calls inside to return
 
     def __init__(self, annotations, images, batch_size=8, workers=0, resolution=312,
                  device="cpu", seed=0, shuffle=True, drop_last=False, rank=None,
@@ -163,8 +219,12 @@ class Loader:
                  fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu",
                  augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
                  num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
-                 size_divisibility=1, load_images=True, max_instances=None):
-        self._loader = None
+                 size_divisibility=1, load_images=True, max_instances=None, **dataloader_options):
+        _refuse_dataloader_options(dataloader_options)
+        self._guard = threading.Condition(threading.RLock())  # reentrant: signal handlers
+        self._inside = {}   # thread ident -> calls of that thread into the C loader
+        self._stepper = None  # the thread running an iteration step
+        self._pid = os.getpid()
         self.batch_size, self.resolution, self.device = batch_size, resolution, str(device)
         self._convert = converter(tensor_type)
         image_layout, normalize = _choice(LAYOUTS, layout, "layout")
@@ -241,54 +301,140 @@ class Loader:
 
     def __len__(self):
         """Batches per epoch on this rank (nominal: before any skipped sample)."""
-        return int(lib.ferry_loader_batches_per_epoch(self._open()))
+        with self._call() as loader:
+            return int(lib.ferry_loader_batches_per_epoch(loader))
 
-    def _open(self):
-        if self._loader is None:
-            raise ValueError("the loader is closed")
-        return self._loader
+    # ---- calls into the C loader: who is inside, close, fork ---------------------------
+
+    def _refuse_in_fork_child(self):
+        """Checked before the guard is taken: a thread of the parent may have held it."""
+        if os.getpid() != self._pid:
+            raise _capi.FerryError(_capi.EUNSUPPORTED, (
+                f"this Loader was opened in process {self._pid} before os.fork(): its threads are "
+                "there, not in this child; open a new Loader in the child"))
+
+    def _enter(self, step=False):
+        """The C handle, for a call of this thread, counted in `_inside` until _leave.
+        Refused in a fork child (FerryError), once closed or closing (ValueError), and
+        for a step while another runs (RuntimeError). A signal handler may run between
+        any two lines here: the count is stored before `_closing` is read, so a close
+        in between either sees the call or is seen by it."""
+        self._refuse_in_fork_child()
+        me = threading.get_ident()
+        with self._guard:
+            self._inside[me] = self._inside.get(me, 0) + 1
+            try:
+                if self._loader is None or self._closing:
+                    raise ValueError("the loader is closed")
+                if step and self._stepper is not None:
+                    raise RuntimeError(
+                        "another iteration of this Loader is running (on another thread, or "
+                        "interrupted by a handler on this one): a Loader yields one batch at a "
+                        "time; give each thread its own Loader (with rank/world_size to split the data)")
+            except BaseException:
+                self._leave()
+                raise
+            if step:
+                self._stepper = me
+            return self._loader
+
+    def _leave(self, step=False):
+        """Count the call out; the last one out of a closing Loader closes it."""
+        me = threading.get_ident()
+        with self._guard:
+            if step:
+                self._stepper = None
+            self._inside[me] -= 1  # never absent meanwhile: a handler sees the call or 0
+            if not self._inside[me]:
+                del self._inside[me]
+            # a close() waiting on another thread closes; else (a handler's) this call does
+            handle = None if self._close_waiters else self._take_handle()
+            self._guard.notify_all()
+        self._close_handle(handle)
+
+    @contextlib.contextmanager
+    def _call(self):
+        loader = self._enter()
+        try:
+            yield loader
+        finally:
+            self._leave()
+
+    def _take_handle(self):
+        """Under the guard: the C handle, taken out once closing and no call is inside (one
+        dict operation, which a signal handler cannot split); else None."""
+        if not self._closing or any(self._inside.values()):
+            return None
+        return self.__dict__.pop("_loader", None)
+
+    @staticmethod
+    def _close_handle(handle):
+        """Outside the guard: the C close may wait for the device's copies, and other
+        threads meanwhile learn at once that the Loader is closed."""
+        if handle is not None:
+            lib.ferry_loader_close(handle)
+
+    # ---- one step ------------------------------------------------------------------------
 
     def _next(self):
         """The next batch of the epoch as (images, targets), or None at its end."""
-        loader = self._open()
-        batch = c_void_p()
-        status = lib.ferry_loader_next(loader, byref(batch))
-        if status == _capi.EEND:
-            return None
-        check(status)
-        lib.ferry_loader_state_get(loader, byref(self._state))
-        if self._cuda:
-            torch = self._convert.torch
-            # ferry's CUDA calls set this thread's current device: keep torch's as it was
-            with torch.cuda.device(self._torch_device):
-                return self._transfer_after_torch(batch)
-        return self._transfer_and_hand_over(batch)
-
-    def _transfer_after_torch(self, batch):
-        """Before ferry allocates and copies on its own CUDA stream, let the work queued
-        on torch's current stream finish: tensors the training loop dropped are freed on
-        ferry's stream, and their memory must not be reused by this transfer while a
-        queued kernel may still read it (docs/python.md, CUDA streams)."""
+        loader = self._enter(step=True)
         try:
-            self._convert.torch.cuda.current_stream(self._torch_device).synchronize()
-        except BaseException:
-            lib.ferry_batch_release(batch)
-            raise
-        return self._transfer_and_hand_over(batch)
+            return self._step(loader)
+        finally:
+            self._leave(step=True)
 
-    def _transfer_and_hand_over(self, batch):
-        """Ferry the packed batch to the device (releasing it), then hand it over."""
-        landed = c_void_p()
-        status = lib.ferry_transfer(self._device, None, batch, byref(self._transfer), byref(landed))
-        lib.ferry_batch_release(batch)  # at once: the arena waits for the copies itself
-        check(status)
+    def _step(self, loader):
+        """Take, transfer, hand over. The packed batch and the device batch are written by
+        the C calls into ctypes objects that a try block covers before the call is made,
+        so an interrupt anywhere (KeyboardInterrupt) leaves neither behind."""
+        batch, landed = c_void_p(), c_void_p()
         try:
+            try:
+                if not self._take(loader, batch):
+                    return None
+                status = self._queue_transfer(batch, landed)
+            finally:
+                if batch:  # at once: the arena waits for the copies itself
+                    lib.ferry_batch_release(batch)
+            check(status)
             # The copies must have landed before any consumer reads the tensors: DLPack
             # 0.6 carries no stream (docs/pytorch.md, rule 1).
             check(lib.ferry_device_batch_wait(landed))
             return self._hand_over(landed)
         finally:
-            lib.ferry_device_batch_free(landed)  # frees only what was not handed over
+            if landed:
+                lib.ferry_device_batch_free(landed)  # frees only what was not handed over
+            self._convert.exporter.reclaim()
+
+    def _take(self, loader, batch):
+        """Wait for the next packed batch, in slices of WAIT_SLICE_MS: between two, Python
+        runs its signal handlers (the wait also ends when one ran on this thread) and this
+        step gives up if the Loader is being closed. False at the epoch's end."""
+        status = lib.ferry_loader_next_timed(loader, byref(batch), WAIT_SLICE_MS)
+        while status == _capi.EAGAIN:
+            if self._closing:
+                raise ValueError("the loader was closed while waiting for a batch")
+            status = lib.ferry_loader_next_timed(loader, byref(batch), WAIT_SLICE_MS)
+        if status == _capi.EEND:
+            return False
+        check(status)
+        check(lib.ferry_loader_state_get(loader, byref(self._state)))
+        return True
+
+    def _queue_transfer(self, batch, landed):
+        """ferry_transfer of the packed batch; its status. On CUDA, before ferry allocates
+        and copies on its own stream, the work queued on torch's current stream finishes:
+        tensors the training loop dropped are freed on ferry's stream, and their memory
+        must not be reused by this transfer while a queued kernel may still read it
+        (docs/python.md, CUDA streams)."""
+        if not self._cuda:
+            return lib.ferry_transfer(self._device, None, batch, byref(self._transfer), byref(landed))
+        torch = self._convert.torch
+        # ferry's CUDA calls set this thread's current device: keep torch's as it was
+        with torch.cuda.device(self._torch_device):
+            torch.cuda.current_stream(self._torch_device).synchronize()
+            return lib.ferry_transfer(self._device, None, batch, byref(self._transfer), byref(landed))
 
     def _hand_over(self, landed):
         """Every tensor of the device batch, taken out and converted: (images, targets)."""
@@ -325,9 +471,12 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Drop what is in flight and start `epoch` from its first batch (as
-        DistributedSampler.set_epoch)."""
-        check(lib.ferry_loader_set_epoch(self._open(), epoch))
-        check(lib.ferry_loader_state_get(self._loader, byref(self._state)))
+        DistributedSampler.set_epoch). At the epoch the loader already stands at the
+        start of (just opened, or the previous epoch run to its end: the recommended
+        loop), nothing prefetched is dropped."""
+        with self._call() as loader:
+            check(lib.ferry_loader_set_epoch(loader, epoch))
+            check(lib.ferry_loader_state_get(loader, byref(self._state)))
 
     def state_dict(self):
         """Where the loader stands, as of the last batch it yielded: save it with the
@@ -337,14 +486,16 @@ class Loader:
 
     def load_state_dict(self, state):
         wanted = _capi.LoaderState(**{name: state[name] for name, _ in _capi.LoaderState._fields_})
-        check(lib.ferry_loader_state_set(self._open(), byref(wanted)))
+        with self._call() as loader:
+            check(lib.ferry_loader_state_set(loader, byref(wanted)))
         self._state = wanted
 
     def stats(self):
         """Counters since open (samples decoded and skipped, batches, re-plans), the
         worker count, the pinned pool's use, and the device's memory accounting."""
         stats = _capi.LoaderStats()
-        check(lib.ferry_loader_stats_get(self._open(), byref(stats)))
+        with self._call() as loader:
+            check(lib.ferry_loader_stats_get(loader, byref(stats)))
         out = _struct_dict(stats)
         out["decoder"] = lib.ferry_decode_mode_name(stats.decoder).decode()
         memory = _capi.MemoryStats()
@@ -355,10 +506,31 @@ class Loader:
     # ---- lifetime ----------------------------------------------------------------------
 
     def close(self):
-        """Stop the workers and free the arenas. Tensors already yielded stay valid."""
-        if self._loader is not None:
-            lib.ferry_loader_close(self._loader)
-            self._loader = None
+        """Stop the workers and free the arenas. Tensors already yielded stay valid.
+
+        Safe from a signal handler (SIGTERM) and from another thread while a step runs:
+        the step finishes (a batch already taken is handed over), the loader closes as it
+        returns, and the next step raises ValueError. Another thread's close() waits for
+        that (a wait for a batch gives up within WAIT_SLICE_MS). In a fork child, close()
+        only forgets the Loader: its threads and memory are the parent's."""
+        if self._loader is None:
+            return
+        if os.getpid() != self._pid:
+            self.__dict__.pop("_loader", None)
+            return
+        me = threading.get_ident()
+        with self._guard:
+            self._closing = True
+            if self._inside.get(me):
+                return  # a handler inside this thread's own call: the call closes on its way out
+            self._close_waiters += 1
+            try:
+                while any(self._inside.values()):
+                    self._guard.wait()
+            finally:
+                self._close_waiters -= 1
+            handle = self._take_handle()
+        self._close_handle(handle)
 
     def __enter__(self):
         return self
@@ -367,7 +539,10 @@ class Loader:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the modules close() uses may be gone
+            pass
 
     def __repr__(self):
         state = "closed" if self._loader is None else f"epoch {self._state.epoch}"
