@@ -88,6 +88,9 @@ extern shim_suite *shim_suites;
 #define cr_expect_null cr_assert_null
 #define cr_expect_not_null cr_assert_not_null
 #define cr_expect_str_eq cr_assert_str_eq
+#define cr_expect_str_neq cr_assert_str_neq
+#define cr_expect_str_empty cr_assert_str_empty
+#define cr_expect_str_not_empty cr_assert_str_not_empty
 #define cr_fail(...) shim_fail(__FILE__, __LINE__, "cr_fail", "" __VA_ARGS__)
 #define cr_assert_fail(...) cr_fail(__VA_ARGS__)
 #define cr_skip_test(...) shim_skip("" __VA_ARGS__)
