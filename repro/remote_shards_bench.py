@@ -70,7 +70,8 @@ def nginx_server(root):
     port = remote_servers.free_port()
     with open(os.path.join(tmp, "nginx.conf"), "w") as f:
         f.write(NGINX_CONF.format(tmp=tmp, port=port, root=root))
-    proc = subprocess.Popen([nginx, "-p", tmp, "-c", os.path.join(tmp, "nginx.conf"), "-e", os.path.join(tmp, "error.log")])
+    proc = subprocess.Popen([nginx, "-p", tmp, "-c", os.path.join(tmp, "nginx.conf"),
+                             "-e", os.path.join(tmp, "error.log")])
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
