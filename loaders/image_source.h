@@ -26,6 +26,10 @@ struct ferry__image_source {
   /* Where image `index` is, for messages ("SHARD: member 'NAME'"), into name. */
   void (*describe)(const ferry__image_source *self, size_t index, char *name, size_t size);
   void (*close)(ferry__image_source *self);
+  /* The shards' sizes in samples, in dataset order: shard i holds the next
+   * shard_samples[i] dataset indices (what the shard order permutes, sampler.h). */
+  const size_t *shard_samples;
+  size_t num_shards;
 };
 
 /* Open the loader's annotations: a shard spec (coco/shards.h) gives its coco and a

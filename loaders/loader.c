@@ -137,6 +137,11 @@ static ferry_status check_config(const ferry_loader_config *c) {
     return ferry__fail(FERRY_EINVAL, "loader: config.on_error %d is neither FAIL nor SKIP", (int)c->on_error);
   if ((unsigned)c->box_format > (unsigned)FERRY_BOXES_CXCYWH_NORM)
     return ferry__fail(FERRY_EINVAL, "loader: config.box_format %d is not a ferry_box_format", (int)c->box_format);
+  if ((unsigned)c->order > (unsigned)FERRY_ORDER_SHARDS)
+    return ferry__fail(FERRY_EINVAL, "loader: config.order %d is not a ferry_sample_order", (int)c->order);
+  if (c->order == FERRY_ORDER_SHARDS && !ferry__shards_recognise(c->annotations))
+    return ferry__fail(FERRY_EINVAL, "loader: config.order SHARDS needs a split packed as shards, and %s is not "
+                       "a shard spec (docs/shards.md)", c->annotations);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
   ferry_status st = check_augment(c);
@@ -243,7 +248,8 @@ static ferry_status open_data(ferry_loader *l) {
   return st;
 }
 
-/* rank and world_size both -1: from the launcher's environment (sampler.c). */
+/* rank and world_size both -1: from the launcher's environment (sampler.c). The
+ * shard order is AUTO's for shards (check_config refused SHARDS without them). */
 static ferry_status open_sampler(ferry_loader *l) {
   int rank = l->config.rank, world = l->config.world_size;
   if (rank < 0) {
@@ -252,8 +258,11 @@ static ferry_status open_sampler(ferry_loader *l) {
   }
   l->stats.rank = rank;
   l->stats.world_size = world;
-  return ferry__sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
-                            l->config.shuffle, l->config.drop_last, l->config.seed);
+  ferry_status st = ferry__sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
+                                       l->config.shuffle, l->config.drop_last, l->config.seed);
+  if (st != FERRY_OK || !l->source || !l->source->shard_samples || l->config.order == FERRY_ORDER_DATASET) return st;
+  size_t buffer = l->config.shuffle_buffer ? l->config.shuffle_buffer : FERRY_LOADER_SHUFFLE_BUFFER_DEFAULT;
+  return ferry__sampler_use_shards(&l->sampler, l->source->shard_samples, l->source->num_shards, buffer);
 }
 
 

@@ -30,6 +30,7 @@ typedef struct shard_source {
   ferry__image_source base;  /* first: the source is handed around as its base */
   ferry__shard_set *set;
   int *fds;
+  size_t *shard_samples;     /* base.shard_samples */
 } shard_source;
 
 static void describe(const ferry__image_source *self, size_t index, char *name, size_t size) {
@@ -76,6 +77,7 @@ static void close_source(ferry__image_source *self) {
   for (size_t i = 0; s->fds && i < s->set->num_shards; i++)
     if (s->fds[i] >= 0) close(s->fds[i]);
   ferry__free(s->fds);
+  ferry__free(s->shard_samples);
   ferry__shard_set_free(s->set);
   ferry__free(s);
 }
@@ -96,15 +98,31 @@ static ferry_status open_fds(shard_source *s) {
   return FERRY_OK;
 }
 
+/* Samples per shard. The set's samples are in shard order (coco/shards.h), which is
+ * what lets a count stand for a run of dataset indices: checked, not assumed. */
+static ferry_status count_shard_samples(shard_source *s) {
+  s->shard_samples = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, sizeof *s->shard_samples);
+  if (!s->shard_samples) return ferry__fail(FERRY_ENOMEM, "shards: out of memory");
+  for (size_t i = 0; i < s->set->num_samples; i++) {
+    if (i && s->set->samples[i].shard < s->set->samples[i - 1].shard)
+      return ferry__fail(FERRY_EFORMAT, "shards: sample %zu comes before the samples of the shard before it", i);
+    s->shard_samples[s->set->samples[i].shard]++;
+  }
+  s->base.shard_samples = s->shard_samples;
+  s->base.num_shards = s->set->num_shards;
+  return FERRY_OK;
+}
+
 ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,
                                            ferry_coco **coco, ferry__image_source **source) {
   *source = NULL;
   if (!ferry__shards_recognise(annotations)) return ferry_coco_open(annotations, opts, coco);
   shard_source *s = ferry__calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  s->base = (ferry__image_source){read_member, describe, close_source};
+  s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0};
   ferry_status st = ferry__shards_open(annotations, opts, probe, coco, &s->set);
   if (st == FERRY_OK) st = open_fds(s);
+  if (st == FERRY_OK) st = count_shard_samples(s);
   if (st < 0) {
     ferry_coco_close(*coco);
     *coco = NULL;

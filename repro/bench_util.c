@@ -100,7 +100,8 @@ int bench_cores(void) {
 }
 
 void bench_common_default(bench_common *c) {
-  *c = (bench_common){NULL, NULL, bench_cores(), 8, 312, FERRY_LAYOUT_F32_CHW, 0, 0};
+  *c = (bench_common){.workers = bench_cores(), .batch = 8, .resolution = 312, .layout = FERRY_LAYOUT_F32_CHW,
+                      .shuffle = 1, .order = FERRY_ORDER_AUTO};
 }
 
 int bench_common_flag(bench_common *c, const char *flag, const char *value) {
@@ -111,6 +112,13 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   else if (!strcmp(flag, "--resolution")) c->resolution = atoi(value);
   else if (!strcmp(flag, "--prefetch")) c->prefetch = atoi(value);
   else if (!strcmp(flag, "--remap-categories")) c->remap_categories = atoi(value) != 0;
+  else if (!strcmp(flag, "--shuffle")) c->shuffle = atoi(value) != 0;
+  else if (!strcmp(flag, "--order")) {
+    if (!strcmp(value, "auto")) c->order = FERRY_ORDER_AUTO;
+    else if (!strcmp(value, "dataset")) c->order = FERRY_ORDER_DATASET;
+    else if (!strcmp(value, "shards")) c->order = FERRY_ORDER_SHARDS;
+    else return -1;
+  }
   else if (!strcmp(flag, "--layout")) {
     if (!strcmp(value, "f32")) c->layout = FERRY_LAYOUT_F32_CHW;
     else if (!strcmp(value, "u8")) c->layout = FERRY_LAYOUT_U8_HWC;
@@ -130,6 +138,8 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->layout = c->layout;
   config->prefetch = c->prefetch > 0 ? (size_t)c->prefetch : 0;
   config->remap_categories = c->remap_categories;
+  config->shuffle = c->shuffle;
+  config->order = c->order;
 }
 
 uint8_t *bench_read_file(const char *path, size_t *len) {

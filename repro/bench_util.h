@@ -15,13 +15,16 @@ typedef struct bench_common {
   ferry_image_layout layout;
   int prefetch; /* 0: the loader's default depth */
   int remap_categories; /* config.remap_categories (a shard index's own policy wins) */
+  int shuffle;          /* config.shuffle: 1 */
+  ferry_sample_order order; /* config.order: AUTO */
 } bench_common;
 
 /* Defaults: no dataset yet, one worker per core, batch 8, resolution 312, images
  * as normalised f32 CHW (the loader's default layout), the default prefetch. */
 void bench_common_default(bench_common *c);
 /* Consume `flag value` if it is one of --annotations, --images, --workers, --batch,
- * --resolution, --layout (f32 or u8), --prefetch, --remap-categories (0 or 1): 1 if it was, 0 if not, -1 if the
+ * --resolution, --layout (f32 or u8), --prefetch, --remap-categories (0 or 1), --shuffle (0 or 1),
+ * --order (auto, dataset or shards): 1 if it was, 0 if not, -1 if the
  * value is not one it takes. */
 int bench_common_flag(bench_common *c, const char *flag, const char *value);
 /* A loader config for these flags on `device`, packed or unpacked. */

@@ -2,6 +2,7 @@
  *
  *   coco_parity [--annotations FILE --images DIR] [--workers N] [--batch 8]
  *               [--resolution 312] [--layout f32|u8] [--remap-categories 0|1]
+ *               [--shuffle 0|1] [--order auto|dataset|shards]
  *               [--processes N] [--json]
  *
  * Both loaders walk one epoch of the same set in the same order; each batch goes
@@ -166,6 +167,7 @@ static void print_summary(const summary *s, int json) {
 static int usage(void) {
   fprintf(stderr, "usage: coco_parity [--annotations FILE --images DIR] [--workers N] [--batch N]\n"
                   "                   [--resolution R] [--layout f32|u8] [--remap-categories 0|1]\n"
+                  "                   [--shuffle 0|1] [--order auto|dataset|shards]\n"
                   "                   [--processes N] [--json]\n");
   return 2;
 }

@@ -1,29 +1,36 @@
 #!/usr/bin/env python3
 """Shards over loopback HTTP and S3 against local shards: the loader's rate, one paired run.
 
-usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS]
+usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS] [--server python|nginx] [-- THROUGHPUT FLAGS...]
 
-SHARDS_DIR holds val-index.json and its shards (`ferry-coco pack ... --split val`). Serves
-them over plain HTTP (python/tests/remote_servers.py's Range server) and from moto's S3
-server (moto[server], as the tests use it; requests signed with a dummy key, which moto
-does not check here), on 127.0.0.1, then runs BUILD/repro/throughput --only loader on
-the local index, the HTTP URL and the s3:// URL, in that order, each in its own process
-under /usr/bin/time, ROUNDS times (1 by default). Prints one line per run: images/s,
-the open's seconds (the walk) and peak RSS.
+SHARDS_DIR holds val-index.json and its shards (`ferry-coco pack ... --split val`).
+--server python (the default): serves them over plain HTTP (python/tests/remote_servers.py's
+Range server) and from moto's S3 server (moto[server], as the tests use it; requests signed
+with a dummy key, which moto does not check here), on 127.0.0.1, and runs the local index,
+the HTTP URL and the s3:// URL, in that order. --server nginx: serves them with nginx
+(`nginx` on the PATH, Debian's nginx-light will do; one worker process, a temporary
+config and prefix in a temp folder, on a free loopback port, in the foreground until the
+bench ends) and runs the local index and the HTTP URL, alternating. Each run is
+BUILD/repro/throughput --only loader in its own process under /usr/bin/time, ROUNDS times
+(1 by default); flags after `--` go to throughput (`--order dataset`, say). Prints one
+line per run: images/s, the open's seconds (the walk) and peak RSS.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
 import remote_servers  # noqa: E402
 
 
-def run(build, spec, images, env):
+def run(build, spec, images, env, extra=()):
     cmd = ["/usr/bin/time", "-f", "%M KB", os.path.join(build, "repro", "throughput"), "--annotations", spec,
-           "--images", images, "--workers", "2", "--only", "loader", "--processes", "1", "--json"]
+           "--images", images, "--workers", "2", "--only", "loader", "--processes", "1", "--json", *extra]
     start = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.time() - start
@@ -33,11 +40,79 @@ def run(build, spec, images, env):
     return json.loads(out.stdout.strip().splitlines()[-1]), rss, wall
 
 
+NGINX_CONF = """daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  server {{
+    listen 127.0.0.1:{port};
+    root {root};
+  }}
+}}
+"""
+
+
+def nginx_server(root):
+    """nginx in the foreground serving `root` on a free loopback port: (process, URL, temp folder)."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    tmp = tempfile.mkdtemp(prefix="ferry-nginx-")
+    os.chmod(tmp, 0o755)  # the worker process (user nobody) writes nothing here, but reads root
+    port = remote_servers.free_port()
+    with open(os.path.join(tmp, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF.format(tmp=tmp, port=port, root=root))
+    proc = subprocess.Popen([nginx, "-p", tmp, "-c", os.path.join(tmp, "nginx.conf"),
+                             "-e", os.path.join(tmp, "error.log")])
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/val-index.json", timeout=1).read()
+            return proc, url, tmp
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"nginx did not answer on {url}: {open(os.path.join(tmp, 'error.log')).read()[-2000:]}")
+
+
+def bench_nginx(build, shards, rounds, extra):
+    proc, url, tmp = nginx_server(shards)
+    try:
+        specs = (("local", os.path.join(shards, "val-index.json")), ("nginx", url + "/val-index.json"))
+        for r in range(rounds):
+            for name, spec in specs:
+                got, rss, wall = run(build, spec, shards, dict(os.environ), extra)
+                print(json.dumps({"round": r + 1, "source": name, "images_per_s": got["images_per_s_median"],
+                                  "result": got, "peak_rss_kb": rss, "wall_s": round(wall, 2)}), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
-    if len(sys.argv) not in (3, 4):
+    args, extra = sys.argv[1:], []
+    if "--" in args:
+        args, extra = args[:args.index("--")], args[args.index("--") + 1:]
+    server = "python"
+    if "--server" in args:
+        at = args.index("--server")
+        server = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
+    if len(args) not in (2, 3) or server not in ("python", "nginx"):
         sys.exit(__doc__)
-    build, shards = sys.argv[1], os.path.abspath(sys.argv[2])
-    rounds = int(sys.argv[3]) if len(sys.argv) == 4 else 1
+    build, shards = args[0], os.path.abspath(args[1])
+    rounds = int(args[2]) if len(args) == 3 else 1
+    if server == "nginx":
+        return bench_nginx(build, shards, rounds, extra)
     import boto3
     server, http_url = remote_servers.range_server(shards)
     proc, s3_url = remote_servers.moto_server()
@@ -53,7 +128,7 @@ def main():
                  ("s3", "s3://bench/val/val-index.json"))
         for r in range(rounds):
             for name, spec in specs:
-                got, rss, wall = run(build, spec, shards, env)
+                got, rss, wall = run(build, spec, shards, env, extra)
                 print(json.dumps({"round": r + 1, "source": name, "images_per_s": got["images_per_s_median"],
                                   "result": got, "peak_rss_kb": rss, "wall_s": round(wall, 2)}), flush=True)
     finally:

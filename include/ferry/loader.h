@@ -79,6 +79,21 @@ typedef enum ferry_box_format {
   FERRY_BOXES_CXCYWH_NORM = 1  /* RF-DETR's training format: centre and size over image size */
 } ferry_box_format;
 
+/* The order of an epoch's samples (config.order; docs/shards.md). */
+typedef enum ferry_sample_order {
+  FERRY_ORDER_AUTO = 0,    /* SHARDS for a split packed as tar shards, DATASET otherwise */
+  FERRY_ORDER_DATASET = 1, /* DistributedSampler's: one permutation of every sample from
+                              seed + epoch; rank r takes positions r, r + world, ... */
+  FERRY_ORDER_SHARDS = 2   /* WebDataset's: the shards permuted from seed + epoch, their
+                              samples cut into one contiguous run per rank (so a rank reads
+                              whole shards but at its run's two ends), and with shuffle
+                              each run passed through a buffer of config.shuffle_buffer
+                              samples. Shard specs only */
+} ferry_sample_order;
+
+/* The shuffle buffer config.shuffle_buffer = 0 stands for, in samples. */
+#define FERRY_LOADER_SHUFFLE_BUFFER_DEFAULT 1000
+
 typedef enum ferry_error_policy {
   FERRY_ON_ERROR_FAIL = 0, /* the epoch ends with the error, naming the file and the
                               sample's dataset index (its position in the annotations) */
@@ -138,7 +153,7 @@ typedef struct ferry_loader_config {
                                   enough that 4 x workers samples are in flight, at least 2,
                                   within max_pinned_bytes (docs/tuning.md) */
   size_t max_outstanding;      /* batches the consumer may hold at once: 2 */
-  int shuffle;                 /* 1: a permutation per epoch from seed + epoch */
+  int shuffle;                 /* 1: a new order per epoch from seed + epoch (config.order) */
   uint64_t seed;               /* 0 */
   int drop_last;               /* 0: pad shards by wrapping, keep a short last batch;
                                   1: drop the shard tail and a short last batch */
@@ -175,6 +190,19 @@ typedef struct ferry_loader_config {
    * annotation file cannot ask an arena for gigabytes: the masks of 100,000 instances
    * at R = 312 alone are 9.7 GB. */
   size_t max_instances;
+  /* Which order an epoch's samples take: FERRY_ORDER_AUTO (0, the default) is the shard
+   * order for a shard spec and the dataset order for a JSON and its folder. Either
+   * way every rank gets ferry_loader_samples_per_epoch samples (padded by wrapping, or
+   * cut with drop_last: uneven shards never leave a rank short),
+   * batch k is the same whatever the worker count, and a saved state resumes exactly
+   * under the same config. */
+  ferry_sample_order order;
+  /* FERRY_ORDER_SHARDS with shuffle: the buffer, in samples (0: the default,
+   * FERRY_LOADER_SHUFFLE_BUFFER_DEFAULT; 1: no shuffle within the shards). No sample
+   * is moved more than shuffle_buffer - 1 positions from its place in the rank's run
+   * of shards. It holds dataset indices, not images: 8 bytes a sample while an epoch
+   * is drawn. Unused by the dataset order. */
+  size_t shuffle_buffer;
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are

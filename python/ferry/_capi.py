@@ -28,6 +28,7 @@ AUGMENT_RECORD_LEN = 10  # FERRY_AUGMENT_RECORD_LEN, include/ferry/image.h
 
 BOXES_XYXY, BOXES_CXCYWH_NORM = 0, 1
 ON_ERROR_FAIL, ON_ERROR_SKIP = 0, 1
+ORDER_AUTO, ORDER_DATASET, ORDER_SHARDS = 0, 1, 2
 LAYOUT_F32_CHW, LAYOUT_U8_HWC = 0, 1
 NORMALIZE_NONE, NORMALIZE_F32, NORMALIZE_BF16 = 0, 1, 2
 DEVICE_HOST, DEVICE_CUDA = 0, 1
@@ -67,7 +68,7 @@ class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
                 ("layout", c_int), ("allow_escaping_paths", c_int), ("image", ImageOptions),
                 ("device", c_void_p), ("progress", c_void_p), ("progress_user", c_void_p),
                 ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions),
-                ("max_instances", c_size_t)]
+                ("max_instances", c_size_t), ("order", c_int), ("shuffle_buffer", c_size_t)]
 
 
 class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h

@@ -46,6 +46,7 @@ DEFAULT_FIELDS = tuple(key for key, _ in TARGET_FIELDS if key != "augment")
 
 BOX_FORMATS = {"cxcywh": _capi.BOXES_CXCYWH_NORM, "xyxy": _capi.BOXES_XYXY}
 ON_ERROR = {"fail": _capi.ON_ERROR_FAIL, "skip": _capi.ON_ERROR_SKIP}
+ORDERS = {"auto": _capi.ORDER_AUTO, "dataset": _capi.ORDER_DATASET, "shards": _capi.ORDER_SHARDS}
 # layout -> (what the workers write, what the transfer makes of it)
 LAYOUTS = {"f32": (_capi.LAYOUT_F32_CHW, _capi.NORMALIZE_NONE),
            "u8": (_capi.LAYOUT_U8_HWC, _capi.NORMALIZE_F32),
@@ -219,7 +220,8 @@ class Loader:
                  fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu",
                  augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
                  num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
-                 size_divisibility=1, load_images=True, max_instances=None, **dataloader_options):
+                 size_divisibility=1, load_images=True, max_instances=None, order="auto",
+                 shuffle_buffer=None, **dataloader_options):
         _refuse_dataloader_options(dataloader_options)
         self._guard = threading.Condition(threading.RLock())  # reentrant: signal handlers
         self._inside = {}   # thread ident -> calls of that thread into the C loader
@@ -276,6 +278,8 @@ class Loader:
             config.max_pinned_bytes = max_pinned_bytes
         if max_instances is not None:
             config.max_instances = max_instances
+        config.order = _choice(ORDERS, order, "order")
+        config.shuffle_buffer = shuffle_buffer or 0
         decode_mode = c_int()
         check(lib.ferry_decode_mode_parse(str(decode).encode(), byref(decode_mode)), "decode")
         config.image.decode = decode_mode.value

@@ -48,7 +48,7 @@ def parity(spec, workers=2, env=None):
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [COCO_PARITY, "--annotations", spec, "--images", os.path.dirname(COCO_PARITY), "--workers", str(workers),
-           "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--json"]
+           "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", "0", "--json"]
     out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **(env or {})), capture_output=True, text=True,
                          timeout=120)
     result = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
@@ -70,7 +70,7 @@ def packed(tmp_path_factory):
     assert len(shards) >= 3, shards
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     done = subprocess.run([COCO_PARITY, "--annotations", annotations, "--images", images, "--workers", "2", "--batch",
-                           "4", "--resolution", "96", "--remap-categories", "0", "--json"],
+                           "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", "0", "--json"],
                           env=dict(clean, FERRY_COCO_INDEX="off"), capture_output=True, text=True, check=True)
     folder = json.loads(done.stdout.strip().splitlines()[-1])
     assert folder["images"] == 24 and folder["mismatches"] == 0

@@ -106,7 +106,8 @@ def digest(annotations, images, remap):
     if not os.access(COCO_PARITY, os.X_OK):
         pytest.fail(f"coco_parity not found at {COCO_PARITY} (set FERRY_SYNTH_COCO to build/repro/synth_coco)")
     done = subprocess.run([COCO_PARITY, "--annotations", annotations, "--images", images, "--workers", "2",
-                           "--batch", "4", "--resolution", "96", "--remap-categories", str(remap), "--json"],
+                           "--batch", "4", "--resolution", "96", "--remap-categories", str(remap), "--shuffle", "0",
+                           "--json"],
                           capture_output=True, text=True, env=dict(os.environ, FERRY_COCO_INDEX="off"))
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])

@@ -128,6 +128,75 @@ Test(sampler, permutation_is_a_permutation_and_depends_on_seed_and_epoch) {
   cr_assert_eq(memcmp(a, b, sizeof a), 0);
 }
 
+/* The shard order's laws over many layouts (empty shards, fewer samples than ranks,
+ * a buffer past the run, drop_last): equal counts per rank; the unbuffered runs,
+ * rank after rank, are whole shards in member order then the wrap (or the cut tail);
+ * a buffer of B keeps every sample within B - 1 positions of its place in the run and
+ * shuffles nothing across ranks; shuffle off is the shards in index order. */
+static void shard_runs(size_t *out, const size_t *sizes, size_t nshards, size_t n, int world, int drop_last,
+                       int shuffle, size_t buffer, int64_t epoch, size_t *per_rank) {
+  for (int r = 0; r < world; r++) {
+    ferry_sampler s;
+    cr_assert_eq(ferry__sampler_init(&s, n, r, world, shuffle, drop_last, 11), FERRY_OK);
+    cr_assert_eq(ferry__sampler_use_shards(&s, sizes, nshards, buffer), FERRY_OK, "%s", ferry_last_error());
+    cr_assert_eq(ferry__sampler_set_epoch(&s, epoch), FERRY_OK);
+    memcpy(out + (size_t)r * s.per_rank, s.order, s.per_rank * sizeof *s.order);
+    *per_rank = s.per_rank;
+    ferry__sampler_destroy(&s);
+  }
+}
+
+static void check_shard_layout(const size_t *sizes, size_t nshards, int world, int drop_last, size_t buffer) {
+  size_t n = 0, first[16];
+  for (size_t i = 0; i < nshards; i++) first[i] = n, n += sizes[i];
+  size_t run[512], got[512], m = 0;
+  for (int shuffle = 0; shuffle < 2; shuffle++) {
+    shard_runs(run, sizes, nshards, n, world, drop_last, shuffle, 1, 3, &m);
+    size_t total = m * (size_t)world;
+    cr_assert_eq(m, drop_last ? n / (size_t)world : (n + (size_t)world - 1) / (size_t)world);
+    /* the sequence: whole shards in member order (the cut tail aside), then the wrap */
+    int used[16] = {0};
+    size_t at = 0;
+    while (at < total && at < n) {
+      size_t s = 0;
+      while (s + 1 < nshards && run[at] >= first[s] + sizes[s]) s++;
+      cr_assert_eq(run[at], first[s], "position %zu starts inside shard %zu", at, s);
+      cr_assert(!used[s], "shard %zu twice", s);
+      used[s] = 1;
+      for (size_t j = 0; j < sizes[s] && at < total; j++, at++) cr_assert_eq(run[at], first[s] + j);
+    }
+    for (size_t s = 0; s < nshards && total >= n; s++) cr_assert(used[s] || !sizes[s], "shard %zu missing", s);
+    for (; at < total; at++) cr_assert_eq(run[at], run[at - n], "the padding wraps");
+    for (size_t k = 0; k < total && !shuffle; k++) cr_assert_eq(run[k], k % n, "no shuffle: the shards in order");
+    shard_runs(got, sizes, nshards, n, world, drop_last, shuffle, buffer, 3, &m);
+    for (size_t r = 0; r < (size_t)world; r++)
+      for (size_t k = 0; k < m; k++) {
+        size_t here = r * m + k, from = SIZE_MAX;
+        for (size_t j = r * m; j < r * m + m; j++)
+          if (run[j] == got[here]) from = j; /* a run holds a sample once: m <= n */
+        cr_assert_neq(from, SIZE_MAX, "sample %zu left rank %zu's run", got[here], r);
+        cr_assert_lt(from > here ? from - here : here - from, buffer, "moved past the buffer of %zu", buffer);
+        if (!shuffle) cr_assert_eq(got[here], run[here], "no shuffle, no buffer");
+      }
+  }
+}
+
+Test(sampler, shard_order_laws) {
+  const size_t uneven[] = {5, 9, 3, 12, 0, 7, 1, 10, 6}, tiny[] = {1, 0, 2};
+  for (size_t buffer = 1; buffer <= 64; buffer *= 4) {
+    for (int world = 1; world <= 5; world++) {
+      check_shard_layout(uneven, 9, world, 0, buffer);
+      check_shard_layout(uneven, 9, world, 1, buffer);
+      check_shard_layout(tiny, 3, world, 0, buffer);
+      check_shard_layout(tiny, 3, world, 1, buffer);
+    }
+  }
+  ferry_sampler s;
+  cr_assert_eq(ferry__sampler_init(&s, 10, 0, 1, 1, 0, 0), FERRY_OK);
+  cr_assert_eq(ferry__sampler_use_shards(&s, uneven, 2, 8), FERRY_EINVAL, "14 samples in shards for 10");
+  ferry__sampler_destroy(&s);
+}
+
 Test(loader, resume_continues_exactly, .timeout = 120) {
   ferry_loader_config c;
   test_config(&c);

@@ -28,7 +28,7 @@ from realdata import SKIP, realdata  # noqa: E402
 
 def parity(tool, annotations, images, workers, remap):
     cmd = [tool, "--annotations", annotations, "--images", images, "--workers", str(workers), "--batch", "4",
-           "--resolution", "96", "--remap-categories", str(remap), "--json"]
+           "--resolution", "96", "--remap-categories", str(remap), "--shuffle", "0", "--json"]
     out = subprocess.run(cmd, env=dict(os.environ, FERRY_COCO_INDEX="off"), capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()[-2000:]}")
