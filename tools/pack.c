@@ -66,10 +66,11 @@ static int write_member(shard_writer *w, const char *name, const void *data, siz
   return 0;
 }
 
-/* Two zero blocks, then zeros to a whole record. The shard keeps its temporary name
- * until every shard is written (publish). */
+/* Two zero blocks, then zeros to a whole record: up to two blocks short of a record
+ * and two more, so the zeros cover a record and two blocks. The shard keeps its
+ * temporary name until every shard is written (publish). */
 static int close_shard(shard_writer *w) {
-  static const uint8_t zeros[RECORD_BYTES];
+  static const uint8_t zeros[RECORD_BYTES + 2 * FERRY__TAR_BLOCK];
   size_t end = 2 * FERRY__TAR_BLOCK;
   size_t rest = (size_t)((w->written + end) % RECORD_BYTES);
   if (rest) end += RECORD_BYTES - rest;
