@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -547,6 +549,62 @@ Test(index, cache_auto_parses_what_no_index_can_hold) {
   setenv("FERRY_COCO_INDEX", "auto", 1);
   opens_json_saying(json, "over the index format's 16384");
   unsetenv("FERRY_COCO_INDEX");
+}
+
+/* Touches a file's modification time, a nanosecond later each time, until told to stop:
+ * every look at it after a touch sees a JSON other than the one read before. */
+typedef struct {
+  const char *path;
+  atomic_int stop;
+  long touches;
+} toucher;
+
+static void *touch_until_stopped(void *arg) {
+  toucher *t = arg;
+  struct timespec times[2] = {{1000000000, 0}, {1000000000, 0}};
+  while (!atomic_load(&t->stop)) {
+    times[1].tv_nsec = (times[1].tv_nsec + 1) % 1000000000;
+    if (utimensat(AT_FDCWD, t->path, times, 0) == 0) t->touches++;
+    usleep(50);
+  }
+  return NULL;
+}
+
+/* A JSON changed while `auto` indexes it (its time moves on throughout the build): the
+ * index is stale the moment it is made, so the open parses the JSON and says why,
+ * instead of failing (issue 25, item 7). */
+Test(index, cache_auto_parses_a_json_changed_while_indexed, .timeout = 60) {
+  char json[PATH_LEN];
+  size_t images = 4000, cap = images * 256 + 256, at = 0; /* each image and its annotation: under 200 bytes */
+  char *text = malloc(cap);
+  at += (size_t)snprintf(text, cap, "{\"categories\": [{\"id\": 1, \"name\": \"a\"}], \"images\": [");
+  for (size_t i = 0; i < images; i++)
+    at += (size_t)snprintf(text + at, cap - at, "%s{\"id\": %zu, \"file_name\": \"%zu.jpg\", \"width\": 64, "
+                           "\"height\": 48}", i ? ", " : "", i + 1, i + 1);
+  at += (size_t)snprintf(text + at, cap - at, "], \"annotations\": [");
+  for (size_t i = 0; i < images; i++)
+    at += (size_t)snprintf(text + at, cap - at, "%s{\"id\": %zu, \"image_id\": %zu, \"category_id\": 1, "
+                           "\"bbox\": [1, 2, 3, 4], \"area\": 12, \"iscrowd\": 0}", i ? ", " : "", i + 1, i + 1);
+  snprintf(text + at, cap - at, "]}");
+  write_text(in_scratch("moving.json", json), text);
+  free(text);
+  toucher t = {json, 0, 0};
+  pthread_t thread;
+  cr_assert_eq(pthread_create(&thread, NULL, touch_until_stopped, &t), 0);
+  setenv("FERRY_COCO_INDEX", "auto", 1);
+  ferry_coco *coco = NULL;
+  char *said = NULL;
+  ferry_status st = open_saying(json, &coco, &said);
+  atomic_store(&t.stop, 1);
+  pthread_join(thread, NULL);
+  unsetenv("FERRY_COCO_INDEX");
+  cr_assert_gt(t.touches, 0, "the JSON was never touched");
+  cr_assert_eq(st, FERRY_OK, "the open failed: %s", ferry_last_error());
+  cr_assert(!ferry_coco_is_index(coco), "opened through an index built from a JSON that changed");
+  cr_assert_eq(ferry_coco_num_images(coco), images);
+  cr_assert(strstr(said, "parsing the JSON") && strstr(said, "changed while it was being indexed"), "stderr says: \"%s\"", said);
+  ferry_coco_close(coco);
+  free(said);
 }
 
 /* FERRY_COCO_INDEX takes auto, use or off: a typo is an error naming it, not "use". */
