@@ -24,9 +24,10 @@ and resolution, images padded the same way (tensor_type torch). Each round runs 
 each in a fresh process, alternating which goes first; a round's ratio is ferry /
 peer. Images/s over --batches batches after a warm-up of 3 (the peer's workers start
 their processes in the first), and the CPU milliseconds each side spends per image (its
-threads, and the peer's worker processes), which a busy machine changes less than rates. Needs torch, Pillow and pycocotools (./run test puts
-them in build/python-venv). The same libferry.so as throughput (BUILD/libferry.so
-through $FERRY_LIB), the package from python/.
+threads, and the peer's worker processes), which a busy machine changes less than
+rates. Needs torch, Pillow and pycocotools (./run test puts them in
+build/python-venv). The same libferry.so as throughput (BUILD/libferry.so through
+$FERRY_LIB), the package from python/.
 """
 import argparse
 import json
