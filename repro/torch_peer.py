@@ -221,11 +221,11 @@ def main():
     if args.json:
         print(json.dumps(summary))
     else:
-        s, c = summary["ratio"], summary["cpu_ratio"]
-        print(f"peer / ferry CPU per image: {c['median']:.2f} median [{c['min']:.2f}, {c['max']:.2f}]")
-        print(f"ferry / peer images/s: {s['median']:.2f} median [{s['min']:.2f}, {s['max']:.2f}] over "
-              f"{args.rounds} rounds against the {args.peer} peer; {args.workers} workers, batch {args.batch}, {args.augment}, "
-              f"multi-scale {args.multi_scale}, resolution {args.resolution}")
+        for key, what in (("ratio", "images/s, ferry / peer"), ("cpu_ratio", "CPU per image, peer / ferry")):
+            v = summary[key]
+            print(f"{what}: {v['median']:.2f} median [{v['min']:.2f}, {v['max']:.2f}] over {args.rounds} "
+                  f"rounds against the {args.peer} peer; {args.workers} workers, batch {args.batch}, "
+                  f"{args.augment}, multi-scale {args.multi_scale}, resolution {args.resolution}")
     return 0
 
 
