@@ -25,13 +25,15 @@ each in a fresh process, alternating which goes first; a round's ratio is ferry 
 peer. Images/s over --batches batches after a warm-up of 3 (the peer's workers start
 their processes in the first), and the CPU milliseconds each side spends per image (its
 threads, and the peer's worker processes), which a busy machine changes less than
-rates. Needs torch, Pillow and pycocotools (./run test puts them in
+rates; ferry's is also split by thread (its workers, the transfer's stream, the Python
+thread), which says where the Python side spends it. Needs torch, Pillow and pycocotools (./run test puts them in
 build/python-venv). The same libferry.so as throughput (BUILD/libferry.so through
 $FERRY_LIB), the package from python/.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -142,9 +144,28 @@ def cpu_seconds(loader):
     return total
 
 
+def thread_seconds():
+    """CPU seconds (user + system) of this process's threads so far, summed by name with
+    any trailing -N cut (ferry-worker-0 and -1 are "ferry-worker"; the main thread is
+    named after the interpreter). Threads that ended are not counted, so read it while
+    the loader runs."""
+    tick, by_name = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # it ended between the listing and the read
+        name = re.sub(r"-[0-9]+$", "", stat[stat.index("(") + 1:stat.rindex(")")])
+        fields = stat.rsplit(")", 1)[1].split()
+        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return by_name
+
+
 def child_rate(args):
-    """The child: images/s of one side after the warm-up batches, and its CPU
-    milliseconds per image (all its threads and processes)."""
+    """The child: images/s of one side after the warm-up batches, its CPU milliseconds
+    per image (all its threads and processes), and, for ferry, those milliseconds by
+    thread (workers, the transfer's stream, the Python thread)."""
     if args.side == "ferry":
         loader = ferry_loader(args)
     else:
@@ -158,12 +179,14 @@ def child_rate(args):
     for _ in range(WARMUP):
         next(stream)
     images = 0
-    start, cpu = time.perf_counter(), cpu_seconds(loader)
+    start, cpu, threads = time.perf_counter(), cpu_seconds(loader), thread_seconds()
     for _ in range(args.batches):
         batch = next(stream)[0]
         images += getattr(batch, "tensors", batch).shape[0]  # RF-DETR's collate: a NestedTensor
     rate = images / (time.perf_counter() - start)
-    print(f"{rate:.3f} {1000 * (cpu_seconds(loader) - cpu) / images:.4f}")
+    by_thread = {name: round(1000 * (t - threads.get(name, 0.0)) / images, 4)
+                 for name, t in thread_seconds().items()} if args.side == "ferry" else {}
+    print(f"{rate:.3f} {1000 * (cpu_seconds(loader) - cpu) / images:.4f} {json.dumps(by_thread, separators=(',', ':'))}")
     os._exit(0)  # the peer's worker processes and ferry's threads end with us
 
 
@@ -200,22 +223,27 @@ def main():
         out = subprocess.run([python] + rest + ["--side", side], env=env, capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"torch_peer: the {side} side failed ({python}):\n{out.stderr[-2000:]}")
-        rate, cpu_ms = out.stdout.split()[-2:]
-        return float(rate), float(cpu_ms)
+        rate, cpu_ms, by_thread = out.stdout.split()[-3:]
+        return float(rate), float(cpu_ms), json.loads(by_thread)
 
-    rounds = []
+    rounds, threads = [], []
     for r in range(args.rounds):
         first, second = ("ferry", "peer") if r % 2 == 0 else ("peer", "ferry")
         got = {first: run(first), second: run(second)}
-        (ferry_rate, ferry_cpu), (peer_rate, peer_cpu) = got["ferry"], got["peer"]
+        (ferry_rate, ferry_cpu, by_thread), (peer_rate, peer_cpu, _) = got["ferry"], got["peer"]
         rounds.append({"ferry": ferry_rate, "peer": peer_rate, "ratio": ferry_rate / peer_rate,
                        "ferry_cpu_ms": ferry_cpu, "peer_cpu_ms": peer_cpu, "cpu_ratio": peer_cpu / ferry_cpu})
+        threads.append(by_thread)
         if not args.json:
             print(f"round {r + 1}: ferry {ferry_rate:.1f} images/s ({ferry_cpu:.2f} CPU ms each), peer "
                   f"{peer_rate:.1f} ({peer_cpu:.2f}): ratio {ferry_rate / peer_rate:.2f}, "
                   f"CPU per image {peer_cpu / ferry_cpu:.2f}", flush=True)
+            print("  ferry's CPU ms per image by thread: " +
+                  ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(by_thread.items(), key=lambda kv: -kv[1])))
     summary = {k: {"median": statistics.median(v[k] for v in rounds), "min": min(v[k] for v in rounds),
                    "max": max(v[k] for v in rounds)} for k in rounds[0]}
+    names = sorted({name for t in threads for name in t})
+    summary["ferry_cpu_ms_by_thread"] = {name: statistics.median(t.get(name, 0.0) for t in threads) for name in names}
     summary.update(peer=args.peer, workers=args.workers, batch=args.batch, resolution=args.resolution,
                    augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds)
     if args.json:
