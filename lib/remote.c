@@ -91,7 +91,8 @@ ferry_status ferry__remote_open(ferry__remote **out) {
   r->retries = ferry__remote_env_long("FERRY_REMOTE_RETRIES", FERRY__REMOTE_RETRIES, 0, 1000);
   r->backoff_ms = ferry__remote_env_long("FERRY_REMOTE_BACKOFF_MS", FERRY__REMOTE_BACKOFF_MS, 0, 60000);
   r->stall_s = ferry__remote_env_long("FERRY_REMOTE_STALL_S", FERRY__REMOTE_STALL_S, 1, 3600);
-  r->connect_ms = ferry__remote_env_long("FERRY_REMOTE_CONNECT_TIMEOUT_MS", FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000);
+  r->connect_ms =
+      ferry__remote_env_long("FERRY_REMOTE_CONNECT_TIMEOUT_MS", FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000);
   int oom = 0;
   r->access_key = env_copy("AWS_ACCESS_KEY_ID", &oom);
   r->secret_key = env_copy("AWS_SECRET_ACCESS_KEY", &oom);

@@ -16,8 +16,8 @@
  *     epoch stopped early) is what the byte cap is for: the least recently used
  *     block nobody is copying from is evicted to make room.
  *   - Never fails for lack of room: a block that does not fit under the cap (even
- *     after evicting all it may) is FERRY_EAGAIN, and the caller reads the bytes
- *     itself.
+ *     after evicting all it may), or whose memory cannot be allocated, is
+ *     FERRY_EAGAIN, and the caller reads the bytes itself.
  *   - A failed fetch removes the block and wakes its waiters, who may fetch it
  *     themselves; the failing reader gets the fetch's status and message.
  * Invariants: resident bytes (fetched and being fetched) <= cap; a block is freed only
@@ -42,7 +42,7 @@ ferry_status ferry__block_cache_open(size_t num_blocks, const uint32_t *members,
                                      ferry__block_fetch_fn fetch, void *ctx, ferry__block_cache **out);
 /* Bytes [from, from + len) of block `block` (block_len bytes long) into dst, counting
  * one member of that block read. FERRY_EAGAIN (no message) when the block cannot be
- * held under the cap: read the bytes another way. Thread-safe. */
+ * held (the cap, or no memory): read the bytes another way. Thread-safe. */
 ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t block_len, size_t from, size_t len,
                                      void *dst);
 /* After the readers are gone. */
