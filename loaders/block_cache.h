@@ -20,6 +20,12 @@
  *     FERRY_EAGAIN, and the caller reads the bytes itself.
  *   - A failed fetch removes the block and wakes its waiters, who may fetch it
  *     themselves; the failing reader gets the fetch's status and message.
+ *   - Read-ahead: the first read of a block asks for the block the caller names as
+ *     its next (the shard's following block) to be fetched by the cache's own thread,
+ *     when it is not resident and fits under the cap without evicting anything; a
+ *     reader that needs it before that fetch has begun fetches it itself. A failed
+ *     read-ahead leaves nothing: the reader fetches the block again and sees the
+ *     error.
  * Invariants: resident bytes (fetched and being fetched) <= cap; a block is freed only
  * when nobody copies from it; every wait is for a fetch in progress, which ends.
  */
@@ -37,15 +43,19 @@ typedef struct ferry__block_cache ferry__block_cache;
 typedef ferry_status (*ferry__block_fetch_fn)(void *ctx, size_t block, uint8_t *buf, size_t len);
 
 /* A cache of num_blocks blocks, block b holding members[b] members (copied), at most
- * cap_bytes resident. */
+ * cap_bytes resident; starts the read-ahead thread (without it, blocks are fetched
+ * only by their readers). */
 ferry_status ferry__block_cache_open(size_t num_blocks, const uint32_t *members, size_t cap_bytes,
                                      ferry__block_fetch_fn fetch, void *ctx, ferry__block_cache **out);
 /* Bytes [from, from + len) of block `block` (block_len bytes long) into dst, counting
- * one member of that block read. FERRY_EAGAIN (no message) when the block cannot be
- * held (the cap, or no memory): read the bytes another way. Thread-safe. */
+ * one member of that block read; when it is the block's first, block `next`
+ * (next_len bytes; SIZE_MAX: none) is read ahead. FERRY_EAGAIN (no message) when the
+ * block cannot be held (the cap, or no memory): read the bytes another way.
+ * Thread-safe. */
 ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t block_len, size_t from, size_t len,
-                                     void *dst);
-/* After the readers are gone. */
+                                     void *dst, size_t next, size_t next_len);
+/* After the readers are gone; stops the read-ahead thread (after its fetch in
+ * progress, if any). */
 void ferry__block_cache_close(ferry__block_cache *c);
 
 typedef struct ferry__block_cache_stats {

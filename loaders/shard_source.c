@@ -6,12 +6,13 @@
  * cache (block_cache.h). Workers read local members with pread at the member's
  * offset. A member of a shard at a URL is copied out of the shard's blocks (fixed-size
  * byte ranges, aligned at multiples of the block size, one ranged GET each, shared by
- * the workers and freed once their members are read) when the loader reads neighbours
- * together (plan_reads: the shard order, or shuffle off on one rank); otherwise, or when
- * the member is larger than a block, or the cache has no room, it is one ranged GET of
- * the member's bytes through the set's client (lib/remote.h: a handle per request from
- * its pool, retried from the byte it stopped at). Sizes are learnt at open from each
- * image's header (ferry_image_probe), which is why the loader, not coco/, opens shards.
+ * the workers, freed once their members are read, the next one read ahead) when the
+ * loader reads neighbours together (plan_reads: the shard order, or shuffle off on one
+ * rank); otherwise, or when the member is larger than a block, or the cache has no
+ * room, it is one ranged GET of the member's bytes through the set's client
+ * (lib/remote.h: a handle per request from its pool, retried from the byte it stopped
+ * at). Sizes are learnt at open from each image's header (ferry_image_probe), which is
+ * why the loader, not coco/, opens shards.
  * Invariants: fds[i] is shard i of the set (fds is NULL for URLs); a sample with a
  * problem is never read, its problem is returned instead, so the loader's error policy
  * decides (fail or skip); shard i's blocks are numbers first_block[i] ..
@@ -87,14 +88,18 @@ static size_t block_len(const shard_source *s, size_t shard, uint64_t k) {
 }
 
 /* The member's bytes out of the blocks it lies in (one, or two when it crosses a
- * boundary); from a block the cache cannot hold on, the rest is one direct GET. */
+ * boundary), the shard's next block read ahead; from a block the cache cannot hold
+ * on, the rest is one direct GET. */
 static ferry_status read_through_blocks(const shard_source *s, const ferry__shard_sample *r, uint8_t *dst) {
   uint64_t at = r->offset, end = r->offset + r->size;
+  size_t first = s->first_block[r->shard], blocks = s->first_block[r->shard + 1] - first;
   while (at < end) {
     uint64_t k = at / s->block_bytes, start = k * s->block_bytes;
     size_t n = (size_t)((end < start + s->block_bytes ? end : start + s->block_bytes) - at);
-    ferry_status st = ferry__block_cache_copy(s->cache, s->first_block[r->shard] + k, block_len(s, r->shard, k),
-                                              (size_t)(at - start), n, dst + (at - r->offset));
+    size_t next = k + 1 < blocks ? first + k + 1 : SIZE_MAX;
+    ferry_status st = ferry__block_cache_copy(s->cache, first + k, block_len(s, r->shard, k), (size_t)(at - start),
+                                              n, dst + (at - r->offset), next,
+                                              next != SIZE_MAX ? block_len(s, r->shard, k + 1) : 0);
     if (st == FERRY_EAGAIN) return read_remote(s, r, at, dst + (at - r->offset), (size_t)(end - at));
     if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
     at += n;

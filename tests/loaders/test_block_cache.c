@@ -3,12 +3,14 @@
  * bytes from its number and counts the fetches: a block is fetched once while its
  * members are read, freed when the last is, fetched again after; the cap evicts the
  * least recently used block and refuses (FERRY_EAGAIN) what cannot fit; a failed
- * fetch leaves nothing behind; many threads reading the same blocks fetch each once
- * (and, under TSan, race on nothing). */
+ * fetch leaves nothing behind; the first read of a block reads the next ahead, never
+ * evicting for it, and a failed read-ahead is fetched again by its reader; many
+ * threads reading the same blocks fetch each once (and, under TSan, race on nothing). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "ferry_config.h"
 #include "loader_fixture.h"
@@ -39,7 +41,7 @@ static ferry_status fetch(void *ctx, size_t block, uint8_t *buf, size_t len) {
 /* Copies [from, from + len) of `block` and checks the bytes. */
 static ferry_status copy_checked(ferry__block_cache *c, size_t block, size_t block_len, size_t from, size_t len) {
   uint8_t out[256];
-  ferry_status st = ferry__block_cache_copy(c, block, block_len, from, len, out);
+  ferry_status st = ferry__block_cache_copy(c, block, block_len, from, len, out, SIZE_MAX, 0);
   for (size_t i = 0; st == FERRY_OK && i < len; i++)
     if (out[i] != byte_of(block, from + i)) return ferry__fail(FERRY_EFORMAT, "block %zu byte %zu", block, from + i);
   return st;
@@ -68,7 +70,7 @@ Test(block_cache, a_block_is_fetched_once_for_its_members_and_freed_after_the_la
   cr_expect_eq(stats_of(c).resident_bytes, 100u);
   cr_assert_eq(copy_checked(c, 1, 40, 0, 40), FERRY_OK);
   cr_expect_eq(stats_of(c).resident_bytes, 100u, "block 1's one member read: freed");
-  cr_expect_eq(ferry__block_cache_copy(c, 1, 40, 30, 11, (uint8_t[64]){0}), FERRY_EINVAL, "past the block");
+  cr_expect_eq(ferry__block_cache_copy(c, 1, 40, 30, 11, (uint8_t[64]){0}, SIZE_MAX, 0), FERRY_EINVAL, "past the block");
   ferry__block_cache_close(c);
 }
 
@@ -89,7 +91,7 @@ Test(block_cache, the_cap_evicts_the_least_recently_used_and_refuses_what_cannot
   cr_expect_eq(atomic_load(&src.fetches[0]), 1, "block 0 was kept");
   cr_assert_eq(copy_checked(c, 1, 100, 10, 10), FERRY_OK);
   cr_expect_eq(atomic_load(&src.fetches[1]), 2, "block 1 was evicted, so fetched again");
-  cr_expect_eq(ferry__block_cache_copy(c, 3, 201, 0, 10, (uint8_t[16]){0}), FERRY_EAGAIN, "larger than the cap");
+  cr_expect_eq(ferry__block_cache_copy(c, 3, 201, 0, 10, (uint8_t[16]){0}, SIZE_MAX, 0), FERRY_EAGAIN, "larger than the cap");
   cr_expect_eq(atomic_load(&src.fetches[3]), 0);
   ferry__block_cache_close(c);
 }
@@ -106,6 +108,54 @@ Test(block_cache, a_failed_fetch_is_reported_and_leaves_nothing_behind) {
   cr_expect_eq(stats_of(c).resident_bytes, 0u);
   cr_assert_eq(copy_checked(c, 0, 100, 0, 10), FERRY_OK, "the next reader fetches it: %s", ferry_last_error());
   cr_expect_eq(atomic_load(&src.fetches[0]), 2);
+  ferry__block_cache_close(c);
+}
+
+/* Waits (up to 10 s, polling) until `count` reaches `at_least`: for the read-ahead
+ * thread's fetch to have begun. What is asserted is the count, not the time. */
+static int wait_for(atomic_int *count, int at_least) {
+  for (int i = 0; i < 10000 && atomic_load(count) < at_least; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  return atomic_load(count) >= at_least;
+}
+
+static ferry_status copy_ahead(ferry__block_cache *c, size_t block, size_t from, size_t next) {
+  uint8_t out[16];
+  return ferry__block_cache_copy(c, block, 100, from, 10, out, next, 100);
+}
+
+Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evicting) {
+  static source src;
+  memset(&src, 0, sizeof src);
+  uint32_t members[3] = {2, 2, 2};
+  ferry__block_cache *c;
+  cr_assert_eq(ferry__block_cache_open(3, members, 200, fetch, &src, &c), FERRY_OK);
+  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
+  cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
+  /* block 1's first read asks for block 2: no room without evicting block 0 (its
+   * second member still to come), so nothing is asked */
+  cr_assert_eq(copy_ahead(c, 1, 0, 2), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.fetches[1]), 1, "the reader found block 1 read ahead");
+  cr_expect_eq(stats_of(c).resident_bytes, 200u);
+  cr_assert_eq(copy_ahead(c, 1, 10, 2), FERRY_OK);
+  cr_assert_eq(copy_ahead(c, 0, 10, 1), FERRY_OK);
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u);
+  cr_expect_eq(s.resident_bytes, 0u, "blocks 0 and 1 read through: freed");
+  ferry__block_cache_close(c);
+  cr_expect_eq(atomic_load(&src.fetches[2]), 0);
+}
+
+Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
+  static source src;
+  memset(&src, 0, sizeof src);
+  uint32_t members[2] = {1, 1};
+  ferry__block_cache *c;
+  cr_assert_eq(ferry__block_cache_open(2, members, 1000, fetch, &src, &c), FERRY_OK);
+  atomic_store(&src.fail_next[1], 1);
+  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
+  cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 1, 100, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.fetches[1]), 2);
   ferry__block_cache_close(c);
 }
 
