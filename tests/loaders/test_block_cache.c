@@ -47,6 +47,14 @@ static ferry_status copy_checked(ferry__block_cache *c, size_t block, size_t blo
   return st;
 }
 
+/* A cache of n blocks over a fresh `src`. */
+static ferry__block_cache *open_cache(source *src, size_t n, const uint32_t *members, size_t cap) {
+  memset(src, 0, sizeof *src);
+  ferry__block_cache *c = NULL;
+  cr_assert_eq(ferry__block_cache_open(n, members, cap, fetch, src, &c), FERRY_OK);
+  return c;
+}
+
 static ferry__block_cache_stats stats_of(ferry__block_cache *c) {
   ferry__block_cache_stats s;
   ferry__block_cache_stats_get(c, &s);
@@ -55,10 +63,7 @@ static ferry__block_cache_stats stats_of(ferry__block_cache *c) {
 
 Test(block_cache, a_block_is_fetched_once_for_its_members_and_freed_after_the_last) {
   static source src;
-  memset(&src, 0, sizeof src);
-  uint32_t members[2] = {3, 1};
-  ferry__block_cache *c;
-  cr_assert_eq(ferry__block_cache_open(2, members, 1000, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 2, (uint32_t[]){3, 1}, 1000);
   for (int m = 0; m < 3; m++) {
     cr_assert_eq(copy_checked(c, 0, 100, (size_t)m * 30, 30), FERRY_OK, "%s", ferry_last_error());
     cr_expect_eq(atomic_load(&src.fetches[0]), 1);
@@ -70,16 +75,14 @@ Test(block_cache, a_block_is_fetched_once_for_its_members_and_freed_after_the_la
   cr_expect_eq(stats_of(c).resident_bytes, 100u);
   cr_assert_eq(copy_checked(c, 1, 40, 0, 40), FERRY_OK);
   cr_expect_eq(stats_of(c).resident_bytes, 100u, "block 1's one member read: freed");
-  cr_expect_eq(ferry__block_cache_copy(c, 1, 40, 30, 11, (uint8_t[64]){0}, SIZE_MAX, 0), FERRY_EINVAL, "past the block");
+  cr_expect_eq(ferry__block_cache_copy(c, 1, 40, 30, 11, (uint8_t[64]){0}, SIZE_MAX, 0), FERRY_EINVAL,
+               "past the block");
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, the_cap_evicts_the_least_recently_used_and_refuses_what_cannot_fit) {
   static source src;
-  memset(&src, 0, sizeof src);
-  uint32_t members[4] = {5, 5, 5, 5};
-  ferry__block_cache *c;
-  cr_assert_eq(ferry__block_cache_open(4, members, 200, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 4, (uint32_t[]){5, 5, 5, 5}, 200);
   cr_assert_eq(copy_checked(c, 0, 100, 0, 10), FERRY_OK);
   cr_assert_eq(copy_checked(c, 1, 100, 0, 10), FERRY_OK);
   cr_assert_eq(copy_checked(c, 0, 100, 10, 10), FERRY_OK);  /* 0 used last: 1 is the LRU */
@@ -91,17 +94,15 @@ Test(block_cache, the_cap_evicts_the_least_recently_used_and_refuses_what_cannot
   cr_expect_eq(atomic_load(&src.fetches[0]), 1, "block 0 was kept");
   cr_assert_eq(copy_checked(c, 1, 100, 10, 10), FERRY_OK);
   cr_expect_eq(atomic_load(&src.fetches[1]), 2, "block 1 was evicted, so fetched again");
-  cr_expect_eq(ferry__block_cache_copy(c, 3, 201, 0, 10, (uint8_t[16]){0}, SIZE_MAX, 0), FERRY_EAGAIN, "larger than the cap");
+  cr_expect_eq(ferry__block_cache_copy(c, 3, 201, 0, 10, (uint8_t[16]){0}, SIZE_MAX, 0), FERRY_EAGAIN,
+               "larger than the cap");
   cr_expect_eq(atomic_load(&src.fetches[3]), 0);
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, a_failed_fetch_is_reported_and_leaves_nothing_behind) {
   static source src;
-  memset(&src, 0, sizeof src);
-  uint32_t members[1] = {2};
-  ferry__block_cache *c;
-  cr_assert_eq(ferry__block_cache_open(1, members, 1000, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 1, (uint32_t[]){2}, 1000);
   atomic_store(&src.fail_next[0], 1);
   cr_expect_eq(copy_checked(c, 0, 100, 0, 10), FERRY_EIO);
   cr_expect_str_eq(ferry_last_error(), "block 0: HTTP 503");
@@ -125,10 +126,7 @@ static ferry_status copy_ahead(ferry__block_cache *c, size_t block, size_t from,
 
 Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evicting) {
   static source src;
-  memset(&src, 0, sizeof src);
-  uint32_t members[3] = {2, 2, 2};
-  ferry__block_cache *c;
-  cr_assert_eq(ferry__block_cache_open(3, members, 200, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 3, (uint32_t[]){2, 2, 2}, 200);
   cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
   cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
   /* block 1's first read asks for block 2: no room without evicting block 0 (its
@@ -147,10 +145,7 @@ Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evictin
 
 Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
   static source src;
-  memset(&src, 0, sizeof src);
-  uint32_t members[2] = {1, 1};
-  ferry__block_cache *c;
-  cr_assert_eq(ferry__block_cache_open(2, members, 1000, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 2, (uint32_t[]){1, 1}, 1000);
   atomic_store(&src.fail_next[1], 1);
   cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
   cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
@@ -182,12 +177,10 @@ static void *read_all(void *arg) {
 
 Test(block_cache, readers_at_once_fetch_each_block_once) {
   static source src;
-  memset(&src, 0, sizeof src);
   uint32_t members[BLOCKS];
   for (size_t b = 0; b < BLOCKS; b++) members[b] = READERS;
-  ferry__block_cache *c;
   /* room for all: a reader far ahead of the others evicts nothing (the cap's test is above) */
-  cr_assert_eq(ferry__block_cache_open(BLOCKS, members, BLOCKS * 256, fetch, &src, &c), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, BLOCKS, members, BLOCKS * 256);
   atomic_store(&src.fail_next[0], 1);
   pthread_t threads[READERS];
   reader readers[READERS];
