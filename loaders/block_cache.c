@@ -36,7 +36,7 @@ typedef struct block {
 } block;
 
 struct ferry__block_cache {
-  pthread_mutex_t lock;
+  pthread_mutex_t mutex;   /* the cache's own, never the loader's lock */
   pthread_cond_t fetched;  /* a fetch ended */
   pthread_cond_t queued;   /* the read-ahead queue has a block, or the cache closes */
   block *queue_head, *queue_tail;
@@ -66,7 +66,7 @@ ferry_status ferry__block_cache_open(size_t num_blocks, const uint32_t *members,
     return ferry__fail(FERRY_ENOMEM, "shards: out of memory for a cache of %zu blocks", num_blocks);
   }
   if (num_blocks) memcpy(c->members, members, num_blocks * sizeof *members);
-  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->mutex, NULL);
   pthread_cond_init(&c->fetched, NULL);
   pthread_cond_init(&c->queued, NULL);
   c->num_blocks = num_blocks;
@@ -131,11 +131,11 @@ static void free_list(block *b) {
  * and b fetched, or b gone (its slot emptied, waiters woken) and the fetch's error. */
 static ferry_status fetch_block(ferry__block_cache *c, block *b) {
   c->fetches++;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
   uint8_t *data = ferry__malloc(b->len ? b->len : 1);
   /* no memory for the block is no room for it: the caller reads the bytes itself */
   ferry_status st = data ? c->fetch(c->ctx, b->number, data, b->len) : FERRY_EAGAIN;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   pthread_cond_broadcast(&c->fetched);
   if (st == FERRY_OK) {
     b->data = data;
@@ -193,15 +193,15 @@ static void ask_ahead(ferry__block_cache *c, size_t number, size_t len) {
 /* The read-ahead thread: fetches the queued blocks in order, until the cache closes. */
 static void *read_ahead_thread(void *arg) {
   ferry__block_cache *c = arg;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   for (;;) {
-    while (!c->queue_head && !c->closing) pthread_cond_wait(&c->queued, &c->lock);
+    while (!c->queue_head && !c->closing) pthread_cond_wait(&c->queued, &c->mutex);
     if (c->closing) break;
     block *b = c->queue_head;
     dequeue(c, b);
     fetch_block(c, b);  /* a failure removes it: its reader fetches it again, and sees the error */
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
   return NULL;
 }
 
@@ -215,7 +215,7 @@ static block *acquire(ferry__block_cache *c, size_t number, size_t len, block **
       *st = fetch_block(c, b);
       if (*st != FERRY_OK) return NULL;
     } else if (b && !b->data) {  /* being fetched: wait, then look again */
-      pthread_cond_wait(&c->fetched, &c->lock);
+      pthread_cond_wait(&c->fetched, &c->mutex);
       continue;
     }
     if (!b) {
@@ -240,13 +240,13 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
     return ferry__fail(FERRY_EINVAL, "shards: bytes %zu+%zu are not in block %zu", from, len, number);
   block *evicted = NULL, *done = NULL;
   ferry_status st;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   block *b = acquire(c, number, block_len, &evicted, &st);
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
   free_list(evicted);
   if (!b) return st;
   memcpy(dst, b->data + from, len);
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   b->users--;
   /* the block's first member read: the reader has reached it, the next comes soon */
   if (b->remaining == c->members[number] && next != SIZE_MAX) ask_ahead(c, next, next_len);
@@ -256,28 +256,28 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
     unlink_block(c, b);
     done = b;
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
   free_block(done);
   return FERRY_OK;
 }
 
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out) {
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   *out = (ferry__block_cache_stats){c->fetches, c->evictions, c->bytes, c->peak, c->cap};
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
 }
 
 void ferry__block_cache_close(ferry__block_cache *c) {
   if (!c) return;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->mutex);
   c->closing = 1;
   pthread_cond_signal(&c->queued);
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->mutex);
   if (c->ahead_started) pthread_join(c->ahead, NULL);
   free_list(c->resident);  /* blocks still queued too: they are resident, not fetched */
   pthread_cond_destroy(&c->queued);
   pthread_cond_destroy(&c->fetched);
-  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->mutex);
   ferry__free(c->slots);
   ferry__free(c->members);
   ferry__free(c);
