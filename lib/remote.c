@@ -57,9 +57,7 @@ void ferry__remote_display(const char *url, char *out, size_t size) {
 
 /* ---- the client ------------------------------------------------------------------ */
 
-/* An integer setting from the environment, or `fallback` when unset or not a number in
- * [lo, hi]. */
-static long env_long(const char *name, long fallback, long lo, long hi) {
+long ferry__remote_env_long(const char *name, long fallback, long lo, long hi) {
   const char *v = getenv(name);
   if (!v || !*v) return fallback;
   char *end;
@@ -90,10 +88,11 @@ ferry_status ferry__remote_open(ferry__remote **out) {
   ferry__remote *r = ferry__calloc(1, sizeof *r);
   if (!r) return ferry__fail(FERRY_ENOMEM, "remote: out of memory");
   pthread_mutex_init(&r->lock, NULL);
-  r->retries = env_long("FERRY_REMOTE_RETRIES", FERRY__REMOTE_RETRIES, 0, 1000);
-  r->backoff_ms = env_long("FERRY_REMOTE_BACKOFF_MS", FERRY__REMOTE_BACKOFF_MS, 0, 60000);
-  r->stall_s = env_long("FERRY_REMOTE_STALL_S", FERRY__REMOTE_STALL_S, 1, 3600);
-  r->connect_ms = env_long("FERRY_REMOTE_CONNECT_TIMEOUT_MS", FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000);
+  r->retries = ferry__remote_env_long("FERRY_REMOTE_RETRIES", FERRY__REMOTE_RETRIES, 0, 1000);
+  r->backoff_ms = ferry__remote_env_long("FERRY_REMOTE_BACKOFF_MS", FERRY__REMOTE_BACKOFF_MS, 0, 60000);
+  r->stall_s = ferry__remote_env_long("FERRY_REMOTE_STALL_S", FERRY__REMOTE_STALL_S, 1, 3600);
+  r->connect_ms =
+      ferry__remote_env_long("FERRY_REMOTE_CONNECT_TIMEOUT_MS", FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000);
   int oom = 0;
   r->access_key = env_copy("AWS_ACCESS_KEY_ID", &oom);
   r->secret_key = env_copy("AWS_SECRET_ACCESS_KEY", &oom);

@@ -37,6 +37,10 @@ typedef struct ferry__remote ferry__remote;
 #define FERRY__REMOTE_STALL_S 30
 #define FERRY__REMOTE_CONNECT_TIMEOUT_MS 10000
 
+/* An integer setting from the environment (FERRY_REMOTE_*: these and the shard
+ * source's block cache's), or `fallback` when unset or not a number in [lo, hi]. */
+long ferry__remote_env_long(const char *name, long fallback, long lo, long hi);
+
 /* 1 when `path` is a URL this file reads: http://, https:// or s3://. */
 int ferry__remote_is_url(const char *path);
 

@@ -3,10 +3,10 @@
  *
  * The fill asks the source for the bytes of dataset image `index` and decodes them
  * from memory; the targets come from the coco as for a folder, so nothing downstream
- * knows the difference. Today's source is local tar shards (shard_source.c: pread at
- * the member's offset). A streamed remote source (HTTP, S3) fits the same read: it
- * would hold the shards in flight and hand a worker the member's bytes when they
- * have arrived; only where the bytes wait differs.
+ * knows the difference. The source is tar shards (shard_source.c): local ones read
+ * with pread at the member's offset, remote ones (HTTP, S3) through blocks shared by
+ * the workers when the loader reads neighbours together (plan_reads), else one ranged
+ * GET per member; only where the bytes wait differs.
  * Contract: read is called by many workers at once, each with its own buffer; it
  * writes nothing shared. Every error names where the bytes are (shard and member).
  */
@@ -30,6 +30,12 @@ struct ferry__image_source {
    * shard_samples[i] dataset indices (what the shard order permutes, sampler.h). */
   const size_t *shard_samples;
   size_t num_shards;
+  /* Optional (NULL: the source reads alike in any order). How the loader will read,
+   * told once at open before any read: `neighbours` 1 when a sample is read close in
+   * time to its neighbours in the shards (the shard order, or shuffle off on one rank;
+   * then a remote source reads blocks, shard_source.c), `buffer` the shuffle buffer
+   * in samples (1 without), `workers` the readers at once. */
+  ferry_status (*plan_reads)(ferry__image_source *self, int neighbours, size_t buffer, int workers);
 };
 
 /* Open the loader's annotations: a shard spec (coco/shards.h) gives its coco and a

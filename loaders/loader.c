@@ -248,6 +248,18 @@ static ferry_status open_data(ferry_loader *l) {
   return st;
 }
 
+/* Tell the source how the sampler reads (image_source.h): neighbours in the shards
+ * are read close together in the shard order (within the shuffle buffer) and, on one
+ * rank, in the dataset order without shuffle; the dataset order's permutation, or its
+ * stride across ranks, reads a shard's members far apart. */
+static ferry_status plan_source_reads(ferry_loader *l) {
+  if (!l->source || !l->source->plan_reads) return FERRY_OK;
+  const ferry_sampler *s = &l->sampler;
+  int neighbours = s->shard_samples ? 1 : !s->shuffle && s->world_size == 1;
+  size_t buffer = s->shard_samples && s->shuffle ? s->buffer : 1;
+  return l->source->plan_reads(l->source, neighbours, buffer, l->workers);
+}
+
 /* rank and world_size both -1: from the launcher's environment (sampler.c). The
  * shard order is AUTO's for shards (check_config refused SHARDS without them). */
 static ferry_status open_sampler(ferry_loader *l) {
@@ -260,9 +272,11 @@ static ferry_status open_sampler(ferry_loader *l) {
   l->stats.world_size = world;
   ferry_status st = ferry__sampler_init(&l->sampler, ferry_coco_num_images(l->coco), rank, world,
                                        l->config.shuffle, l->config.drop_last, l->config.seed);
-  if (st != FERRY_OK || !l->source || !l->source->shard_samples || l->config.order == FERRY_ORDER_DATASET) return st;
+  if (st != FERRY_OK || !l->source || !l->source->shard_samples || l->config.order == FERRY_ORDER_DATASET)
+    return st == FERRY_OK ? plan_source_reads(l) : st;
   size_t buffer = l->config.shuffle_buffer ? l->config.shuffle_buffer : FERRY_LOADER_SHUFFLE_BUFFER_DEFAULT;
-  return ferry__sampler_use_shards(&l->sampler, l->source->shard_samples, l->source->num_shards, buffer);
+  st = ferry__sampler_use_shards(&l->sampler, l->source->shard_samples, l->source->num_shards, buffer);
+  return st == FERRY_OK ? plan_source_reads(l) : st;
 }
 
 

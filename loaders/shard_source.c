@@ -1,20 +1,27 @@
 /* loaders/shard_source.c - the image source of a split packed as tar shards, local or
  * at URLs, and the choice, at open, between it and the images folder.
  *
- * Owns the shard set (coco/shards.h) and, for local shards, one read-only descriptor
- * per shard, opened at open and closed at close. Workers read through pread at the
- * member's offset, or, for URLs, one ranged GET of the member's bytes through the set's
- * client (lib/remote.h: a handle per request from its pool, retried from the byte it
- * stopped at); so no position is shared and no lock is taken here. Nothing is cached:
- * a member's bytes go straight into the worker's buffer. Sizes are learnt at open from
- * each image's header (ferry_image_probe), which is why the loader, not coco/, opens
- * shards.
+ * Owns the shard set (coco/shards.h), for local shards one read-only descriptor per
+ * shard (opened at open, closed at close), and for URLs the block layout and block
+ * cache (block_cache.h). Workers read local members with pread at the member's
+ * offset. A member of a shard at a URL is copied out of the shard's blocks (fixed-size
+ * byte ranges, aligned at multiples of the block size, one ranged GET each, shared by
+ * the workers, freed once their members are read, the next one read ahead) when the
+ * loader reads neighbours together (plan_reads: the shard order, or shuffle off on one
+ * rank); otherwise, or when the member is larger than a block, or the cache has no
+ * room, it is one ranged GET of the member's bytes through the set's client
+ * (lib/remote.h: a handle per request from its pool, retried from the byte it stopped
+ * at). Sizes are learnt at open from each image's header (ferry_image_probe), which is
+ * why the loader, not coco/, opens shards.
  * Invariants: fds[i] is shard i of the set (fds is NULL for URLs); a sample with a
  * problem is never read, its problem is returned instead, so the loader's error policy
- * decides (fail or skip).
+ * decides (fail or skip); shard i's blocks are numbers first_block[i] ..
+ * first_block[i + 1] - 1 and cover the members read through blocks, which are the
+ * readable ones of 1 .. block_bytes bytes, each counted in every block it overlaps.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +31,7 @@
 #include "lib/alloc.h"
 #include "lib/remote.h"
 #include "lib/status.h"
+#include "loaders/block_cache.h"
 #include "loaders/image_source.h"
 
 typedef struct shard_source {
@@ -31,12 +39,72 @@ typedef struct shard_source {
   ferry__shard_set *set;
   int *fds;
   size_t *shard_samples;     /* base.shard_samples */
+  /* URLs read through blocks (plan_reads); cache NULL: one GET per member */
+  ferry__block_cache *cache;
+  size_t block_bytes;
+  size_t *first_block;       /* [num_shards + 1] */
+  uint64_t *blocks_end;      /* [num_shards]: the end of the last member read through blocks */
 } shard_source;
+
+/* Blocks: 4 MiB by default (FERRY_REMOTE_BLOCK_BYTES): a ranged GET's latency on an
+ * object store (30-100 ms) amortised over ~25 COCO images, and few blocks per worker in
+ * memory. The cache's cap when FERRY_REMOTE_CACHE_BYTES does not give one: the reader's
+ * window (twice the shuffle buffer's samples at the mean member size, as a sample is
+ * read up to buffer - 1 positions either side of its place) plus two blocks per worker
+ * (the block it reads and the next, partly read), kept within [16 MiB, 1 GiB]. */
+#define BLOCK_BYTES_DEFAULT ((long)4 << 20)
+#define BLOCK_BYTES_MIN ((long)64 << 10)
+#define BLOCK_BYTES_MAX ((long)256 << 20)
+#define CACHE_BYTES_MIN ((size_t)16 << 20)
+#define CACHE_BYTES_MAX ((size_t)1 << 30)
 
 static void describe(const ferry__image_source *self, size_t index, char *name, size_t size) {
   const shard_source *s = (const shard_source *)self;
   const ferry__shard_sample *r = &s->set->samples[index];
   snprintf(name, size, "%s: member '%s'", s->set->paths[r->shard], r->member);
+}
+
+/* Bytes [at, at + len) of the sample's shard at its URL, one ranged GET. */
+static ferry_status read_remote(const shard_source *s, const ferry__shard_sample *r, uint64_t at, uint8_t *dst,
+                                size_t len) {
+  size_t got = 0;
+  ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[r->shard], at, dst, len, &got);
+  if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
+  if (got < len)
+    return ferry__fail(FERRY_EFORMAT, "%s: member '%s': the shard ends inside it (it changed since the open)",
+                       s->set->paths[r->shard], r->member);
+  return FERRY_OK;
+}
+
+static int through_blocks(const shard_source *s, const ferry__shard_sample *r) {
+  return !r->problem && r->size > 0 && r->size <= s->block_bytes;
+}
+
+/* Block k of `shard` (counted from the shard's first): its length, the last one cut at
+ * the end of the shard's last member read through blocks. */
+static size_t block_len(const shard_source *s, size_t shard, uint64_t k) {
+  uint64_t start = k * s->block_bytes, end = s->blocks_end[shard];
+  return (size_t)(end - start < s->block_bytes ? end - start : s->block_bytes);
+}
+
+/* The member's bytes out of the blocks it lies in (one, or two when it crosses a
+ * boundary), the shard's next block read ahead; from a block the cache cannot hold
+ * on, the rest is one direct GET. */
+static ferry_status read_through_blocks(const shard_source *s, const ferry__shard_sample *r, uint8_t *dst) {
+  uint64_t at = r->offset, end = r->offset + r->size;
+  size_t first = s->first_block[r->shard], blocks = s->first_block[r->shard + 1] - first;
+  while (at < end) {
+    uint64_t k = at / s->block_bytes, start = k * s->block_bytes;
+    size_t n = (size_t)((end < start + s->block_bytes ? end : start + s->block_bytes) - at);
+    size_t next = k + 1 < blocks ? first + k + 1 : SIZE_MAX;
+    ferry_status st = ferry__block_cache_copy(s->cache, first + k, block_len(s, r->shard, k), (size_t)(at - start),
+                                              n, dst + (at - r->offset), next,
+                                              next != SIZE_MAX ? block_len(s, r->shard, k + 1) : 0);
+    if (st == FERRY_EAGAIN) return read_remote(s, r, at, dst + (at - r->offset), (size_t)(end - at));
+    if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
+    at += n;
+  }
+  return FERRY_OK;
 }
 
 static ferry_status read_member(const ferry__image_source *self, size_t index, uint8_t **buf, size_t *cap,
@@ -51,14 +119,10 @@ static ferry_status read_member(const ferry__image_source *self, size_t index, u
     *buf = grown;
     *cap = want + 1;
   }
+  *len = want;
+  if (s->cache && through_blocks(s, r)) return read_through_blocks(s, r, *buf);
+  if (s->set->remote) return read_remote(s, r, r->offset, *buf, want);
   size_t got = 0;
-  if (s->set->remote) {
-    ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[r->shard], r->offset, *buf, want, &got);
-    if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
-    if (got < want)
-      return ferry__fail(FERRY_EFORMAT, "%s: member '%s': the shard ends inside it (it changed since the open)",
-                         s->set->paths[r->shard], r->member);
-  }
   while (got < want) {
     ssize_t n = pread(s->fds[r->shard], *buf + got, want - got, (off_t)(r->offset + got));
     if (n < 0 && errno == EINTR) continue;
@@ -67,7 +131,6 @@ static ferry_status read_member(const ferry__image_source *self, size_t index, u
                          n < 0 ? strerror(errno) : "the shard ends inside it (it changed since the open)");
     got += (size_t)n;
   }
-  *len = want;
   return FERRY_OK;
 }
 
@@ -78,6 +141,9 @@ static void close_source(ferry__image_source *self) {
     if (s->fds[i] >= 0) close(s->fds[i]);
   ferry__free(s->fds);
   ferry__free(s->shard_samples);
+  ferry__block_cache_close(s->cache);
+  ferry__free(s->first_block);
+  ferry__free(s->blocks_end);
   ferry__shard_set_free(s->set);
   ferry__free(s);
 }
@@ -113,13 +179,87 @@ static ferry_status count_shard_samples(shard_source *s) {
   return FERRY_OK;
 }
 
+/* ferry__block_fetch_fn: block `number` of the shard it belongs to, one ranged GET. */
+static ferry_status fetch_block(void *ctx, size_t number, uint8_t *buf, size_t len) {
+  const shard_source *s = ctx;
+  size_t lo = 0, hi = s->set->num_shards;  /* the shard whose blocks hold `number` */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->first_block[mid] <= number) lo = mid;
+    else hi = mid;
+  }
+  uint64_t start = (uint64_t)(number - s->first_block[lo]) * s->block_bytes;
+  size_t got = 0;
+  ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[lo], start, buf, len, &got);
+  if (st == FERRY_OK && got < len)
+    return ferry__fail(FERRY_EFORMAT, "%s: bytes %llu-%llu: the shard ends inside them (it changed since the open)",
+                       s->set->paths[lo], (unsigned long long)start, (unsigned long long)(start + len - 1));
+  return st;
+}
+
+/* The blocks each shard's members read through blocks lie in (first_block,
+ * blocks_end) and how many members each block holds: into *members, for the cache. */
+static ferry_status lay_out_blocks(shard_source *s, uint32_t **members) {
+  size_t n = s->set->num_shards;
+  s->first_block = ferry__calloc(n + 1, sizeof *s->first_block);
+  s->blocks_end = ferry__calloc(n ? n : 1, sizeof *s->blocks_end);
+  if (!s->first_block || !s->blocks_end) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for the blocks");
+  for (size_t i = 0; i < s->set->num_samples; i++) {
+    const ferry__shard_sample *r = &s->set->samples[i];
+    if (through_blocks(s, r) && r->offset + r->size > s->blocks_end[r->shard])
+      s->blocks_end[r->shard] = r->offset + r->size;
+  }
+  for (size_t i = 0; i < n; i++)
+    s->first_block[i + 1] = s->first_block[i] + (size_t)((s->blocks_end[i] + s->block_bytes - 1) / s->block_bytes);
+  *members = ferry__calloc(s->first_block[n] ? s->first_block[n] : 1, sizeof **members);
+  if (!*members) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu blocks", s->first_block[n]);
+  for (size_t i = 0; i < s->set->num_samples; i++) {
+    const ferry__shard_sample *r = &s->set->samples[i];
+    if (!through_blocks(s, r)) continue;
+    uint64_t k = r->offset / s->block_bytes, last = (r->offset + r->size - 1) / s->block_bytes;
+    for (; k <= last; k++) (*members)[s->first_block[r->shard] + k]++;
+  }
+  return FERRY_OK;
+}
+
+/* The cache's cap: FERRY_REMOTE_CACHE_BYTES, else the reader's window (see
+ * CACHE_BYTES_MIN). */
+static size_t cache_cap(const shard_source *s, size_t buffer, int workers) {
+  uint64_t bytes = 0, count = 0;
+  for (size_t i = 0; i < s->set->num_samples; i++)
+    if (through_blocks(s, &s->set->samples[i])) {
+      bytes += s->set->samples[i].size;
+      count++;
+    }
+  double window = 2.0 * (double)buffer * (double)(count ? bytes / count : 0) + 2.0 * workers * (double)s->block_bytes;
+  size_t derived = window < (double)CACHE_BYTES_MIN ? CACHE_BYTES_MIN
+                 : window > (double)CACHE_BYTES_MAX ? CACHE_BYTES_MAX : (size_t)window;
+  return (size_t)ferry__remote_env_long("FERRY_REMOTE_CACHE_BYTES", (long)derived, 0, LONG_MAX);
+}
+
+/* image_source.h's plan_reads: blocks for URLs read in neighbours' order. */
+static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t buffer, int workers) {
+  shard_source *s = (shard_source *)self;
+  if (!s->set->remote || !neighbours || s->cache) return FERRY_OK;
+  s->block_bytes = (size_t)ferry__remote_env_long("FERRY_REMOTE_BLOCK_BYTES", BLOCK_BYTES_DEFAULT, BLOCK_BYTES_MIN,
+                                                  BLOCK_BYTES_MAX);
+  size_t cap = cache_cap(s, buffer, workers);
+  if (cap == 0) return FERRY_OK;  /* blocks turned off: a GET per member */
+  uint32_t *members = NULL;
+  ferry_status st = lay_out_blocks(s, &members);
+  if (st == FERRY_OK)
+    st = ferry__block_cache_open(s->first_block[s->set->num_shards], members, cap, fetch_block, s, &s->cache);
+  ferry__free(members);
+  return st;
+}
+
 ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,
                                            ferry_coco **coco, ferry__image_source **source) {
   *source = NULL;
   if (!ferry__shards_recognise(annotations)) return ferry_coco_open(annotations, opts, coco);
   shard_source *s = ferry__calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0};
+  s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0, plan_reads};
   ferry_status st = ferry__shards_open(annotations, opts, probe, coco, &s->set);
   if (st == FERRY_OK) st = open_fds(s);
   if (st == FERRY_OK) st = count_shard_samples(s);

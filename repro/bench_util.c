@@ -113,6 +113,7 @@ int bench_common_flag(bench_common *c, const char *flag, const char *value) {
   else if (!strcmp(flag, "--prefetch")) c->prefetch = atoi(value);
   else if (!strcmp(flag, "--remap-categories")) c->remap_categories = atoi(value) != 0;
   else if (!strcmp(flag, "--shuffle")) c->shuffle = atoi(value) != 0;
+  else if (!strcmp(flag, "--shuffle-buffer")) c->shuffle_buffer = atoi(value) > 0 ? atoi(value) : 0;
   else if (!strcmp(flag, "--order")) {
     if (!strcmp(value, "auto")) c->order = FERRY_ORDER_AUTO;
     else if (!strcmp(value, "dataset")) c->order = FERRY_ORDER_DATASET;
@@ -140,6 +141,7 @@ void bench_loader_config(ferry_loader_config *config, const bench_common *c, fer
   config->remap_categories = c->remap_categories;
   config->shuffle = c->shuffle;
   config->order = c->order;
+  config->shuffle_buffer = (size_t)c->shuffle_buffer;
 }
 
 uint8_t *bench_read_file(const char *path, size_t *len) {

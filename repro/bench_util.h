@@ -17,6 +17,7 @@ typedef struct bench_common {
   int remap_categories; /* config.remap_categories (a shard index's own policy wins) */
   int shuffle;          /* config.shuffle: 1 */
   ferry_sample_order order; /* config.order: AUTO */
+  int shuffle_buffer;   /* config.shuffle_buffer: 0, the loader's default */
 } bench_common;
 
 /* Defaults: no dataset yet, one worker per core, batch 8, resolution 312, images
@@ -24,8 +25,8 @@ typedef struct bench_common {
 void bench_common_default(bench_common *c);
 /* Consume `flag value` if it is one of --annotations, --images, --workers, --batch,
  * --resolution, --layout (f32 or u8), --prefetch, --remap-categories (0 or 1), --shuffle (0 or 1),
- * --order (auto, dataset or shards): 1 if it was, 0 if not, -1 if the
- * value is not one it takes. */
+ * --order (auto, dataset or shards), --shuffle-buffer N: 1 if it was, 0 if not, -1 if
+ * the value is not one it takes. */
 int bench_common_flag(bench_common *c, const char *flag, const char *value);
 /* A loader config for these flags on `device`, packed or unpacked. */
 void bench_loader_config(ferry_loader_config *config, const bench_common *c, ferry_device *device);

@@ -11,7 +11,8 @@
     asked: plain HTTP only, a signature covers the Range);
   - moto_server: moto's standalone S3 server in a child process.
 Every server runs in daemon threads and stops with the test session; each proxy request
-is counted, so a test knows faults were met.
+is counted and recorded (path and range), so a test knows faults were met and how many
+GETs a read took.
 """
 import http.client
 import http.server
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+
+CHUNK = 1 << 20  # lib/remote.h's FERRY__REMOTE_CHUNK: the open's stream reads
 
 
 class _Quiet(http.server.BaseHTTPRequestHandler):
@@ -103,6 +106,7 @@ class FaultProxy:
         self.requests = 0
         self.faults = {}
         self.headers = []  # each GET's request headers, as received
+        self.gets = []  # each GET's (path, Range header or None), as received
         proxy = self
 
         class Handler(_Quiet):
@@ -113,6 +117,7 @@ class FaultProxy:
                 fault = proxy.plan(n, self.path, self.headers.get("Range"))
                 with proxy.lock:
                     proxy.headers.append(dict(self.headers.items()))
+                    proxy.gets.append((self.path, self.headers.get("Range")))
                 if fault:
                     with proxy.lock:
                         proxy.faults[fault] = proxy.faults.get(fault, 0) + 1

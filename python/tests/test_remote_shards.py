@@ -42,13 +42,14 @@ FAULTS = ("reset", "503", "stall", "cut")
 FAST = {"FERRY_REMOTE_BACKOFF_MS": "10", "FERRY_REMOTE_STALL_S": "1", "FERRY_REMOTE_CONNECT_TIMEOUT_MS": "2000"}
 
 
-def parity(spec, workers=2, env=None):
+def parity(spec, workers=2, env=None, shuffle=False, order="auto"):
     """coco_parity's run over `spec` with only the given AWS and FERRY_REMOTE settings:
     (returncode, its JSON or None, stdout + stderr)."""
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [COCO_PARITY, "--annotations", spec, "--images", os.path.dirname(COCO_PARITY), "--workers", str(workers),
-           "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", "0", "--json"]
+           "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", str(int(shuffle)),
+           "--order", order, "--json"]
     out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **(env or {})), capture_output=True, text=True,
                          timeout=120)
     result = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
@@ -301,9 +302,10 @@ def last_image(packed):
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_faults_past_the_retries_fail_named(packed, upstream, proxy_to, fault):
-    """Every GET of the index, or every GET of one image member, faulted: the run fails in
+    """Every GET of the index, of one image member (blocks off: a GET per image), or of
+    the block holding the last shard (blocks on, the default) faulted: the run fails in
     the open or in the epoch, naming the URL, the bytes, what went wrong, and in the epoch
-    the member."""
+    the member being read."""
     spec, base, env_for = upstream
     proxy = proxy_to(base)
     env = dict(env_for(proxy.url), FERRY_REMOTE_RETRIES="1", **FAST)
@@ -317,12 +319,116 @@ def test_faults_past_the_retries_fail_named(packed, upstream, proxy_to, fault):
     path = shard if not spec.startswith("s3://") else "/data/val" + shard
     proxy.within(path, first, last, fault)
     before = dict(proxy.faults)
-    rc, _, log = parity(spec_through(spec, proxy), 2, env)
+    rc, _, log = parity(spec_through(spec, proxy), 2, dict(env, FERRY_REMOTE_CACHE_BYTES="0"))
     assert rc != 0, log
     assert proxy.faults[fault] >= before[fault] + 2  # a read and its one retry (each loader coco_parity runs reads)
     assert f"member '{member}' of " in log, log
     assert re.search(re.escape(shard[1:]) + r": bytes (\d+)-" + str(last) + ": ", log), log
     assert int(re.search(r": bytes (\d+)-" + str(last), log).group(1)) >= first
     assert what in log and "after 1 retry" in log, log
+    # The last shard's one block (4 MiB > the shard): its image members' bytes, from 0.
+    proxy.within(path, 0, last, fault)
+    before = dict(proxy.faults)
+    rc, _, log = parity(spec_through(spec, proxy), 2, env)
+    assert rc != 0, log
+    assert proxy.faults[fault] >= before[fault] + 2
+    named = re.search(r"member '([^']+)' of \S*" + re.escape(shard[1:]) + r": bytes (\d+)-" + str(last) + ": ", log)
+    with tarfile.open(os.path.join(packed[0], shard[1:])) as tar:
+        assert named and named.group(1) in tar.getnames(), log  # the member being read: one of the shard's
+    assert what in log and "after 1 retry" in log, log
     if spec.startswith("s3://"):
         assert env["AWS_SECRET_ACCESS_KEY"] not in log
+
+
+# ---- blocks (issue 26's remote speed) -------------------------------------------------
+# In the shard order (coco_parity's default for shards) a shard at a URL is read in
+# blocks shared by the workers: one GET per block, not per image. The open's own reads
+# (the index and each shard's headers, through lib/remote.c's stream) are 1 MiB chunks;
+# every other GET of a shard is the epoch's: an image, or a block.
+
+BLOCK = 4 << 20  # FERRY_REMOTE_BLOCK_BYTES's default
+SMALL_BLOCK = 256 << 10
+
+
+def image_reads(proxy):
+    """(shard path, first byte, last byte) of each GET of a shard that is not the
+    open's 1 MiB chunk."""
+    out = []
+    for path, byte_range in proxy.gets:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
+        if path.endswith(".tar") and m and int(m.group(2)) - int(m.group(1)) + 1 != remote_servers.CHUNK:
+            out.append((path.rsplit("/", 1)[1], int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def image_spans(packed):
+    """{shard name: [(first byte, last byte) of each image member]}."""
+    folder, shards, _ = packed
+    out = {}
+    for name in shards:
+        with tarfile.open(os.path.join(folder, name)) as tar:
+            out[name] = [(m.offset_data, m.offset_data + m.size - 1) for m in tar.getmembers()
+                         if not m.name.endswith(".json")]
+    return out
+
+
+def block_range(spans, shard, first, block):
+    """The range block reads ask for from `first` in `shard`: aligned at a multiple of the
+    block, cut at the end of the shard's last image."""
+    end = max(last for _, last in spans[shard])
+    return first, min(first + block - 1, end)
+
+
+def counted_parity(base, proxy_to, workers, env, **order):
+    """coco_parity through a counting proxy: (the run's JSON, its image_reads)."""
+    proxy = proxy_to(base)
+    rc, got, log = parity(f"{proxy.url}/val-index.json", workers, env, **order)
+    assert rc == 0, log
+    return got, image_reads(proxy)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 16])
+def test_blocks_one_get_per_block_same_digest(packed, http_base, proxy_to, workers):
+    """With blocks off (FERRY_REMOTE_CACHE_BYTES=0) each image read is a GET of its
+    bytes; with them (the default), every read is a whole block (aligned, cut at the
+    shard's last image), at most a third as many GETs with 4 MiB blocks (a block holds
+    a whole 700 KB shard here), fewer with 256 KiB blocks (over which many images
+    cross into the next), and the same bytes: the folder's digest."""
+    spans = image_spans(packed)
+    off, per_image = counted_parity(http_base, proxy_to, workers, {"FERRY_REMOTE_CACHE_BYTES": "0"})
+    assert sorted(set((first, last) for _, first, last in per_image)) == \
+        sorted(span for images in spans.values() for span in images)
+    for block in (BLOCK, SMALL_BLOCK):
+        env = {"FERRY_REMOTE_BLOCK_BYTES": str(block)} if block != BLOCK else {}
+        got, reads = counted_parity(http_base, proxy_to, workers, env)
+        assert got["digest"] == off["digest"] == packed[2] and got["images"] == 24
+        for shard, first, last in reads:
+            assert first % block == 0 and (first, last) == block_range(spans, shard, first, block), (shard, first, last)
+        assert 3 * len(reads) <= len(per_image) if block == BLOCK else len(reads) < len(per_image), \
+            (len(reads), len(per_image))
+    crossing = sum(first // SMALL_BLOCK != last // SMALL_BLOCK for images in spans.values() for first, last in images)
+    assert crossing >= 3, "no image crosses a block boundary: the test would not test that"
+
+
+def test_dataset_order_shuffled_keeps_a_get_per_image(packed, http_base, proxy_to):
+    """The dataset order with shuffle reads a shard's images far apart in time: blocks
+    would fetch each several times over, so it keeps one GET per image, the same GETs as
+    with blocks turned off."""
+    order = dict(shuffle=True, order="dataset")
+    images = set((shard, first, last) for shard, spans in image_spans(packed).items() for first, last in spans)
+    _, default = counted_parity(http_base, proxy_to, 2, {}, **order)
+    _, off = counted_parity(http_base, proxy_to, 2, {"FERRY_REMOTE_CACHE_BYTES": "0"}, **order)
+    assert set(default) == set(off) == images
+
+
+def test_cache_cap_honoured(packed, http_base, proxy_to):
+    """A cap of two 256 KiB blocks: blocks are evicted and fetched again, yet fewer GETs
+    than one per image, and the same digest; a cap smaller than a block: every image
+    read directly (the GETs of blocks off), the same digest."""
+    small = {"FERRY_REMOTE_BLOCK_BYTES": str(SMALL_BLOCK)}
+    _, per_image = counted_parity(http_base, proxy_to, 4, {"FERRY_REMOTE_CACHE_BYTES": "0"})
+    got, reads = counted_parity(http_base, proxy_to, 4, dict(small, FERRY_REMOTE_CACHE_BYTES=str(2 * SMALL_BLOCK)))
+    assert got["digest"] == packed[2]
+    assert len(reads) < len(per_image)
+    got, reads = counted_parity(http_base, proxy_to, 4, dict(small, FERRY_REMOTE_CACHE_BYTES=str(100 << 10)))
+    assert got["digest"] == packed[2] and set(reads) == set(per_image)

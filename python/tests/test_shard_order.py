@@ -13,7 +13,9 @@ checks the law docs/shards.md states, from the delivered image ids alone:
   - 4 ranks: the same count each, the union covers the epoch once plus the padding
     (or less the cut tail with drop_last);
   - batches are the same for 1, 2 and 16 workers, and a mid-epoch resume
-    (state_dict / load_state_dict) continues the uninterrupted epoch exactly.
+    (state_dict / load_state_dict) continues the uninterrupted epoch exactly;
+  - the same split at a URL (served here over HTTP) is read in blocks, a GET per block
+    rather than per image, and gives the local shards' bytes, batch for batch.
 """
 import hashlib
 import io
@@ -24,6 +26,7 @@ import tarfile
 import pytest
 
 import ferry
+import remote_servers
 from conftest import make_synth
 from ferry._capi import FerryError
 
@@ -181,6 +184,22 @@ def test_the_buffer_moves_no_sample_past_its_bound(split, buffer):
     assert orders[0] != orders[1], "epoch 1 permutes the shards anew"
 
 
+def digested(loader, index_of, batches=None):
+    """(dataset indices, a digest of every image and target array) of each of the next
+    `batches` batches (all of the epoch's by default)."""
+    got, digests = [], []
+    for k, (pixels, targets) in enumerate(loader):
+        got.append([index_of[int(t["image_id"][0])] for t in targets])
+        h = hashlib.sha256(pixels.tobytes())
+        for t in targets:
+            for key in sorted(t):
+                h.update(key.encode() + t[key].tobytes())
+        digests.append(h.hexdigest())
+        if batches is not None and k + 1 == batches:
+            break
+    return got, digests
+
+
 def test_batches_do_not_depend_on_the_worker_count(split):
     """Batch k is the same samples for 1, 2 and 16 workers, in the shard order, and the
     same bytes: a digest of every image and target array of each batch."""
@@ -189,17 +208,57 @@ def test_batches_do_not_depend_on_the_worker_count(split):
     for workers in (1, 2, 16):
         with ferry.Loader(pattern, images, batch_size=4, resolution=16, workers=workers, rank=1, world_size=2,
                           seed=4, tensor_type="numpy") as loader:
-            got[workers], digests[workers] = [], []
-            for pixels, targets in loader:
-                got[workers].append([index_of[int(t["image_id"][0])] for t in targets])
-                h = hashlib.sha256(pixels.tobytes())
-                for t in targets:
-                    for key in sorted(t):
-                        h.update(key.encode() + t[key].tobytes())
-                digests[workers].append(h.hexdigest())
+            got[workers], digests[workers] = digested(loader, index_of)
     assert got[1] == got[2] == got[16]
     assert digests[1] == digests[2] == digests[16]
     assert_mostly_whole_shards(flat(got[1]), "rank 1")
+
+
+@pytest.mark.parametrize("block, most", [(512 << 10, 3 / 4), (4 << 20, 1 / 3)])
+def test_url_shards_read_in_blocks_give_the_local_bytes(split, monkeypatch, block, most):
+    """The split served over HTTP (with Range) and read in blocks: for 1, 2 and 16
+    workers, two epochs, and a resume after 5 batches of epoch 1, batch k is the local
+    shards' batch k byte for byte, while the GETs of the shards (the open's 1 MiB chunks
+    aside) are at most 3/4 of the images read with 512 KiB blocks (which a quarter of
+    the images cross), at most 1/3 with 4 MiB blocks (the default: a block holds a
+    shard); with blocks off (FERRY_REMOTE_CACHE_BYTES=0) one per image. Not exact
+    counts: where an epoch's last reads and the next's first overlap in time, a block
+    may be freed and fetched again."""
+    pattern, images, index_of = split
+    server, base = remote_servers.range_server(os.path.dirname(pattern))
+    proxy = remote_servers.FaultProxy(base)
+    url = proxy.url + "/" + os.path.basename(pattern)
+    options = dict(batch_size=4, resolution=16, rank=1, world_size=2, seed=4, tensor_type="numpy")
+    monkeypatch.setenv("FERRY_REMOTE_BLOCK_BYTES", str(block))
+
+    def reads():
+        spans = [[int(x) for x in r[len("bytes="):].split("-")] for _, r in proxy.gets if r]
+        return sum(1 for first, last in spans if last - first + 1 != remote_servers.CHUNK)
+
+    try:
+        with ferry.Loader(pattern, images, **options) as loader:
+            local = [digested(loader, index_of) for _ in range(2)]
+        images_read = 2 * len(flat(local[0][0]))
+        for workers in (1, 2, 16):
+            before = reads()
+            with ferry.Loader(url, images, workers=workers, **options) as loader:
+                assert [digested(loader, index_of) for _ in range(2)] == local, f"{workers} workers"
+            assert reads() - before <= most * images_read, (reads() - before, images_read, workers)
+        with ferry.Loader(url, images, workers=2, **options) as loader:
+            head = digested(loader, index_of, 5)
+            state = loader.state_dict()
+        assert head == tuple(part[:5] for part in local[0])
+        with ferry.Loader(url, images, workers=2, **options) as loader:
+            loader.load_state_dict(state)
+            assert digested(loader, index_of) == tuple(part[5:] for part in local[0])
+        monkeypatch.setenv("FERRY_REMOTE_CACHE_BYTES", "0")
+        before = reads()
+        with ferry.Loader(url, images, workers=2, **options) as loader:
+            assert digested(loader, index_of) == local[0]
+        assert reads() - before >= images_read // 2  # and more: the prefetch reads into the next epoch
+    finally:
+        proxy.close()
+        server.shutdown()
 
 
 def test_a_mid_epoch_resume_continues_the_epoch_exactly(split):
