@@ -177,10 +177,11 @@ static void dequeue(ferry__block_cache *c, block *b) {
 }
 
 /* Under the lock: block `number` (len bytes) fetched by the read-ahead thread, when it
- * is not resident and fits without evicting anything: read-ahead never pushes out a
- * block a reader may still need. */
+ * is not resident, holds a member to read (not the inside of a member too large for
+ * blocks) and fits without evicting anything: read-ahead never pushes out a block a
+ * reader may still need. */
 static void ask_ahead(ferry__block_cache *c, size_t number, size_t len) {
-  if (!c->ahead_started || c->closing || number >= c->num_blocks || c->slots[number]) return;
+  if (!c->ahead_started || c->closing || number >= c->num_blocks || c->slots[number] || !c->members[number]) return;
   block *b = make_resident(c, number, len, NULL);
   if (!b) return;
   b->queued = 1;

@@ -4,8 +4,9 @@
  * members are read, freed when the last is, fetched again after; the cap evicts the
  * least recently used block and refuses (FERRY_EAGAIN) what cannot fit; a failed
  * fetch leaves nothing behind; the first read of a block reads the next ahead, never
- * evicting for it, and a failed read-ahead is fetched again by its reader; many
- * threads reading the same blocks fetch each once (and, under TSan, race on nothing). */
+ * evicting for it nor for a block with no member to read, and a failed read-ahead
+ * is fetched again by its reader; many threads reading the same blocks fetch each
+ * once (and, under TSan, race on nothing). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -141,6 +142,17 @@ Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evictin
   cr_expect_eq(s.resident_bytes, 0u, "blocks 0 and 1 read through: freed");
   ferry__block_cache_close(c);
   cr_expect_eq(atomic_load(&src.fetches[2]), 0);
+}
+
+Test(block_cache, a_block_with_no_member_to_read_is_not_read_ahead) {
+  static source src;
+  /* block 1 lies inside a member too large for blocks (read by a GET of its own) */
+  ferry__block_cache *c = open_cache(&src, 3, (uint32_t[]){1, 0, 1}, 1000);
+  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
+  /* asked ahead, it would be resident from the ask on (queued or being fetched) */
+  cr_expect_eq(stats_of(c).resident_bytes, 0u, "block 1 was asked for ahead");
+  ferry__block_cache_close(c);
+  cr_expect_eq(atomic_load(&src.fetches[1]), 0);
 }
 
 Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
