@@ -17,7 +17,8 @@
  * before the pixel buffer is reserved (limits.c); libpng allocates through
  * ferry__malloc (so tests can fail its allocations, and an out-of-memory is
  * FERRY_ENOMEM, not a format error); the input is read from memory and never past
- * `len`.
+ * `len`, and no chunk before IDAT claims more bytes than the file has left (checked
+ * before libpng runs, which would reserve what it claims).
  * Not done here: gamma, ICC and colour chunks are ignored, as Pillow's convert
  * ignores them; chunks after the image data are never read (png_read_end is not
  * called), so only an eXIf chunk that precedes IDAT gives an orientation.
@@ -175,8 +176,33 @@ static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info
   return st;
 }
 
+/* Every chunk before the first IDAT (all that png_read_info reads), walked in the
+ * bytes: none may claim more bytes than the file has left. libpng reserves an
+ * ancillary chunk's claimed length before reading it, and neither Debian's build nor
+ * a png_set_chunk_malloc_max cap stops it (its "chunk data is too large" is a benign
+ * error, a warning when reading), so a file of a few hundred bytes claiming a 700 MB
+ * eXIf asked for 700 MB (fuzz_png). A file that ends inside a chunk header is left to
+ * libpng, which says it is truncated. */
+static ferry_status check_chunk_lengths(const uint8_t *data, size_t len, const char *name) {
+  for (size_t at = 8; at + 8 <= len;) {
+    const uint8_t *type = data + at + 4;
+    uint32_t claimed = be32(data + at);
+    if (memcmp(type, "IDAT", 4) == 0) break; /* streamed through zlib, never reserved whole */
+    if (claimed > len - at - 8 || len - at - 8 - claimed < 4) { /* its data, then its CRC */
+      int letters = 1;
+      for (int i = 0; i < 4; i++) letters &= (type[i] | 0x20) >= 'a' && (type[i] | 0x20) <= 'z';
+      return ferry__fail(FERRY_EFORMAT, "%s: PNG: chunk '%.4s' at byte %zu claims %u bytes, past the end of the file",
+                         name, letters ? (const char *)type : "????", at, claimed);
+    }
+    at += 12 + (size_t)claimed;
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
                               const ferry_decode_request *req, ferry_decoded *out) {
+  ferry_status checked = check_chunk_lengths(data, len, name);
+  if (checked < 0) return checked;
   /* src outlives every callback: it is on this frame, which the jump back into
    * run_decode leaves intact */
   png_source src = {.data = data, .len = len};
