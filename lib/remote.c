@@ -173,12 +173,13 @@ static char *request_url(const ferry__remote *r, const char *url) {
 /* What one request received. */
 typedef struct transfer {
   CURL *handle;
-  uint8_t *buf;
-  size_t len, got;          /* wanted, and received so far (over every attempt) */
+  ferry__remote_sink_fn sink;  /* takes the body's wanted bytes, in order */
+  void *sink_ctx;
+  size_t len, got;          /* wanted, and handed to the sink so far (over every attempt) */
   uint64_t from;            /* the attempt's first byte */
   uint64_t skip;            /* bytes to drop first: a 200 to a ranged request is the whole object */
   long status;              /* of the last attempt */
-  int full;                 /* the server sent more than wanted: stopped on purpose */
+  int full;                 /* stopped on purpose: the server sent more than wanted, or the sink said so */
   char code[64];            /* an S3 error body's <Code>, if any */
   char body[512];
   size_t body_len;
@@ -242,9 +243,10 @@ static size_t on_body(char *data, size_t size, size_t count, void *user) {
     t->skip -= used;
   }
   size_t k = n - used < t->len - t->got ? n - used : t->len - t->got;
-  memcpy(t->buf + t->got, data + used, k);
+  int enough = k > 0 && t->sink(t->sink_ctx, t->got, (const uint8_t *)data + used, k);
   t->got += k;
-  if (used + k < n) {
+  t->last_byte = now_s();  /* a sink that waited for room was not a stall */
+  if (enough || used + k < n) {
     t->full = 1;
     return 0;  /* everything wanted is here; ends the transfer with CURLE_WRITE_ERROR */
   }
@@ -382,8 +384,19 @@ static CURLcode attempt_once(const ferry__remote *r, transfer *t, const char *ta
   return rc;
 }
 
+/* ferry__remote_sink_fn of ferry__remote_read: the bytes at their place in the buffer. */
+static int into_buffer(void *buf, size_t at, const uint8_t *bytes, size_t n) {
+  memcpy((uint8_t *)buf + at, bytes, n);
+  return 0;
+}
+
 ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offset, void *buf, size_t len,
                                 size_t *got) {
+  return ferry__remote_read_into(r, url, offset, len, into_buffer, buf, got);
+}
+
+ferry_status ferry__remote_read_into(ferry__remote *r, const char *url, uint64_t offset, size_t len,
+                                     ferry__remote_sink_fn sink, void *sink_ctx, size_t *got) {
   *got = 0;
   if (len == 0) return FERRY_OK;
   char *target;
@@ -391,7 +404,7 @@ ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offs
   int sign;
   ferry_status st = prepare(r, url, &target, &headers, &sign);
   if (st < 0) return st;
-  transfer t = {.handle = take_handle(r), .buf = buf, .len = len};
+  transfer t = {.handle = take_handle(r), .sink = sink, .sink_ctx = sink_ctx, .len = len};
   if (!t.handle) st = ferry__fail(FERRY_ENOMEM, "remote: curl_easy_init failed");
   for (long attempt = 0; st == FERRY_OK; attempt++) {
     CURLcode rc = attempt_once(r, &t, target, headers, sign, offset + t.got, offset + len - 1);

@@ -53,6 +53,15 @@ void ferry__remote_close(ferry__remote *r);
 ferry_status ferry__remote_read(ferry__remote *r, const char *url, uint64_t offset, void *buf, size_t len,
                                 size_t *got);
 
+/* Takes n bytes of the body that follow the `at` bytes handed before; returns 0 to go
+ * on, nonzero to end the read after them. */
+typedef int (*ferry__remote_sink_fn)(void *ctx, size_t at, const uint8_t *bytes, size_t n);
+/* ferry__remote_read with the bytes handed to `sink` as they arrive, in order, each
+ * once (a retry resumes after the last byte handed): FERRY_OK when all len bytes were
+ * handed, the object ended first (*got < len) or the sink ended the read. */
+ferry_status ferry__remote_read_into(ferry__remote *r, const char *url, uint64_t offset, size_t len,
+                                     ferry__remote_sink_fn sink, void *sink_ctx, size_t *got);
+
 /* The whole object, at most `max` bytes (more is FERRY_ELIMIT), NUL-terminated; free
  * *data with ferry__free. */
 ferry_status ferry__remote_get(ferry__remote *r, const char *url, size_t max, char **data, size_t *len);

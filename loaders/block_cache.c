@@ -3,26 +3,36 @@
  *
  * Owns the blocks: a slot per block number (NULL when not resident), the resident ones
  * also on a list for eviction, their bytes, and the byte count against the cap; the
- * read-ahead queue and its thread (ferry-ahead); all under one mutex. Readers wait on
- * one condition variable, broadcast when a fetch ends (well or not): fetches are few
- * (one per block), so a broadcast wakes few threads. The read-ahead thread waits on
- * its own for the queue.
+ * read-ahead queue and its thread (ferry-ahead), and the runs it fetches; all under one
+ * mutex. Readers wait on `fetched`, broadcast when a block is published or a fetch
+ * fails: fetches are few (a block each, or a run), so a broadcast wakes few threads.
+ * The read-ahead thread waits on `queued` for work and, inside a run, on `room` for
+ * readers to free bytes.
  * Invariants: `bytes` is the sum of the resident blocks' lengths, fetching and queued
  * ones included, and never exceeds `cap`; a block is on the list iff its slot is set;
  * a queued block is in the queue iff `queued`, has no data, and is fetched by the
- * thread or taken over by the first reader that needs it (so no reader waits behind
- * the queue); it is freed only by the thread that finds it with users == 0 and
- * remaining == 0, or by an eviction of a fetched block with users == 0, or by a failed
- * fetch, all under the lock, or at close.
+ * thread (first of a run, or claimed by the run that reaches it) or taken over by the
+ * first reader that needs it (so no reader waits behind the queue); a block with no
+ * data and not queued belongs to exactly one fetch, which publishes it (sets data) or
+ * removes it; it is freed only by the thread that finds it with users == 0 and
+ * remaining == 0, or by an eviction of a fetched block with users == 0, or by the
+ * fetch that owns it, all under the lock, or at close.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "lib/alloc.h"
 #include "lib/status.h"
 #include "lib/thread.h"
 #include "loaders/block_cache.h"
+
+/* Buffers kept beyond the cap for the next blocks: a fresh 4 MiB buffer is a thousand
+ * page faults, each page zeroed, for every block fetched. */
+#define SPARE_BUFFERS 2
 
 typedef struct block {
   uint8_t *data;           /* NULL while fetching (or queued for the read-ahead thread) */
@@ -31,48 +41,75 @@ typedef struct block {
   struct block *queue_next;
   uint32_t remaining;      /* members of the block still to be read */
   uint32_t users;          /* readers copying out of data now */
-  uint64_t last_use;       /* the cache's tick at the last copy: LRU order */
+  uint64_t last_use;       /* the cache's tick at the last copy or the fetch: LRU order */
   struct block *prev, *next;
 } block;
 
 struct ferry__block_cache {
   pthread_mutex_t mutex;   /* the cache's own, never the loader's lock */
-  pthread_cond_t fetched;  /* a fetch ended */
+  pthread_cond_t fetched;  /* a block was published, or a fetch failed */
   pthread_cond_t queued;   /* the read-ahead queue has a block, or the cache closes */
+  pthread_cond_t room;     /* resident bytes went down, or the cache closes (CLOCK_MONOTONIC) */
   block *queue_head, *queue_tail;
   pthread_t ahead;         /* the read-ahead thread */
-  int ahead_started, closing;
+  int ahead_started;
+  atomic_int closing;      /* also read by a run's sink, without the lock */
   block **slots;           /* [num_blocks] */
-  uint32_t *members;       /* [num_blocks] */
+  ferry__block_info *info; /* [num_blocks] */
   size_t num_blocks, cap, bytes, peak;
+  long room_wait_ms;
   block *resident;         /* the list of resident blocks */
-  uint64_t tick, fetches, evictions;
+  size_t max_len;          /* the longest block: only buffers of this length are kept */
+  uint8_t *spares[SPARE_BUFFERS];  /* buffers of max_len bytes freed by blocks, for the next */
+  int num_spares;
+  uint64_t tick, fetches, blocks_fetched, evictions, buffers_allocated;
   ferry__block_fetch_fn fetch;
   void *ctx;
 };
 
 static void *read_ahead_thread(void *arg);
 
-ferry_status ferry__block_cache_open(size_t num_blocks, const uint32_t *members, size_t cap_bytes,
-                                     ferry__block_fetch_fn fetch, void *ctx, ferry__block_cache **out) {
+/* Under the lock: a kept buffer for a block of `len` bytes, or NULL (then the caller
+ * allocates one, without the lock). */
+static uint8_t *take_buffer(ferry__block_cache *c, size_t len) {
+  return len == c->max_len && c->num_spares > 0 ? c->spares[--c->num_spares] : NULL;
+}
+
+/* Under the lock: `buf` (a block's `len` bytes) kept for the next block; 0 when it is
+ * not (the caller frees it, without the lock). */
+static int keep_buffer(ferry__block_cache *c, uint8_t *buf, size_t len) {
+  if (!buf || len != c->max_len || c->num_spares == SPARE_BUFFERS) return 0;
+  c->spares[c->num_spares++] = buf;
+  return 1;
+}
+
+ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, ferry__block_cache **out) {
   *out = NULL;
   ferry__block_cache *c = ferry__calloc(1, sizeof *c);
-  size_t n = num_blocks ? num_blocks : 1;
+  size_t n = config->num_blocks ? config->num_blocks : 1;
   if (c) c->slots = ferry__calloc(n, sizeof *c->slots);
-  if (c && c->slots) c->members = ferry__malloc(n * sizeof *c->members);
-  if (!c || !c->members) {
+  if (c && c->slots) c->info = ferry__malloc(n * sizeof *c->info);
+  if (!c || !c->info) {
     if (c) ferry__free(c->slots);
     ferry__free(c);
-    return ferry__fail(FERRY_ENOMEM, "shards: out of memory for a cache of %zu blocks", num_blocks);
+    return ferry__fail(FERRY_ENOMEM, "shards: out of memory for a cache of %zu blocks", config->num_blocks);
   }
-  if (num_blocks) memcpy(c->members, members, num_blocks * sizeof *members);
+  if (config->num_blocks) memcpy(c->info, config->blocks, config->num_blocks * sizeof *c->info);
+  for (size_t b = 0; b < config->num_blocks; b++)
+    if (c->info[b].len > c->max_len) c->max_len = c->info[b].len;
   pthread_mutex_init(&c->mutex, NULL);
   pthread_cond_init(&c->fetched, NULL);
   pthread_cond_init(&c->queued, NULL);
-  c->num_blocks = num_blocks;
-  c->cap = cap_bytes;
-  c->fetch = fetch;
-  c->ctx = ctx;
+  pthread_condattr_t monotonic;
+  pthread_condattr_init(&monotonic);
+  pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->room, &monotonic);
+  pthread_condattr_destroy(&monotonic);
+  c->num_blocks = config->num_blocks;
+  c->cap = config->cap_bytes;
+  c->room_wait_ms = config->room_wait_ms > 0 ? config->room_wait_ms : 0;
+  c->fetch = config->fetch;
+  c->ctx = config->ctx;
   /* without the thread the cache still works, fetching only on demand */
   c->ahead_started = ferry__thread_start(&c->ahead, read_ahead_thread, c, "ferry-ahead", SIZE_MAX) == 0;
   *out = c;
@@ -87,6 +124,7 @@ static void unlink_block(ferry__block_cache *c, block *b) {
   else c->resident = b->next;
   if (b->next) b->next->prev = b->prev;
   c->bytes -= b->len;
+  pthread_cond_broadcast(&c->room);
 }
 
 static void free_block(block *b) {
@@ -112,6 +150,7 @@ static int make_room(ferry__block_cache *c, size_t len, block **evicted) {
     block *b = eviction_candidate(c);
     if (!b) return 0;
     unlink_block(c, b);
+    if (keep_buffer(c, b->data, b->len)) b->data = NULL;
     c->evictions++;
     b->next = *evicted;
     *evicted = b;
@@ -127,34 +166,15 @@ static void free_list(block *b) {
   }
 }
 
-/* Called with the lock held, `b` in its slot with no data; returns with the lock held
- * and b fetched, or b gone (its slot emptied, waiters woken) and the fetch's error. */
-static ferry_status fetch_block(ferry__block_cache *c, block *b) {
-  c->fetches++;
-  pthread_mutex_unlock(&c->mutex);
-  uint8_t *data = ferry__malloc(b->len ? b->len : 1);
-  /* no memory for the block is no room for it: the caller reads the bytes itself */
-  ferry_status st = data ? c->fetch(c->ctx, b->number, data, b->len) : FERRY_EAGAIN;
-  pthread_mutex_lock(&c->mutex);
-  pthread_cond_broadcast(&c->fetched);
-  if (st == FERRY_OK) {
-    b->data = data;
-    return FERRY_OK;
-  }
-  unlink_block(c, b);
-  ferry__free(data);
-  ferry__free(b);
-  return st;
-}
-
-/* Under the lock: a new block `number` of `len` bytes, resident (counted, in its slot,
- * on the list) but not fetched; NULL when there is no room (evicting into *evicted
- * where allowed, evicted NULL: no eviction) or no memory. */
-static block *make_resident(ferry__block_cache *c, size_t number, size_t len, block **evicted) {
+/* Under the lock: a new block `number`, resident (counted, in its slot, on the list)
+ * but not fetched; NULL when there is no room (evicting into *evicted where allowed,
+ * evicted NULL: no eviction) or no memory. */
+static block *make_resident(ferry__block_cache *c, size_t number, block **evicted) {
+  size_t len = c->info[number].len;
   if (evicted ? !make_room(c, len, evicted) : c->bytes + len > c->cap) return NULL;
   block *b = ferry__calloc(1, sizeof *b);
   if (!b) return NULL;
-  *b = (block){.number = number, .len = len, .remaining = c->members[number], .next = c->resident};
+  *b = (block){.number = number, .len = len, .remaining = c->info[number].members, .next = c->resident};
   if (c->resident) c->resident->prev = b;
   c->resident = b;
   c->slots[number] = b;
@@ -163,7 +183,7 @@ static block *make_resident(ferry__block_cache *c, size_t number, size_t len, bl
   return b;
 }
 
-/* Under the lock: `b` out of the read-ahead queue (a reader takes it over). */
+/* Under the lock: `b` out of the read-ahead queue (a reader or a run takes it over). */
 static void dequeue(ferry__block_cache *c, block *b) {
   block **at = &c->queue_head, *prev = NULL;
   while (*at != b) {
@@ -176,13 +196,146 @@ static void dequeue(ferry__block_cache *c, block *b) {
   b->queue_next = NULL;
 }
 
-/* Under the lock: block `number` (len bytes) fetched by the read-ahead thread, when it
- * is not resident, holds a member to read (not the inside of a member too large for
- * blocks) and fits without evicting anything: read-ahead never pushes out a block a
- * reader may still need. */
-static void ask_ahead(ferry__block_cache *c, size_t number, size_t len) {
-  if (!c->ahead_started || c->closing || number >= c->num_blocks || c->slots[number] || !c->members[number]) return;
-  block *b = make_resident(c, number, len, NULL);
+/* Under the lock: block `number` taken for a run to fill next: taken over from the
+ * queue, or made resident when it fits without evicting anything, waiting up to
+ * room_wait_ms for readers to free room. NULL: the run ends before it (closing, no
+ * member to read, resident or fetched by a reader already, no room in time). */
+static block *claim(ferry__block_cache *c, size_t number) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += c->room_wait_ms / 1000;
+  deadline.tv_nsec += (c->room_wait_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  for (;;) {
+    if (atomic_load(&c->closing) || !c->info[number].members) return NULL;
+    block *b = c->slots[number];
+    if (b) {
+      if (!b->queued) return NULL;
+      dequeue(c, b);
+      return b;
+    }
+    if ((b = make_resident(c, number, NULL))) return b;
+    if (c->info[number].len > c->cap || pthread_cond_timedwait(&c->room, &c->mutex, &deadline) == ETIMEDOUT)
+      return NULL;
+  }
+}
+
+/* One fetch's progress: the block it fills now, which it owns until it publishes it. */
+typedef struct run {
+  ferry__block_cache *c;
+  block *cur;      /* resident, no data, not queued; NULL once the run has ended */
+  uint8_t *buf;    /* cur's bytes so far */
+  size_t filled;
+  size_t last;     /* the last block the request reaches */
+  uint64_t published;
+} run;
+
+/* Under the lock: cur's bytes out to its readers. */
+static void publish(ferry__block_cache *c, run *r) {
+  r->cur->data = r->buf;
+  r->cur->last_use = ++c->tick;  /* newer than what readers have left behind */
+  r->published++;
+  c->blocks_fetched++;
+  pthread_cond_broadcast(&c->fetched);
+}
+
+/* Under the lock: a block a fetch claimed but did not fill, removed; its waiters
+ * look again (and fetch it themselves). The caller frees it without the lock. */
+static void drop_unfilled(ferry__block_cache *c, block *b) {
+  unlink_block(c, b);
+  pthread_cond_broadcast(&c->fetched);
+}
+
+/* cur is full: published, and the next block claimed when the request reaches it;
+ * 0 when the run ends here. */
+static int next_block(run *r) {
+  ferry__block_cache *c = r->c;
+  pthread_mutex_lock(&c->mutex);
+  size_t number = r->cur->number;  /* read before publishing: a reader may free it after */
+  publish(c, r);
+  block *b = number < r->last ? claim(c, number + 1) : NULL;
+  r->buf = b ? take_buffer(c, b->len) : NULL;
+  if (b && !r->buf) c->buffers_allocated++;
+  pthread_mutex_unlock(&c->mutex);
+  r->filled = 0;
+  if (b && !r->buf) r->buf = ferry__malloc(b->len);
+  r->cur = r->buf ? b : NULL;
+  if (b && !r->buf) {  /* no memory for it: the run ends, its readers fetch it */
+    pthread_mutex_lock(&c->mutex);
+    drop_unfilled(c, b);
+    pthread_mutex_unlock(&c->mutex);
+    ferry__free(b);
+  }
+  return r->cur != NULL;
+}
+
+/* ferry__block_sink_fn: the bytes into cur, then the blocks the run claims after it. */
+static int run_sink(void *ctx, size_t at, const uint8_t *bytes, size_t n) {
+  run *r = ctx;
+  (void)at;  /* bytes come in order: cur and filled say where they go */
+  while (n > 0) {
+    if (!r->cur || atomic_load(&r->c->closing)) return 1;
+    size_t k = n < r->cur->len - r->filled ? n : r->cur->len - r->filled;
+    memcpy(r->buf + r->filled, bytes, k);
+    r->filled += k;
+    bytes += k;
+    n -= k;
+    if (r->filled == r->cur->len && !next_block(r)) return 1;
+  }
+  return 0;
+}
+
+/* Under the lock: the last block a run from `number` asks for: the object's blocks
+ * after it while each has a member to read and all of them together fit the cap. */
+static size_t run_last(const ferry__block_cache *c, size_t number) {
+  size_t last = number, bytes = c->info[number].len;
+  while (c->info[last].continues && last + 1 < c->num_blocks && c->info[last + 1].members &&
+         bytes + c->info[last + 1].len <= c->cap)
+    bytes += c->info[++last].len;
+  return last;
+}
+
+/* Called with the lock held and `b` claimed (resident, no data, not queued): one request
+ * for b (extend: and the blocks after it, as the run claims them); returns with the lock
+ * held, FERRY_OK when b was published, else b removed (its waiters woken) and the
+ * fetch's error (FERRY_EAGAIN: no memory for it). */
+static ferry_status fetch_run(ferry__block_cache *c, block *b, int extend) {
+  run r = {.c = c, .cur = b, .last = extend ? run_last(c, b->number) : b->number};
+  size_t len = 0;
+  for (size_t k = b->number; k <= r.last; k++) len += c->info[k].len;
+  c->fetches++;
+  if (!(r.buf = take_buffer(c, b->len))) c->buffers_allocated++;
+  pthread_mutex_unlock(&c->mutex);
+  if (!r.buf) r.buf = ferry__malloc(b->len);
+  ferry_status st = r.buf ? c->fetch(c->ctx, b->number, len, run_sink, &r) : FERRY_EAGAIN;
+  if (st == FERRY_OK && r.cur && !atomic_load(&c->closing))
+    st = ferry__fail(FERRY_EFORMAT, "shards: block %zu: its fetch ended %zu bytes into its %zu", r.cur->number,
+                     r.filled, r.cur->len);
+  pthread_mutex_lock(&c->mutex);
+  if (r.cur) {  /* the block being filled when the fetch failed or the cache closed */
+    drop_unfilled(c, r.cur);
+    int kept = keep_buffer(c, r.buf, r.cur->len);
+    pthread_mutex_unlock(&c->mutex);
+    if (!kept) ferry__free(r.buf);
+    ferry__free(r.cur);
+    pthread_mutex_lock(&c->mutex);
+  }
+  if (r.published) return FERRY_OK;
+  return st < 0 ? st : FERRY_EAGAIN;
+}
+
+/* Under the lock: block `number` fetched by the read-ahead thread, when it is not
+ * resident, holds a member to read (not the inside of a member too large for blocks)
+ * and fits without evicting anything: read-ahead never pushes out a block a reader may
+ * still need. */
+static void ask_ahead(ferry__block_cache *c, size_t number) {
+  if (!c->ahead_started || atomic_load(&c->closing) || number >= c->num_blocks || c->slots[number] ||
+      !c->info[number].members)
+    return;
+  block *b = make_resident(c, number, NULL);
   if (!b) return;
   b->queued = 1;
   if (c->queue_tail) c->queue_tail->queue_next = b;
@@ -191,16 +344,16 @@ static void ask_ahead(ferry__block_cache *c, size_t number, size_t len) {
   pthread_cond_signal(&c->queued);
 }
 
-/* The read-ahead thread: fetches the queued blocks in order, until the cache closes. */
+/* The read-ahead thread: a run from each queued block in turn, until the cache closes. */
 static void *read_ahead_thread(void *arg) {
   ferry__block_cache *c = arg;
   pthread_mutex_lock(&c->mutex);
   for (;;) {
-    while (!c->queue_head && !c->closing) pthread_cond_wait(&c->queued, &c->mutex);
-    if (c->closing) break;
+    while (!c->queue_head && !atomic_load(&c->closing)) pthread_cond_wait(&c->queued, &c->mutex);
+    if (atomic_load(&c->closing)) break;
     block *b = c->queue_head;
     dequeue(c, b);
-    fetch_block(c, b);  /* a failure removes it: its reader fetches it again, and sees the error */
+    fetch_run(c, b, 1);  /* a failure removes the block: its reader fetches it again, and sees the error */
   }
   pthread_mutex_unlock(&c->mutex);
   return NULL;
@@ -208,25 +361,22 @@ static void *read_ahead_thread(void *arg) {
 
 /* Under the lock: block `number` resident and fetched, with one more user; NULL with
  * *st set when it cannot be (no room: FERRY_EAGAIN; a failed fetch: its error). */
-static block *acquire(ferry__block_cache *c, size_t number, size_t len, block **evicted, ferry_status *st) {
+static block *acquire(ferry__block_cache *c, size_t number, block **evicted, ferry_status *st) {
   for (;;) {
     block *b = c->slots[number];
     if (b && b->queued) {  /* asked for ahead but not begun: fetch it now, here */
       dequeue(c, b);
-      *st = fetch_block(c, b);
-      if (*st != FERRY_OK) return NULL;
+      if ((*st = fetch_run(c, b, 0)) != FERRY_OK) return NULL;
     } else if (b && !b->data) {  /* being fetched: wait, then look again */
       pthread_cond_wait(&c->fetched, &c->mutex);
       continue;
     }
     if (!b) {
-      b = make_resident(c, number, len, evicted);
-      if (!b) {
+      if (!(b = make_resident(c, number, evicted))) {
         *st = FERRY_EAGAIN;
         return NULL;
       }
-      *st = fetch_block(c, b);
-      if (*st != FERRY_OK) return NULL;
+      if ((*st = fetch_run(c, b, 0)) != FERRY_OK) return NULL;
     }
     b->users++;
     b->last_use = ++c->tick;
@@ -235,14 +385,13 @@ static block *acquire(ferry__block_cache *c, size_t number, size_t len, block **
   }
 }
 
-ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_t block_len, size_t from, size_t len,
-                                     void *dst, size_t next, size_t next_len) {
-  if (number >= c->num_blocks || from > block_len || len > block_len - from)
+ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_t from, size_t len, void *dst) {
+  if (number >= c->num_blocks || from > c->info[number].len || len > c->info[number].len - from)
     return ferry__fail(FERRY_EINVAL, "shards: bytes %zu+%zu are not in block %zu", from, len, number);
   block *evicted = NULL, *done = NULL;
   ferry_status st;
   pthread_mutex_lock(&c->mutex);
-  block *b = acquire(c, number, block_len, &evicted, &st);
+  block *b = acquire(c, number, &evicted, &st);
   pthread_mutex_unlock(&c->mutex);
   free_list(evicted);
   if (!b) return st;
@@ -250,11 +399,12 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
   pthread_mutex_lock(&c->mutex);
   b->users--;
   /* the block's first member read: the reader has reached it, the next comes soon */
-  if (b->remaining == c->members[number] && next != SIZE_MAX) ask_ahead(c, next, next_len);
+  if (b->remaining == c->info[number].members && c->info[number].continues) ask_ahead(c, number + 1);
   if (b->remaining) b->remaining--;
   /* The block's last member read: nobody needs it before it is fetched again. */
   if (b->remaining == 0 && b->users == 0) {
     unlink_block(c, b);
+    if (keep_buffer(c, b->data, b->len)) b->data = NULL;
     done = b;
   }
   pthread_mutex_unlock(&c->mutex);
@@ -264,22 +414,26 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
 
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out) {
   pthread_mutex_lock(&c->mutex);
-  *out = (ferry__block_cache_stats){c->fetches, c->evictions, c->bytes, c->peak, c->cap};
+  *out = (ferry__block_cache_stats){c->fetches, c->blocks_fetched, c->evictions, c->buffers_allocated, c->bytes, c->peak,
+                                    c->cap};
   pthread_mutex_unlock(&c->mutex);
 }
 
 void ferry__block_cache_close(ferry__block_cache *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mutex);
-  c->closing = 1;
+  atomic_store(&c->closing, 1);
   pthread_cond_signal(&c->queued);
+  pthread_cond_broadcast(&c->room);
   pthread_mutex_unlock(&c->mutex);
   if (c->ahead_started) pthread_join(c->ahead, NULL);
   free_list(c->resident);  /* blocks still queued too: they are resident, not fetched */
+  while (c->num_spares > 0) ferry__free(c->spares[--c->num_spares]);
+  pthread_cond_destroy(&c->room);
   pthread_cond_destroy(&c->queued);
   pthread_cond_destroy(&c->fetched);
   pthread_mutex_destroy(&c->mutex);
   ferry__free(c->slots);
-  ferry__free(c->members);
+  ferry__free(c->info);
   ferry__free(c);
 }

@@ -1,33 +1,47 @@
 /* loaders/block_cache.h - blocks of remote shards shared by the workers, each fetched
- * once and freed when its last member has been read (internal; used by
- * shard_source.c, tested on its own by tests/loaders/test_block_cache.c).
+ * once and freed when its last member has been read, read ahead in runs of one request
+ * (internal; used by shard_source.c, tested on its own by tests/loaders/test_block_cache.c).
  *
- * A block is a numbered byte range the caller knows how to fetch (shard_source.c: one
+ * A block is a numbered byte range the caller knows how to fetch (shard_source.c: a
  * ranged GET of a shard at a URL). The cache knows no shard, URL or tar: it is given,
- * at open, how many members lie in each block, and a fetch function.
- *   - Shared: one mutex and one condition variable. A block being fetched is marked
- *     so; a second reader of it waits for that fetch instead of fetching it again.
- *     The fetch and the copy out run without the lock.
+ * at open, each block's length, how many members lie in it, and whether the next block
+ * is the next bytes of the same object; and a fetch function.
+ *   - Shared: one mutex and condition variables. A block being fetched is marked so; a
+ *     second reader of it waits for that fetch instead of fetching it again. The
+ *     fetch and the copy out run without the lock.
  *   - Residency: a block holds a count of the members still to be read in it, set to
- *     members[block] when it is fetched; each copy out of it takes one off, and at 0
- *     it is freed at once: memory follows the readers' window. A block fetched again
- *     (the next epoch, wrap padding) starts from the full count again, so no epoch
- *     reset is needed; a count that never reaches 0 (a run's ends, a failed sample, an
- *     epoch stopped early) is what the byte cap is for: the least recently used
- *     block nobody is copying from is evicted to make room.
+ *     its members when it is fetched; each copy out of it takes one off, and at 0 it
+ *     is freed at once: memory follows the readers' window. A block fetched again (the
+ *     next epoch, wrap padding) starts from the full count again, so no epoch reset is
+ *     needed; a count that never reaches 0 (a run's ends, a failed sample, an epoch
+ *     stopped early) is what the byte cap is for: the least recently used block
+ *     nobody is copying from is evicted to make room.
  *   - Never fails for lack of room: a block that does not fit under the cap (even
  *     after evicting all it may), or whose memory cannot be allocated, is
  *     FERRY_EAGAIN, and the caller reads the bytes itself.
- *   - A failed fetch removes the block and wakes its waiters, who may fetch it
- *     themselves; the failing reader gets the fetch's status and message.
- *   - Read-ahead: the first read of a block asks for the block the caller names as
- *     its next (the shard's following block) to be fetched by the cache's own thread,
- *     when it is not resident and fits under the cap without evicting anything; a
- *     reader that needs it before that fetch has begun fetches it itself. A failed
- *     read-ahead leaves nothing: the reader fetches the block again and sees the
- *     error.
- * Invariants: resident bytes (fetched and being fetched) <= cap; a block is freed only
- * when nobody copies from it; every wait is for a fetch in progress, which ends.
+ *   - A failed fetch removes the block being filled and wakes its waiters, who may
+ *     fetch it themselves; the failing reader gets the fetch's status and message.
+ *   - Read-ahead: the first read of a block asks for the next block of its object to
+ *     be fetched by the cache's own thread (ferry-ahead) when it is not resident and
+ *     fits under the cap without evicting anything; a reader that needs it before that
+ *     fetch has begun fetches it itself. The thread's fetch is a run: one request from
+ *     that block to the end of its object (or as far as the cap could ever hold), whose
+ *     bytes fill the block and then the blocks after it, each published to its readers
+ *     as soon as it is full. Before it fills the next block the run claims it, under
+ *     the same rule (it fits without evicting anything, waiting up to room_wait_ms for
+ *     readers to free room); the run ends, its request cut, at a block it cannot claim,
+ *     at a block already resident or fetched by a reader, at one with no member, at the
+ *     object's end and at close. One request per run rather than per block: an object
+ *     store's per-request cost (latency, and a server that reads the whole object for
+ *     every range) is paid once for the blocks read ahead. A failed run leaves the blocks
+ *     it published; the block it was filling is removed, and its readers fetch it again
+ *     and see the error.
+ *   - Memory: the resident blocks, at most the cap, and at most two buffers of the
+ *     longest block's length kept, beyond it, for the next blocks (a fresh buffer costs
+ *     a page fault and a zeroed page per 4 KiB).
+ * Invariants: resident bytes (fetched, being fetched, queued) <= cap; a block is freed
+ * only when nobody copies from it; every wait is for a fetch in progress, which ends, or
+ * (the run's wait for room) bounded by room_wait_ms and ended by close.
  */
 #ifndef FERRY_LOADERS_BLOCK_CACHE_H
 #define FERRY_LOADERS_BLOCK_CACHE_H
@@ -39,28 +53,48 @@
 
 typedef struct ferry__block_cache ferry__block_cache;
 
-/* Bytes [0, len) of block `block` into buf; FERRY_OK only when all of them came. */
-typedef ferry_status (*ferry__block_fetch_fn)(void *ctx, size_t block, uint8_t *buf, size_t len);
+/* Takes n bytes that follow the `at` bytes handed before; returns 0 to go on, nonzero
+ * to end the fetch after them. */
+typedef int (*ferry__block_sink_fn)(void *sink_ctx, size_t at, const uint8_t *bytes, size_t n);
 
-/* A cache of num_blocks blocks, block b holding members[b] members (copied), at most
- * cap_bytes resident; starts the read-ahead thread (without it, blocks are fetched
- * only by their readers). */
-ferry_status ferry__block_cache_open(size_t num_blocks, const uint32_t *members, size_t cap_bytes,
-                                     ferry__block_fetch_fn fetch, void *ctx, ferry__block_cache **out);
-/* Bytes [from, from + len) of block `block` (block_len bytes long) into dst, counting
- * one member of that block read; when it is the block's first, block `next`
- * (next_len bytes; SIZE_MAX: none) is read ahead. FERRY_EAGAIN (no message) when the
- * block cannot be held (the cap, or no memory): read the bytes another way.
- * Thread-safe. */
-ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t block_len, size_t from, size_t len,
-                                     void *dst, size_t next, size_t next_len);
-/* After the readers are gone; stops the read-ahead thread (after its fetch in
- * progress, if any). */
+/* Hands `len` bytes from the start of block `first` (its bytes, then those of the
+ * blocks after it in the same object) to `sink`, in order, each once; FERRY_OK when all
+ * len bytes were handed or the sink ended the fetch, an error (with its message)
+ * otherwise, including the object ending first. */
+typedef ferry_status (*ferry__block_fetch_fn)(void *ctx, size_t first, size_t len, ferry__block_sink_fn sink,
+                                              void *sink_ctx);
+
+typedef struct ferry__block_info {
+  size_t len;          /* bytes, > 0 */
+  uint32_t members;    /* members read from it (0: none; it is never fetched ahead) */
+  uint8_t continues;   /* block number + 1 holds the object's next bytes */
+} ferry__block_info;
+
+typedef struct ferry__block_cache_config {
+  size_t num_blocks;
+  const ferry__block_info *blocks;  /* [num_blocks], copied */
+  size_t cap_bytes;                 /* resident bytes at most */
+  long room_wait_ms;                /* how long a run waits for room for its next block */
+  ferry__block_fetch_fn fetch;
+  void *ctx;
+} ferry__block_cache_config;
+
+/* A cache as configured; starts the read-ahead thread (without it, blocks are fetched
+ * only by their readers, one request each). */
+ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, ferry__block_cache **out);
+/* Bytes [from, from + len) of block `block` into dst, counting one member of that
+ * block read; when it is the block's first, the next block is read ahead.
+ * FERRY_EAGAIN (no message) when the block cannot be held (the cap, or no memory):
+ * read the bytes another way. Thread-safe. */
+ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t from, size_t len, void *dst);
+/* After the readers are gone; ends the read-ahead thread's run and stops it. */
 void ferry__block_cache_close(ferry__block_cache *c);
 
 typedef struct ferry__block_cache_stats {
-  uint64_t fetches;        /* blocks fetched (failed fetches too) */
+  uint64_t fetches;        /* requests made (failed ones too): a run is one */
+  uint64_t blocks_fetched; /* blocks filled by them */
   uint64_t evictions;      /* blocks evicted with members still to read */
+  uint64_t buffers_allocated; /* block buffers allocated: the rest were kept ones, reused */
   size_t resident_bytes, peak_bytes, cap_bytes;
 } ferry__block_cache_stats;
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out);

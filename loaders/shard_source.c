@@ -5,8 +5,10 @@
  * shard (opened at open, closed at close), and for URLs the block layout and block
  * cache (block_cache.h). Workers read local members with pread at the member's
  * offset. A member of a shard at a URL is copied out of the shard's blocks (fixed-size
- * byte ranges, aligned at multiples of the block size, one ranged GET each, shared by
- * the workers, freed once their members are read, the next one read ahead) when the
+ * byte ranges, aligned at multiples of the block size, shared by the workers, freed once
+ * their members are read; a block a worker needs is one ranged GET, and the blocks after
+ * it are read ahead by one ranged GET to the shard's end, cut where the cache's room
+ * ends: block_cache.h) when the
  * loader reads neighbours together (plan_reads: the shard order, or shuffle off on one
  * rank); otherwise, or when the member is larger than a block, or the cache has no
  * room, it is one ranged GET of the member's bytes through the set's client
@@ -43,7 +45,6 @@ typedef struct shard_source {
   ferry__block_cache *cache;
   size_t block_bytes;
   size_t *first_block;       /* [num_shards + 1] */
-  uint64_t *blocks_end;      /* [num_shards]: the end of the last member read through blocks */
 } shard_source;
 
 /* Blocks: 4 MiB by default (FERRY_REMOTE_BLOCK_BYTES): a ranged GET's latency on an
@@ -57,6 +58,11 @@ typedef struct shard_source {
 #define BLOCK_BYTES_MAX ((long)256 << 20)
 #define CACHE_BYTES_MIN ((size_t)16 << 20)
 #define CACHE_BYTES_MAX ((size_t)1 << 30)
+/* How long a run of read-ahead waits for the readers to free room for its next block
+ * before it ends its request (FERRY_REMOTE_ROOM_WAIT_MS): a training step's worth, so
+ * that a reader a little slower than the network keeps one request per shard, while a
+ * request held open much longer would meet servers' idle timeouts (nginx: 60 s). */
+#define ROOM_WAIT_MS_DEFAULT 2000
 
 static void describe(const ferry__image_source *self, size_t index, char *name, size_t size) {
   const shard_source *s = (const shard_source *)self;
@@ -80,26 +86,15 @@ static int through_blocks(const shard_source *s, const ferry__shard_sample *r) {
   return !r->problem && r->size > 0 && r->size <= s->block_bytes;
 }
 
-/* Block k of `shard` (counted from the shard's first): its length, the last one cut at
- * the end of the shard's last member read through blocks. */
-static size_t block_len(const shard_source *s, size_t shard, uint64_t k) {
-  uint64_t start = k * s->block_bytes, end = s->blocks_end[shard];
-  return (size_t)(end - start < s->block_bytes ? end - start : s->block_bytes);
-}
-
 /* The member's bytes out of the blocks it lies in (one, or two when it crosses a
- * boundary), the shard's next block read ahead; from a block the cache cannot hold
- * on, the rest is one direct GET. */
+ * boundary); from a block the cache cannot hold, the rest is one direct GET. */
 static ferry_status read_through_blocks(const shard_source *s, const ferry__shard_sample *r, uint8_t *dst) {
   uint64_t at = r->offset, end = r->offset + r->size;
-  size_t first = s->first_block[r->shard], blocks = s->first_block[r->shard + 1] - first;
+  size_t first = s->first_block[r->shard];
   while (at < end) {
     uint64_t k = at / s->block_bytes, start = k * s->block_bytes;
     size_t n = (size_t)((end < start + s->block_bytes ? end : start + s->block_bytes) - at);
-    size_t next = k + 1 < blocks ? first + k + 1 : SIZE_MAX;
-    ferry_status st = ferry__block_cache_copy(s->cache, first + k, block_len(s, r->shard, k), (size_t)(at - start),
-                                              n, dst + (at - r->offset), next,
-                                              next != SIZE_MAX ? block_len(s, r->shard, k + 1) : 0);
+    ferry_status st = ferry__block_cache_copy(s->cache, first + k, (size_t)(at - start), n, dst + (at - r->offset));
     if (st == FERRY_EAGAIN) return read_remote(s, r, at, dst + (at - r->offset), (size_t)(end - at));
     if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
     at += n;
@@ -143,7 +138,6 @@ static void close_source(ferry__image_source *self) {
   ferry__free(s->shard_samples);
   ferry__block_cache_close(s->cache);
   ferry__free(s->first_block);
-  ferry__free(s->blocks_end);
   ferry__shard_set_free(s->set);
   ferry__free(s);
 }
@@ -179,47 +173,78 @@ static ferry_status count_shard_samples(shard_source *s) {
   return FERRY_OK;
 }
 
-/* ferry__block_fetch_fn: block `number` of the shard it belongs to, one ranged GET. */
-static ferry_status fetch_block(void *ctx, size_t number, uint8_t *buf, size_t len) {
+/* The cache's sink, and whether it ended the read (a short read it did not end is the
+ * shard ending early). */
+typedef struct sink_call {
+  ferry__block_sink_fn sink;
+  void *ctx;
+  int ended;
+} sink_call;
+
+static int through_sink(void *ctx, size_t at, const uint8_t *bytes, size_t n) {
+  sink_call *call = ctx;
+  return call->ended = call->sink(call->ctx, at, bytes, n);
+}
+
+/* ferry__block_fetch_fn: from block `first` on, in the shard it belongs to, one ranged GET. */
+static ferry_status fetch_blocks(void *ctx, size_t first, size_t len, ferry__block_sink_fn sink, void *sink_ctx) {
   const shard_source *s = ctx;
-  size_t lo = 0, hi = s->set->num_shards;  /* the shard whose blocks hold `number` */
+  size_t lo = 0, hi = s->set->num_shards;  /* the shard whose blocks hold `first` */
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
-    if (s->first_block[mid] <= number) lo = mid;
+    if (s->first_block[mid] <= first) lo = mid;
     else hi = mid;
   }
-  uint64_t start = (uint64_t)(number - s->first_block[lo]) * s->block_bytes;
+  uint64_t start = (uint64_t)(first - s->first_block[lo]) * s->block_bytes;
   size_t got = 0;
-  ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[lo], start, buf, len, &got);
-  if (st == FERRY_OK && got < len)
+  sink_call call = {sink, sink_ctx, 0};
+  ferry_status st = ferry__remote_read_into(s->set->remote, s->set->paths[lo], start, len, through_sink, &call, &got);
+  if (st == FERRY_OK && got < len && !call.ended)
     return ferry__fail(FERRY_EFORMAT, "%s: bytes %llu-%llu: the shard ends inside them (it changed since the open)",
-                       s->set->paths[lo], (unsigned long long)start, (unsigned long long)(start + len - 1));
+                       s->set->paths[lo], (unsigned long long)(start + got), (unsigned long long)(start + len - 1));
   return st;
 }
 
-/* The blocks each shard's members read through blocks lie in (first_block,
- * blocks_end) and how many members each block holds: into *members, for the cache. */
-static ferry_status lay_out_blocks(shard_source *s, uint32_t **members) {
+/* The blocks each shard's members read through blocks lie in (first_block), given
+ * where those members end in each shard (ends). */
+static ferry_status number_blocks(shard_source *s, const uint64_t *ends) {
   size_t n = s->set->num_shards;
   s->first_block = ferry__calloc(n + 1, sizeof *s->first_block);
-  s->blocks_end = ferry__calloc(n ? n : 1, sizeof *s->blocks_end);
-  if (!s->first_block || !s->blocks_end) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for the blocks");
+  if (!s->first_block) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for the blocks");
+  for (size_t i = 0; i < n; i++)
+    s->first_block[i + 1] = s->first_block[i] + (size_t)((ends[i] + s->block_bytes - 1) / s->block_bytes);
+  return FERRY_OK;
+}
+
+/* The blocks (first_block), and each one's length (the last of a shard cut at the end
+ * of its last member read through blocks), members and whether the shard goes on after
+ * it: into *info, for the cache. */
+static ferry_status lay_out_blocks(shard_source *s, ferry__block_info **info) {
+  size_t n = s->set->num_shards;
+  uint64_t *ends = ferry__calloc(n ? n : 1, sizeof *ends);
+  if (!ends) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for the blocks");
   for (size_t i = 0; i < s->set->num_samples; i++) {
     const ferry__shard_sample *r = &s->set->samples[i];
-    if (through_blocks(s, r) && r->offset + r->size > s->blocks_end[r->shard])
-      s->blocks_end[r->shard] = r->offset + r->size;
+    if (through_blocks(s, r) && r->offset + r->size > ends[r->shard]) ends[r->shard] = r->offset + r->size;
   }
-  for (size_t i = 0; i < n; i++)
-    s->first_block[i + 1] = s->first_block[i] + (size_t)((s->blocks_end[i] + s->block_bytes - 1) / s->block_bytes);
-  *members = ferry__calloc(s->first_block[n] ? s->first_block[n] : 1, sizeof **members);
-  if (!*members) return ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu blocks", s->first_block[n]);
-  for (size_t i = 0; i < s->set->num_samples; i++) {
+  ferry_status st = number_blocks(s, ends);
+  size_t blocks = st == FERRY_OK ? s->first_block[n] : 0;
+  if (st == FERRY_OK && !(*info = ferry__calloc(blocks ? blocks : 1, sizeof **info)))
+    st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu blocks", blocks);
+  for (size_t i = 0; st == FERRY_OK && i < n; i++)
+    for (size_t b = s->first_block[i]; b < s->first_block[i + 1]; b++) {
+      uint64_t start = (uint64_t)(b - s->first_block[i]) * s->block_bytes;
+      (*info)[b].len = (size_t)(ends[i] - start < s->block_bytes ? ends[i] - start : s->block_bytes);
+      (*info)[b].continues = b + 1 < s->first_block[i + 1];
+    }
+  for (size_t i = 0; st == FERRY_OK && i < s->set->num_samples; i++) {
     const ferry__shard_sample *r = &s->set->samples[i];
     if (!through_blocks(s, r)) continue;
     uint64_t k = r->offset / s->block_bytes, last = (r->offset + r->size - 1) / s->block_bytes;
-    for (; k <= last; k++) (*members)[s->first_block[r->shard] + k]++;
+    for (; k <= last; k++) (*info)[s->first_block[r->shard] + k].members++;
   }
-  return FERRY_OK;
+  ferry__free(ends);
+  return st;
 }
 
 /* The cache's cap: FERRY_REMOTE_CACHE_BYTES, else the reader's window (see
@@ -245,11 +270,17 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
                                                   BLOCK_BYTES_MAX);
   size_t cap = cache_cap(s, buffer, workers);
   if (cap == 0) return FERRY_OK;  /* blocks turned off: a GET per member */
-  uint32_t *members = NULL;
-  ferry_status st = lay_out_blocks(s, &members);
-  if (st == FERRY_OK)
-    st = ferry__block_cache_open(s->first_block[s->set->num_shards], members, cap, fetch_block, s, &s->cache);
-  ferry__free(members);
+  ferry__block_info *info = NULL;
+  ferry_status st = lay_out_blocks(s, &info);
+  ferry__block_cache_config config = {
+      .num_blocks = s->first_block ? s->first_block[s->set->num_shards] : 0,
+      .blocks = info,
+      .cap_bytes = cap,
+      .room_wait_ms = ferry__remote_env_long("FERRY_REMOTE_ROOM_WAIT_MS", ROOM_WAIT_MS_DEFAULT, 0, 3600000),
+      .fetch = fetch_blocks,
+      .ctx = s};
+  if (st == FERRY_OK) st = ferry__block_cache_open(&config, &s->cache);
+  ferry__free(info);
   return st;
 }
 

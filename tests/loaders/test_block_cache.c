@@ -1,12 +1,14 @@
 /* tests/loaders/test_block_cache.c - the block cache of remote shards
  * (loaders/block_cache.c) on its own, with a fetch function that makes each block's
- * bytes from its number and counts the fetches: a block is fetched once while its
- * members are read, freed when the last is, fetched again after; the cap evicts the
- * least recently used block and refuses (FERRY_EAGAIN) what cannot fit; a failed
- * fetch leaves nothing behind; the first read of a block reads the next ahead, never
- * evicting for it nor for a block with no member to read, and a failed read-ahead
- * is fetched again by its reader; many threads reading the same blocks fetch each
- * once (and, under TSan, race on nothing). */
+ * bytes from its number, hands them in small pieces as a network would, and counts
+ * requests (by the block they start at) and blocks filled: a block is fetched once
+ * while its members are read, freed when the last is, fetched again after; the cap
+ * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit; a
+ * failed fetch leaves nothing behind; the first read of a block reads the blocks after
+ * it ahead in one request, never evicting for them nor for a block with no member to
+ * read, waiting for room a bounded time, keeping what it filled when it fails, ending
+ * at close; many threads reading the same blocks fetch each once (and, under TSan,
+ * race on nothing). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -19,40 +21,64 @@
 #include "loaders/block_cache.h"
 
 #define MAX_BLOCKS 64
+#define PIECE 37  /* bytes handed at a time: pieces straddle blocks */
 
 typedef struct source {
-  atomic_int fetches[MAX_BLOCKS];
-  atomic_int fail_next[MAX_BLOCKS];  /* that many fetches of the block fail */
+  ferry__block_info info[MAX_BLOCKS];
+  size_t num_blocks;
+  atomic_int requests[MAX_BLOCKS];   /* requests starting at the block */
+  atomic_int filled[MAX_BLOCKS];     /* times the block's last byte was handed */
+  atomic_int fail_next[MAX_BLOCKS];  /* that many requests reaching the block fail in its middle */
 } source;
 
 static uint8_t byte_of(size_t block, size_t i) { return (uint8_t)(block * 251 + i * 7); }
 
-static ferry_status fetch(void *ctx, size_t block, uint8_t *buf, size_t len) {
+static ferry_status fetch(void *ctx, size_t first, size_t len, ferry__block_sink_fn sink, void *sink_ctx) {
   source *s = ctx;
-  atomic_fetch_add(&s->fetches[block], 1);
+  atomic_fetch_add(&s->requests[first], 1);
   for (int i = 0; i < 4; i++) sched_yield();  /* a window for other readers to arrive */
-  if (atomic_load(&s->fail_next[block]) > 0) {
-    atomic_fetch_sub(&s->fail_next[block], 1);
-    return ferry__fail(FERRY_EIO, "block %zu: HTTP 503", block);
+  uint8_t piece[PIECE];
+  size_t at = 0;
+  for (size_t b = first; at < len; b++) {
+    if (b >= s->num_blocks || (b > first && !s->info[b - 1].continues))
+      return ferry__fail(FERRY_EINVAL, "the request runs past its object at block %zu", b);
+    size_t blen = s->info[b].len;
+    for (size_t i = 0; i < blen && at < len;) {
+      if (i >= blen / 2 && atomic_load(&s->fail_next[b]) > 0) {
+        atomic_fetch_sub(&s->fail_next[b], 1);
+        return ferry__fail(FERRY_EIO, "block %zu: HTTP 503", b);
+      }
+      size_t n = 0;
+      while (n < PIECE && i < blen && at + n < len) piece[n++] = byte_of(b, i++);
+      if (i == blen) atomic_fetch_add(&s->filled[b], 1);
+      int enough = sink(sink_ctx, at, piece, n);
+      at += n;
+      if (enough) return FERRY_OK;
+    }
   }
-  for (size_t i = 0; i < len; i++) buf[i] = byte_of(block, i);
   return FERRY_OK;
 }
 
 /* Copies [from, from + len) of `block` and checks the bytes. */
-static ferry_status copy_checked(ferry__block_cache *c, size_t block, size_t block_len, size_t from, size_t len) {
+static ferry_status copy_checked(ferry__block_cache *c, size_t block, size_t from, size_t len) {
   uint8_t out[256];
-  ferry_status st = ferry__block_cache_copy(c, block, block_len, from, len, out, SIZE_MAX, 0);
+  ferry_status st = ferry__block_cache_copy(c, block, from, len, out);
   for (size_t i = 0; st == FERRY_OK && i < len; i++)
     if (out[i] != byte_of(block, from + i)) return ferry__fail(FERRY_EFORMAT, "block %zu byte %zu", block, from + i);
   return st;
 }
 
-/* A cache of n blocks over a fresh `src`. */
-static ferry__block_cache *open_cache(source *src, size_t n, const uint32_t *members, size_t cap) {
+/* A cache over a fresh `src` of n blocks of lens[b] bytes and members[b] members each,
+ * all in one object when `one_object` (so read ahead), else each its own. */
+static ferry__block_cache *open_cache(source *src, size_t n, const size_t *lens, const uint32_t *members,
+                                      int one_object, size_t cap, long room_wait_ms) {
   memset(src, 0, sizeof *src);
+  src->num_blocks = n;
+  for (size_t b = 0; b < n; b++)
+    src->info[b] = (ferry__block_info){lens[b], members[b], (uint8_t)(one_object && b + 1 < n)};
+  ferry__block_cache_config config = {n, src->info, cap, room_wait_ms, fetch, src};
   ferry__block_cache *c = NULL;
-  cr_assert_eq(ferry__block_cache_open(n, members, cap, fetch, src, &c), FERRY_OK);
+  cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
   return c;
 }
 
@@ -62,114 +88,191 @@ static ferry__block_cache_stats stats_of(ferry__block_cache *c) {
   return s;
 }
 
+#define LENS(...) ((const size_t[]){__VA_ARGS__})
+#define MEMBERS(...) ((const uint32_t[]){__VA_ARGS__})
+
 Test(block_cache, a_block_is_fetched_once_for_its_members_and_freed_after_the_last) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 2, (uint32_t[]){3, 1}, 1000);
+  ferry__block_cache *c = open_cache(&src, 2, LENS(100, 40), MEMBERS(3, 1), 0, 1000, 0);
   for (int m = 0; m < 3; m++) {
-    cr_assert_eq(copy_checked(c, 0, 100, (size_t)m * 30, 30), FERRY_OK, "%s", ferry_last_error());
-    cr_expect_eq(atomic_load(&src.fetches[0]), 1);
+    cr_assert_eq(copy_checked(c, 0, (size_t)m * 30, 30), FERRY_OK, "%s", ferry_last_error());
+    cr_expect_eq(atomic_load(&src.requests[0]), 1);
     cr_expect_eq(stats_of(c).resident_bytes, m < 2 ? 100u : 0u, "member %d", m);
   }
   /* read again (the next epoch, a padding sample): fetched again, counted afresh */
-  cr_assert_eq(copy_checked(c, 0, 100, 0, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.fetches[0]), 2);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[0]), 2);
   cr_expect_eq(stats_of(c).resident_bytes, 100u);
-  cr_assert_eq(copy_checked(c, 1, 40, 0, 40), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 1, 0, 40), FERRY_OK);
   cr_expect_eq(stats_of(c).resident_bytes, 100u, "block 1's one member read: freed");
-  cr_expect_eq(ferry__block_cache_copy(c, 1, 40, 30, 11, (uint8_t[64]){0}, SIZE_MAX, 0), FERRY_EINVAL,
-               "past the block");
+  cr_expect_eq(ferry__block_cache_copy(c, 1, 30, 11, (uint8_t[64]){0}), FERRY_EINVAL, "past the block");
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, the_cap_evicts_the_least_recently_used_and_refuses_what_cannot_fit) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 4, (uint32_t[]){5, 5, 5, 5}, 200);
-  cr_assert_eq(copy_checked(c, 0, 100, 0, 10), FERRY_OK);
-  cr_assert_eq(copy_checked(c, 1, 100, 0, 10), FERRY_OK);
-  cr_assert_eq(copy_checked(c, 0, 100, 10, 10), FERRY_OK);  /* 0 used last: 1 is the LRU */
-  cr_assert_eq(copy_checked(c, 2, 100, 0, 10), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 201), MEMBERS(5, 5, 5, 5), 0, 200, 0);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* 0 used last: 1 is the LRU */
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
   ferry__block_cache_stats s = stats_of(c);
   cr_expect_eq(s.evictions, 1u);
   cr_expect(s.resident_bytes <= 200 && s.peak_bytes <= 200, "resident %zu, peak %zu", s.resident_bytes, s.peak_bytes);
-  cr_assert_eq(copy_checked(c, 0, 100, 20, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.fetches[0]), 1, "block 0 was kept");
-  cr_assert_eq(copy_checked(c, 1, 100, 10, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.fetches[1]), 2, "block 1 was evicted, so fetched again");
-  cr_expect_eq(ferry__block_cache_copy(c, 3, 201, 0, 10, (uint8_t[16]){0}, SIZE_MAX, 0), FERRY_EAGAIN,
-               "larger than the cap");
-  cr_expect_eq(atomic_load(&src.fetches[3]), 0);
+  cr_assert_eq(copy_checked(c, 0, 20, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[0]), 1, "block 0 was kept");
+  cr_assert_eq(copy_checked(c, 1, 10, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[1]), 2, "block 1 was evicted, so fetched again");
+  cr_expect_eq(ferry__block_cache_copy(c, 3, 0, 10, (uint8_t[16]){0}), FERRY_EAGAIN, "larger than the cap");
+  cr_expect_eq(atomic_load(&src.requests[3]), 0);
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, a_failed_fetch_is_reported_and_leaves_nothing_behind) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 1, (uint32_t[]){2}, 1000);
+  ferry__block_cache *c = open_cache(&src, 1, LENS(100), MEMBERS(2), 0, 1000, 0);
   atomic_store(&src.fail_next[0], 1);
-  cr_expect_eq(copy_checked(c, 0, 100, 0, 10), FERRY_EIO);
+  cr_expect_eq(copy_checked(c, 0, 0, 10), FERRY_EIO);
   cr_expect_str_eq(ferry_last_error(), "block 0: HTTP 503");
   cr_expect_eq(stats_of(c).resident_bytes, 0u);
-  cr_assert_eq(copy_checked(c, 0, 100, 0, 10), FERRY_OK, "the next reader fetches it: %s", ferry_last_error());
-  cr_expect_eq(atomic_load(&src.fetches[0]), 2);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK, "the next reader fetches it: %s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.requests[0]), 2);
   ferry__block_cache_close(c);
 }
 
 /* Waits (up to 10 s, polling) until `count` reaches `at_least`: for the read-ahead
- * thread's fetch to have begun. What is asserted is the count, not the time. */
+ * thread's fetch to have got that far. What is asserted is the count, not the time. */
 static int wait_for(atomic_int *count, int at_least) {
   for (int i = 0; i < 10000 && atomic_load(count) < at_least; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
   return atomic_load(count) >= at_least;
 }
 
-static ferry_status copy_ahead(ferry__block_cache *c, size_t block, size_t from, size_t next) {
-  uint8_t out[16];
-  return ferry__block_cache_copy(c, block, 100, from, 10, out, next, 100);
-}
-
 Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evicting) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 3, (uint32_t[]){2, 2, 2}, 200);
-  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
-  cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
-  /* block 1's first read asks for block 2: no room without evicting block 0 (its
-   * second member still to come), so nothing is asked */
-  cr_assert_eq(copy_ahead(c, 1, 0, 2), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.fetches[1]), 1, "the reader found block 1 read ahead");
+  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(2, 2, 2), 1, 200, 0);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  /* the run from block 1 finds no room for block 2 without evicting block 0 (its
+   * second member still to come), and no wait is allowed: it ends there */
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[1]), 1, "the reader found block 1 read ahead");
   cr_expect_eq(stats_of(c).resident_bytes, 200u);
-  cr_assert_eq(copy_ahead(c, 1, 10, 2), FERRY_OK);
-  cr_assert_eq(copy_ahead(c, 0, 10, 1), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 1, 10, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
   ferry__block_cache_stats s = stats_of(c);
   cr_expect_eq(s.fetches, 2u);
   cr_expect_eq(s.resident_bytes, 0u, "blocks 0 and 1 read through: freed");
   ferry__block_cache_close(c);
-  cr_expect_eq(atomic_load(&src.fetches[2]), 0);
+  cr_expect_eq(atomic_load(&src.filled[2]), 0);
 }
 
 Test(block_cache, a_block_with_no_member_to_read_is_not_read_ahead) {
   static source src;
   /* block 1 lies inside a member too large for blocks (read by a GET of its own) */
-  ferry__block_cache *c = open_cache(&src, 3, (uint32_t[]){1, 0, 1}, 1000);
-  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
+  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(1, 0, 1), 1, 1000, 0);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
   /* asked ahead, it would be resident from the ask on (queued or being fetched) */
   cr_expect_eq(stats_of(c).resident_bytes, 0u, "block 1 was asked for ahead");
   ferry__block_cache_close(c);
-  cr_expect_eq(atomic_load(&src.fetches[1]), 0);
+  cr_expect_eq(atomic_load(&src.requests[1]), 0);
 }
 
 Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 2, (uint32_t[]){1, 1}, 1000);
+  ferry__block_cache *c = open_cache(&src, 2, LENS(100, 100), MEMBERS(1, 1), 1, 1000, 0);
   atomic_store(&src.fail_next[1], 1);
-  cr_assert_eq(copy_ahead(c, 0, 0, 1), FERRY_OK);
-  cr_assert(wait_for(&src.fetches[1], 1), "block 1 was not read ahead");
-  cr_assert_eq(copy_checked(c, 1, 100, 0, 10), FERRY_OK, "%s", ferry_last_error());
-  cr_expect_eq(atomic_load(&src.fetches[1]), 2);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.requests[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.requests[1]), 2);
   ferry__block_cache_close(c);
 }
 
+Test(block_cache, the_blocks_after_are_read_ahead_in_one_request) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 6, LENS(100, 100, 100, 100, 100, 60), MEMBERS(1, 1, 1, 1, 1, 1), 1, 1000, 0);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[5], 1), "the run did not reach the object's last block");
+  for (size_t b = 1; b < 6; b++) cr_assert_eq(copy_checked(c, b, 0, 50), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run");
+  cr_expect_eq(atomic_load(&src.requests[1]), 1);
+  cr_expect_eq(s.blocks_fetched, 6u);
+  cr_expect_eq(s.resident_bytes, 0u);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, a_freed_block_s_buffer_is_reused_by_the_next) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 5, LENS(100, 100, 100, 100, 60), MEMBERS(1, 1, 1, 1, 1), 0, 1000, 0);
+  for (size_t b = 0; b < 5; b++) cr_assert_eq(copy_checked(c, b, 0, 50), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.blocks_fetched, 5u);
+  cr_expect_eq(s.buffers_allocated, 2u, "block 0's buffer served blocks 1-3; the 60-byte block 4 has its own");
+  ferry__block_cache_close(c);
+}
+
+/* Block 0 (two members) stays resident after its first read, so a run from block 1
+ * under a cap of 300 fills 1 and 2 and then needs room for 3. */
+static ferry__block_cache *run_short_of_room(source *src, long room_wait_ms) {
+  ferry__block_cache *c = open_cache(src, 4, LENS(100, 100, 100, 100), MEMBERS(2, 1, 1, 1), 1, 300, room_wait_ms);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src->filled[2], 1), "block 2 was not read ahead");
+  return c;
+}
+
+Test(block_cache, a_run_waits_for_room_and_goes_on_when_a_reader_frees_it) {
+  static source src;
+  ferry__block_cache *c = run_short_of_room(&src, 60000);
+  cr_expect_eq(atomic_load(&src.filled[3]), 0, "block 3 read with no room for it");
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* block 0 read through: room */
+  cr_assert(wait_for(&src.filled[3], 1), "the run did not go on to block 3");
+  for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK);
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run");
+  cr_expect(s.peak_bytes <= 300, "peak %zu", s.peak_bytes);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, a_run_with_no_room_in_time_ends_and_its_reader_fetches_the_rest) {
+  static source src;
+  ferry__block_cache *c = run_short_of_room(&src, 0);
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
+  for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[3]), 1, "block 3 was not the reader's own request");
+  cr_expect_eq(atomic_load(&src.filled[3]), 1);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, a_run_that_fails_keeps_the_blocks_it_filled) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1, 1000, 0);
+  atomic_store(&src.fail_next[2], 1);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[1], 1) && wait_for(&src.requests[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[1]), 1, "block 1 kept from the run");
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.requests[2]), 1, "the block the run failed in: its reader's own request");
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, close_ends_a_run_waiting_for_room) {
+  static source src;
+  ferry__block_cache *c = run_short_of_room(&src, 600000);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  ferry__block_cache_close(c);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  /* it waited up to 600 s for room; the margin is for a loaded CI machine */
+  cr_expect(t1.tv_sec - t0.tv_sec < 30, "close waited %ld s", (long)(t1.tv_sec - t0.tv_sec));
+  cr_expect_eq(atomic_load(&src.filled[3]), 0);
+}
+
 /* Many readers, every one reading one member of each block in turn, as workers read
- * neighbouring samples: every block fetched once (its count reaches 0 only when all
- * have read it), every byte right; the first fetch of block 0 fails, which exactly one
- * reader sees while the others fetch it again. */
+ * neighbouring samples, with the blocks read ahead: every block filled once (its
+ * count reaches 0 only when all have read it), every byte right; the first fetch of
+ * block 0 fails, which exactly one reader sees while the others fetch it again. */
 #define READERS 8
 #define BLOCKS 16
 typedef struct reader {
@@ -180,7 +283,7 @@ typedef struct reader {
 static void *read_all(void *arg) {
   reader *r = arg;
   for (size_t b = 0; b < BLOCKS; b++) {
-    ferry_status st = copy_checked(r->cache, b, 256, (size_t)r->reader * 32, 32);
+    ferry_status st = copy_checked(r->cache, b, (size_t)r->reader * 32, 32);
     if (st == FERRY_EIO) r->failures++;
     else if (st != FERRY_OK) r->wrong++;
   }
@@ -189,10 +292,11 @@ static void *read_all(void *arg) {
 
 Test(block_cache, readers_at_once_fetch_each_block_once) {
   static source src;
+  size_t lens[BLOCKS];
   uint32_t members[BLOCKS];
-  for (size_t b = 0; b < BLOCKS; b++) members[b] = READERS;
+  for (size_t b = 0; b < BLOCKS; b++) lens[b] = 256, members[b] = READERS;
   /* room for all: a reader far ahead of the others evicts nothing (the cap's test is above) */
-  ferry__block_cache *c = open_cache(&src, BLOCKS, members, BLOCKS * 256);
+  ferry__block_cache *c = open_cache(&src, BLOCKS, lens, members, 1, BLOCKS * 256, 0);
   atomic_store(&src.fail_next[0], 1);
   pthread_t threads[READERS];
   reader readers[READERS];
@@ -207,8 +311,8 @@ Test(block_cache, readers_at_once_fetch_each_block_once) {
     cr_expect_eq(readers[i].wrong, 0, "reader %d read wrong bytes", i);
   }
   cr_expect_eq(failures, 1);
-  cr_expect_eq(atomic_load(&src.fetches[0]), 2, "block 0: the failed fetch and one more");
-  for (size_t b = 1; b < BLOCKS; b++) cr_expect_eq(atomic_load(&src.fetches[b]), 1, "block %zu", b);
+  cr_expect_eq(atomic_load(&src.requests[0]), 2, "block 0: the failed fetch and one more");
+  for (size_t b = 0; b < BLOCKS; b++) cr_expect_eq(atomic_load(&src.filled[b]), 1, "block %zu", b);
   ferry__block_cache_stats s = stats_of(c);
   cr_expect_eq(s.evictions, 0u);
   cr_expect_eq(s.resident_bytes, 256u, "only block 0, one member short (the failed read), is left");
