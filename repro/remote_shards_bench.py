@@ -10,7 +10,10 @@ with a dummy key, which moto does not check here), on 127.0.0.1, and runs the lo
 the HTTP URL and the s3:// URL, in that order. --server nginx: serves them with nginx
 (`nginx` on the PATH, Debian's nginx-light will do; one worker process, a temporary
 config and prefix in a temp folder, on a free loopback port, in the foreground until the
-bench ends) and runs the local index and the HTTP URL, alternating. Each run is
+bench ends) and runs the local index, the HTTP URL and the same shards as s3://bench/val/
+with nginx as the endpoint (AWS_ENDPOINT_URL; the requests signed with SigV4 as for S3,
+the path-style /bench/val/KEY served from SHARDS_DIR, the signature not checked: ferry's
+S3 client at a server whose cost is nginx's, not moto's Python), in turn. Each run is
 BUILD/repro/throughput --only loader in its own process under /usr/bin/time, ROUNDS times
 (1 by default); flags after `--` go to throughput (`--order dataset`, say). Prints one
 line per run: images/s, the open's seconds (the walk) and peak RSS.
@@ -62,8 +65,9 @@ http {{
 """
 
 
-def nginx_server(root):
-    """nginx in the foreground serving `root` on a free loopback port: (process, URL, temp folder)."""
+def nginx_server(root, probe):
+    """nginx in the foreground serving `root` on a free loopback port, once it serves the
+    path `probe`: (process, URL, temp folder)."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     tmp = tempfile.mkdtemp(prefix="ferry-nginx-")
     os.chmod(tmp, 0o755)  # the worker process (user nobody) writes nothing here, but reads root
@@ -75,7 +79,7 @@ def nginx_server(root):
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
-            urllib.request.urlopen(url + "/val-index.json", timeout=1).read()
+            urllib.request.urlopen(url + probe, timeout=1).read()
             return proc, url, tmp
         except OSError:
             time.sleep(0.05)
@@ -84,18 +88,27 @@ def nginx_server(root):
 
 
 def bench_nginx(build, shards, rounds, extra):
-    proc, url, tmp = nginx_server(shards)
+    root = tempfile.mkdtemp(prefix="ferry-bucket-")  # /bench/val -> shards: the path-style S3 layout
+    os.chmod(root, 0o755)
+    os.mkdir(os.path.join(root, "bench"))
+    os.chmod(os.path.join(root, "bench"), 0o755)
+    os.symlink(shards, os.path.join(root, "bench", "val"))
+    proc, url, tmp = nginx_server(root, "/bench/val/val-index.json")
+    env = dict(os.environ, AWS_ENDPOINT_URL=url, AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="bench",
+               AWS_SECRET_ACCESS_KEY="bench")
     try:
-        specs = (("local", os.path.join(shards, "val-index.json")), ("nginx", url + "/val-index.json"))
+        specs = (("local", os.path.join(shards, "val-index.json")), ("nginx", url + "/bench/val/val-index.json"),
+                 ("s3-nginx", "s3://bench/val/val-index.json"))
         for r in range(rounds):
             for name, spec in specs:
-                got, rss, wall = run(build, spec, shards, dict(os.environ), extra)
+                got, rss, wall = run(build, spec, shards, env, extra)
                 print(json.dumps({"round": r + 1, "source": name, "images_per_s": got["images_per_s_median"],
                                   "result": got, "peak_rss_kb": rss, "wall_s": round(wall, 2)}), flush=True)
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main():
