@@ -3,8 +3,10 @@
  * into the COCO object that parse.c checks like any file.
  *
  * Owns the shard set it returns (paths, each sample's shard/offset/size and names) and,
- * while opening, the images' entries, where each sidecar is, and one read buffer. Runs
- * on the opening thread.
+ * while opening, the images' entries, where each sidecar is, one read buffer and, for
+ * shards at URLs, the spill: an unnamed file the walk copies each sidecar into, which
+ * the second pass reads instead of fetching every shard again. Runs on the opening
+ * thread.
  * Two passes, so that no tree of every annotation is built (it costs several times the
  * text, as coco/json_stream.c says of a JSON): the walk reads each sidecar for its
  * image's entry (id, file name, probed size) and checks it, keeping only where it is and
@@ -228,7 +230,10 @@ typedef struct sample_members {
 typedef struct sidecar_at {
   uint64_t offset, size;
   size_t annotations;       /* 0 for a sample with a problem */
+  uint64_t spilled;         /* its copy's offset in the builder's spill, or NOT_SPILLED */
 } sidecar_at;
+
+#define NOT_SPILLED UINT64_MAX
 
 typedef struct builder {
   const char *spec;
@@ -245,6 +250,8 @@ typedef struct builder {
   int any_id;
   uint8_t *buf;
   size_t buf_cap;
+  int spill_fd;             /* shards at URLs: the sidecars read, for the second pass; -1: none */
+  uint64_t spill_end;
 } builder;
 
 /* key = the member's name up to the first '.' of its last component; ext = the rest. */
@@ -387,6 +394,26 @@ static ferry_status grow_samples(builder *b) {
   return FERRY_OK;
 }
 
+/* The sidecar just read (b->buf) copied to the spill, where the second pass reads it
+ * rather than fetching its shard again. A write that fails ends the spill: the second
+ * pass fetches what was not copied. */
+static void spill_sidecar(builder *b, size_t index, size_t len) {
+  size_t done = 0;
+  while (b->spill_fd >= 0 && done < len) {
+    ssize_t n = pwrite(b->spill_fd, b->buf + done, len - done, (off_t)(b->spill_end + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(b->spill_fd);
+      b->spill_fd = -1;
+    } else {
+      done += (size_t)n;
+    }
+  }
+  if (b->spill_fd < 0) return;
+  b->sidecars[index].spilled = b->spill_end;
+  b->spill_end += len;
+}
+
 /* Why a gathered sample cannot be used, or NULL. */
 static char *missing_member(const shard_file *f, const sample_members *s) {
   if (s->duplicate[0])
@@ -404,6 +431,7 @@ static ferry_status read_sample(builder *b, const shard_file *f, const sample_me
                                 json_t **file_name, int *w, int *h) {
   json_t *anns = NULL;
   ferry_status st = read_sidecar(b, f, &s->json, id, file_name, &anns);
+  if (st == FERRY_OK) spill_sidecar(b, index, (size_t)s->json.size);
   if (st == FERRY_OK) st = note_categories(b, anns);
   if (st == FERRY_OK) st = probe_size(b, f, &s->image, w, h);
   if (st == FERRY_OK) b->sidecars[index].annotations = json_array_size(anns);
@@ -433,7 +461,7 @@ static ferry_status finish_sample(builder *b, uint32_t shard, const shard_file *
   rec->size = s->image.size;
   rec->member = ferry__strdup(s->has_image ? s->image.name : s->key);
   rec->problem = missing_member(f, s);
-  b->sidecars[index] = (sidecar_at){s->json.offset, s->json.size, 0};
+  b->sidecars[index] = (sidecar_at){s->json.offset, s->json.size, 0, NOT_SPILLED};
   if (!rec->member || (!rec->problem && (s->duplicate[0] || !s->has_json || !s->has_image)))
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
   int64_t id = 0;
@@ -579,25 +607,33 @@ typedef struct annotation_stream {
   uint32_t shard;
 } annotation_stream;
 
-/* The sidecar of `sample`, read again: its annotations, as the first reading saw them. */
+/* The sidecar of `sample`, read again: its annotations, as the first reading saw them;
+ * from the spill when it was copied there, else from its shard. */
 static ferry_status reread_sidecar(annotation_stream *s, size_t sample) {
   builder *b = s->b;
   const ferry__shard_sample *rec = &b->set->samples[sample];
-  if (!shard_is_open(&s->f) || s->shard != rec->shard) {
+  shard_file spill = {.fd = b->spill_fd, .path = b->set->paths[rec->shard]};
+  const shard_file *from = &spill;
+  uint64_t offset = b->sidecars[sample].spilled;
+  if (offset == NOT_SPILLED) {
+    from = &s->f;
+    offset = b->sidecars[sample].offset;
+  }
+  if (from == &s->f && (!shard_is_open(&s->f) || s->shard != rec->shard)) {
     close_shard(&s->f);
     s->shard = rec->shard;
     uint64_t size;
     ferry_status st = open_shard(b->set, b->set->paths[rec->shard], &s->f, &size);
     if (st < 0) return st;
   }
-  ferry__tar_member m = {.offset = b->sidecars[sample].offset, .size = b->sidecars[sample].size};
+  ferry__tar_member m = {.offset = offset, .size = b->sidecars[sample].size};
   snprintf(m.name, sizeof m.name, "the sidecar of %s", rec->member);
   int64_t id;
   json_t *file_name = NULL;
-  ferry_status st = read_sidecar(b, &s->f, &m, &id, &file_name, &s->anns);
+  ferry_status st = read_sidecar(b, from, &m, &id, &file_name, &s->anns);
   json_decref(file_name);
   if (st == FERRY_OK && json_array_size(s->anns) != b->sidecars[sample].annotations)
-    st = ferry__fail(FERRY_EFORMAT, "%s: member '%s' changed while the split was opened", s->f.path, m.name);
+    st = ferry__fail(FERRY_EFORMAT, "%s: member '%s' changed while the split was opened", from->path, m.name);
   return st;
 }
 
@@ -672,7 +708,17 @@ static ferry_status walk_all(builder *b, const split_index *ix) {
   return st;
 }
 
+/* The spill of a split at URLs: an unnamed file (O_TMPFILE) in $TMPDIR, else /tmp,
+ * gone when closed; -1 when there is none, and the second pass fetches the sidecars
+ * from their shards again. */
+static int open_spill(const ferry__shard_set *set) {
+  if (!set->remote) return -1;  /* local shards are read again as cheaply as a spill */
+  const char *dir = getenv("TMPDIR");
+  return open(dir && *dir ? dir : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
 static ferry_status build(builder *b, split_index *ix, const ferry_coco_options *opts, ferry_coco **coco) {
+  b->spill_fd = open_spill(b->set);
   ferry_status st = walk_all(b, ix);
   if (st == FERRY_OK) st = place_problems(b);
   if (st < 0) return st;
@@ -757,7 +803,7 @@ ferry_status ferry__shards_open(const char *spec, const ferry_coco_options *opts
   *coco = NULL;
   *out = NULL;
   ferry__coco_json_use_ferry_allocator();
-  builder b = {.spec = spec, .size = size};
+  builder b = {.spec = spec, .size = size, .spill_fd = -1};
   split_index ix = {0};
   b.set = ferry__calloc(1, sizeof *b.set);
   b.images = json_array();
@@ -769,6 +815,7 @@ ferry_status ferry__shards_open(const char *spec, const ferry_coco_options *opts
   if (st == FERRY_OK) st = build(&b, &ix, opts, coco);
   json_decref(ix.doc);
   json_decref(b.images);
+  if (b.spill_fd >= 0) close(b.spill_fd);
   ferry__free(b.buf);
   ferry__free(b.ann_first);
   ferry__free(b.sidecars);

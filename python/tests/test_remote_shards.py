@@ -174,7 +174,7 @@ def test_http_206_for_other_bytes_refused(http_base, proxy_to):
     proxy = proxy_to(http_base)
     proxy.every(1, "wrong-range")
     rc, _, log = parity(f"{proxy.url}/val-index.json", 2, FAST)
-    assert rc != 0 and "val-index.json: bytes 0-1048575: HTTP 206 for other bytes (from 1)" in log, log
+    assert rc != 0 and "val-index.json: bytes 0-8388607: HTTP 206 for other bytes (from 1)" in log, log
     assert proxy.requests == 1
 
 
@@ -291,7 +291,7 @@ def test_faults_retried_give_the_folders_digest(packed, upstream, proxy_to, faul
 
 def last_image(packed):
     """(URL path of the last shard, its last image member's first and last byte, the
-    member's name): a range the open never asks for (it reads 1 MiB chunks and 64 KiB
+    member's name): a range the open never asks for (it reads 8 MiB chunks and 64 KiB
     image heads)."""
     folder, shards, _ = packed
     with tarfile.open(os.path.join(folder, shards[-1])) as tar:
@@ -314,7 +314,7 @@ def test_faults_past_the_retries_fail_named(packed, upstream, proxy_to, fault):
     proxy.every(1, fault)
     rc, _, log = parity(spec_through(spec, proxy), 2, env)
     assert rc != 0 and what in log and "after 1 retry" in log, log
-    assert re.search(r"val-index\.json: bytes \d+-1048575: ", log), log  # from where the body stopped
+    assert re.search(r"val-index\.json: bytes \d+-8388607: ", log), log  # from where the body stopped
     shard, first, last, member = last_image(packed)
     path = shard if not spec.startswith("s3://") else "/data/val" + shard
     proxy.within(path, first, last, fault)
@@ -343,7 +343,7 @@ def test_faults_past_the_retries_fail_named(packed, upstream, proxy_to, fault):
 # ---- blocks (issue 26's remote speed) -------------------------------------------------
 # In the shard order (coco_parity's default for shards) a shard at a URL is read in
 # blocks shared by the workers: one GET per block, not per image. The open's own reads
-# (the index and each shard's headers, through lib/remote.c's stream) are 1 MiB chunks;
+# (the index and each shard's headers, through lib/remote.c's stream) are 8 MiB chunks;
 # every other GET of a shard is the epoch's: an image, or a block.
 
 BLOCK = 4 << 20  # FERRY_REMOTE_BLOCK_BYTES's default
@@ -352,7 +352,7 @@ SMALL_BLOCK = 256 << 10
 
 def image_reads(proxy):
     """(shard path, first byte, last byte) of each GET of a shard that is not the
-    open's 1 MiB chunk."""
+    open's 8 MiB chunk."""
     out = []
     for path, byte_range in proxy.gets:
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
@@ -413,6 +413,29 @@ def test_blocks_one_get_per_block_same_digest(packed, http_base, proxy_to, worke
             (len(reads), len(per_image))
     crossing = sum(first // SMALL_BLOCK != last // SMALL_BLOCK for images in spans.values() for first, last in images)
     assert crossing >= 3, "no image crosses a block boundary: the test would not test that"
+
+
+def test_the_open_fetches_each_shard_once(packed, http_base, proxy_to, tmp_path):
+    """Over a network the open walks each shard once: the sidecars it reads are copied
+    to an unnamed file in $TMPDIR, which the second pass (the annotations) reads rather
+    than fetching the shards again. Each 700 KB shard is then one 8 MiB chunk GET at the
+    open (coco_parity opens the split more than once: each open fetches the index once);
+    with TMPDIR naming no folder there is no copy, each shard is fetched twice per open,
+    and the digest is the same. Nothing is left in TMPDIR."""
+    for tmpdir, per_open in ((tmp_path, 1), (tmp_path / "absent", 2)):
+        proxy = proxy_to(http_base)
+        rc, got, log = parity(f"{proxy.url}/val-index.json", 2, {"TMPDIR": str(tmpdir)})
+        assert rc == 0, log
+        assert got["digest"] == packed[2]
+        chunks = {}
+        for path, byte_range in proxy.gets:
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
+            if path.endswith(".tar") and m and int(m.group(2)) - int(m.group(1)) + 1 == remote_servers.CHUNK:
+                name = path.rsplit("/", 1)[1]
+                chunks[name] = chunks.get(name, 0) + 1
+        opens = sum(1 for path, _ in proxy.gets if path.endswith("/val-index.json"))
+        assert opens >= 1 and chunks == {name: per_open * opens for name in packed[1]}, (str(tmpdir), opens, chunks)
+    assert os.listdir(tmp_path) == []
 
 
 def test_dataset_order_shuffled_keeps_a_get_per_image(packed, http_base, proxy_to):

@@ -218,7 +218,7 @@ def test_batches_do_not_depend_on_the_worker_count(split):
 def test_url_shards_read_in_blocks_give_the_local_bytes(split, monkeypatch, block, most):
     """The split served over HTTP (with Range) and read in blocks: for 1, 2 and 16
     workers, two epochs, and a resume after 5 batches of epoch 1, batch k is the local
-    shards' batch k byte for byte, while the GETs of the shards (the open's 1 MiB chunks
+    shards' batch k byte for byte, while the GETs of the shards (the open's 8 MiB chunks
     aside) are at most 3/4 of the images read with 512 KiB blocks (which a quarter of
     the images cross), at most 1/3 with 4 MiB blocks (the default: a block holds a
     shard); with blocks off (FERRY_REMOTE_CACHE_BYTES=0) one per image. Not exact
