@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Shards over loopback HTTP and S3 against local shards: the loader's rate, one paired run.
 
-usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS] [--server python|nginx] [-- THROUGHPUT FLAGS...]
+usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS] [--server python|nginx] [--pin] [-- THROUGHPUT FLAGS...]
 
 SHARDS_DIR holds val-index.json and its shards (`ferry-coco pack ... --split val`).
 --server python (the default): serves them over plain HTTP (python/tests/remote_servers.py's
@@ -17,6 +17,11 @@ S3 client at a server whose cost is nginx's, not moto's Python), in turn. Each r
 BUILD/repro/throughput --only loader in its own process under /usr/bin/time, ROUNDS times
 (1 by default); flags after `--` go to throughput (`--order dataset`, say). Prints one
 line per run: images/s, the open's seconds (the walk) and peak RSS.
+
+--pin: the loader's runs on CPU 0 only (taskset), the servers (this process and its
+threads, moto, nginx) on CPU 1 only, as when the server is another machine: the ratio
+is then what the network path costs the loader, without the server's CPU taken from it
+(on a 2-core machine the local runs then have one core too).
 """
 import json
 import os
@@ -31,8 +36,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import remote_servers  # noqa: E402
 
 
+PIN = {"loader": None}  # the loader's CPUs under --pin
+
+
 def run(build, spec, images, env, extra=()):
-    cmd = ["/usr/bin/time", "-f", "%M KB", os.path.join(build, "repro", "throughput"), "--annotations", spec,
+    pin = ["taskset", "-c", ",".join(map(str, sorted(PIN["loader"])))] if PIN["loader"] is not None else []
+    cmd = [*pin, "/usr/bin/time", "-f", "%M KB", os.path.join(build, "repro", "throughput"), "--annotations", spec,
            "--images", images, "--workers", "2", "--only", "loader", "--processes", "1", "--json", *extra]
     start = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -120,6 +129,10 @@ def main():
         at = args.index("--server")
         server = args[at + 1] if at + 1 < len(args) else ""
         del args[at:at + 2]
+    if "--pin" in args:
+        args.remove("--pin")
+        PIN["loader"] = {0}
+        os.sched_setaffinity(0, {1})  # inherited by the servers: this process's threads, moto's and nginx's processes
     if len(args) not in (2, 3) or server not in ("python", "nginx"):
         sys.exit(__doc__)
     build, shards = args[0], os.path.abspath(args[1])
