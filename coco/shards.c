@@ -251,6 +251,7 @@ typedef struct builder {
   uint8_t *buf;
   size_t buf_cap;
   int spill_fd;             /* shards at URLs: the sidecars read, for the second pass; -1: none */
+  int spilling;             /* copying into it: 0 once a write has failed (the copies made stay) */
   uint64_t spill_end;
 } builder;
 
@@ -395,21 +396,18 @@ static ferry_status grow_samples(builder *b) {
 }
 
 /* The sidecar just read (b->buf) copied to the spill, where the second pass reads it
- * rather than fetching its shard again. A write that fails ends the spill: the second
- * pass fetches what was not copied. */
+ * rather than fetching its shard again. A write that fails (a full disk, a file size
+ * limit) ends the copying: the second pass reads the copies made from the spill and
+ * fetches the rest. */
 static void spill_sidecar(builder *b, size_t index, size_t len) {
   size_t done = 0;
-  while (b->spill_fd >= 0 && done < len) {
+  while (b->spilling && done < len) {
     ssize_t n = pwrite(b->spill_fd, b->buf + done, len - done, (off_t)(b->spill_end + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(b->spill_fd);
-      b->spill_fd = -1;
-    } else {
-      done += (size_t)n;
-    }
+    if (n <= 0) b->spilling = 0;
+    else done += (size_t)n;
   }
-  if (b->spill_fd < 0) return;
+  if (!b->spilling) return;
   b->sidecars[index].spilled = b->spill_end;
   b->spill_end += len;
 }
@@ -719,6 +717,7 @@ static int open_spill(const ferry__shard_set *set) {
 
 static ferry_status build(builder *b, split_index *ix, const ferry_coco_options *opts, ferry_coco **coco) {
   b->spill_fd = open_spill(b->set);
+  b->spilling = b->spill_fd >= 0;
   ferry_status st = walk_all(b, ix);
   if (st == FERRY_OK) st = place_problems(b);
   if (st < 0) return st;

@@ -21,6 +21,8 @@ import importlib.util
 import json
 import os
 import re
+import resource
+import signal
 import subprocess
 import tarfile
 
@@ -42,16 +44,17 @@ FAULTS = ("reset", "503", "stall", "cut")
 FAST = {"FERRY_REMOTE_BACKOFF_MS": "10", "FERRY_REMOTE_STALL_S": "1", "FERRY_REMOTE_CONNECT_TIMEOUT_MS": "2000"}
 
 
-def parity(spec, workers=2, env=None, shuffle=False, order="auto"):
-    """coco_parity's run over `spec` with only the given AWS and FERRY_REMOTE settings:
-    (returncode, its JSON or None, stdout + stderr)."""
+def parity(spec, workers=2, env=None, shuffle=False, order="auto", preexec=None):
+    """coco_parity's run over `spec` with only the given AWS and FERRY_REMOTE settings
+    (preexec: run in the child before it starts): (returncode, its JSON or None,
+    stdout + stderr)."""
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [COCO_PARITY, "--annotations", spec, "--images", os.path.dirname(COCO_PARITY), "--workers", str(workers),
            "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", str(int(shuffle)),
            "--order", order, "--json"]
     out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **(env or {})), capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, preexec_fn=preexec)
     result = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
     return out.returncode, result, out.stdout + out.stderr
 
@@ -421,10 +424,21 @@ def test_the_open_fetches_each_shard_once(packed, http_base, proxy_to, tmp_path)
     than fetching the shards again. Each 700 KB shard is then one 8 MiB chunk GET at the
     open (coco_parity opens the split more than once: each open fetches the index once);
     with TMPDIR naming no folder there is no copy, each shard is fetched twice per open,
-    and the digest is the same. Nothing is left in TMPDIR."""
-    for tmpdir, per_open in ((tmp_path, 1), (tmp_path / "absent", 2)):
+    and the digest is the same; when writing the copy fails after the first two sidecars
+    (a file size limit, as a full disk), those two are read from it and the rest fetched
+    again: the same digest. Nothing is left in TMPDIR."""
+    folder, shards, _ = packed
+    with tarfile.open(os.path.join(folder, shards[0])) as tar:
+        sidecars = [m.size for m in tar.getmembers() if m.name.endswith(".json")]
+
+    def two_sidecars_fit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (sidecars[0] + sidecars[1], resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), nothing more
+
+    for tmpdir, per_open, preexec in ((tmp_path, 1, None), (tmp_path / "absent", 2, None),
+                                      (tmp_path, 2, two_sidecars_fit)):
         proxy = proxy_to(http_base)
-        rc, got, log = parity(f"{proxy.url}/val-index.json", 2, {"TMPDIR": str(tmpdir)})
+        rc, got, log = parity(f"{proxy.url}/val-index.json", 2, {"TMPDIR": str(tmpdir)}, preexec=preexec)
         assert rc == 0, log
         assert got["digest"] == packed[2]
         chunks = {}
