@@ -230,6 +230,9 @@ typedef struct run {
   uint8_t *buf;    /* cur's bytes so far */
   size_t filled;
   size_t last;     /* the last block the request reaches */
+  int for_reader;  /* a reader's fetch of its block: the reader is counted as a user when it
+                      is published, before the lock is let go, so that nobody frees or
+                      evicts it before the reader's copy */
   uint64_t published;
 } run;
 
@@ -237,6 +240,7 @@ typedef struct run {
 static void publish(ferry__block_cache *c, run *r) {
   r->cur->data = r->buf;
   r->cur->last_use = ++c->tick;  /* newer than what readers have left behind */
+  if (r->for_reader) r->cur->users++;
   r->published++;
   c->blocks_fetched++;
   pthread_cond_broadcast(&c->fetched);
@@ -299,11 +303,12 @@ static size_t run_last(const ferry__block_cache *c, size_t number) {
 }
 
 /* Called with the lock held and `b` claimed (resident, no data, not queued): one request
- * for b (extend: and the blocks after it, as the run claims them); returns with the lock
- * held, FERRY_OK when b was published, else b removed (its waiters woken) and the
- * fetch's error (FERRY_EAGAIN: no memory for it). */
-static ferry_status fetch_run(ferry__block_cache *c, block *b, int extend) {
-  run r = {.c = c, .cur = b, .last = extend ? run_last(c, b->number) : b->number};
+ * for b (for_reader: b alone, the caller counted as its user; else the run: and the
+ * blocks after it, as it claims them); returns with the lock held, FERRY_OK when b was
+ * published, else b removed (its waiters woken) and the fetch's error (FERRY_EAGAIN: no
+ * memory for it). */
+static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader) {
+  run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader};
   size_t len = 0;
   for (size_t k = b->number; k <= r.last; k++) len += c->info[k].len;
   c->fetches++;
@@ -353,7 +358,7 @@ static void *read_ahead_thread(void *arg) {
     if (atomic_load(&c->closing)) break;
     block *b = c->queue_head;
     dequeue(c, b);
-    fetch_run(c, b, 1);  /* a failure removes the block: its reader fetches it again, and sees the error */
+    fetch_run(c, b, 0);  /* a failure removes the block: its reader fetches it again, and sees the error */
   }
   pthread_mutex_unlock(&c->mutex);
   return NULL;
@@ -366,8 +371,9 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
     block *b = c->slots[number];
     if (b && b->queued) {  /* asked for ahead but not begun: fetch it now, here */
       dequeue(c, b);
-      if ((*st = fetch_run(c, b, 0)) != FERRY_OK) return NULL;
-    } else if (b && !b->data) {  /* being fetched: wait, then look again */
+      return (*st = fetch_run(c, b, 1)) == FERRY_OK ? b : NULL;  /* the user counted at publish */
+    }
+    if (b && !b->data) {  /* being fetched: wait, then look again */
       pthread_cond_wait(&c->fetched, &c->mutex);
       continue;
     }
@@ -376,7 +382,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
         *st = FERRY_EAGAIN;
         return NULL;
       }
-      if ((*st = fetch_run(c, b, 0)) != FERRY_OK) return NULL;
+      return (*st = fetch_run(c, b, 1)) == FERRY_OK ? b : NULL;
     }
     b->users++;
     b->last_use = ++c->tick;

@@ -29,12 +29,23 @@ typedef struct source {
   atomic_int requests[MAX_BLOCKS];   /* requests starting at the block */
   atomic_int filled[MAX_BLOCKS];     /* times the block's last byte was handed */
   atomic_int fail_next[MAX_BLOCKS];  /* that many requests reaching the block fail in its middle */
+  /* at the end of a request for block 0: a read of block 1 through this cache, as another
+   * reader's, between the publication of block 0 and its fetcher's own copy */
+  ferry__block_cache *nested;
+  ferry_status nested_status;
 } source;
 
 static uint8_t byte_of(size_t block, size_t i) { return (uint8_t)(block * 251 + i * 7); }
 
 static ferry_status fetch(void *ctx, size_t first, size_t len, ferry__block_sink_fn sink, void *sink_ctx) {
   source *s = ctx;
+  if (first == 0 && s->nested) {  /* block 0's bytes, then another reader's read of block 1 */
+    ferry__block_cache *c = s->nested;
+    s->nested = NULL;
+    ferry_status st = fetch(ctx, first, len, sink, sink_ctx);
+    s->nested_status = ferry__block_cache_copy(c, 1, 0, 10, (uint8_t[16]){0});
+    return st;
+  }
   atomic_fetch_add(&s->requests[first], 1);
   for (int i = 0; i < 4; i++) sched_yield();  /* a window for other readers to arrive */
   uint8_t piece[PIECE];
@@ -125,6 +136,18 @@ Test(block_cache, the_cap_evicts_the_least_recently_used_and_refuses_what_cannot
   cr_expect_eq(atomic_load(&src.requests[1]), 2, "block 1 was evicted, so fetched again");
   cr_expect_eq(ferry__block_cache_copy(c, 3, 0, 10, (uint8_t[16]){0}), FERRY_EAGAIN, "larger than the cap");
   cr_expect_eq(atomic_load(&src.requests[3]), 0);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, a_block_just_fetched_is_kept_for_its_fetcher_s_copy) {
+  static source src;
+  /* room for one block: block 1's reader, coming between the publication of block 0 and
+   * the copy of the reader that fetched it, may not evict it */
+  ferry__block_cache *c = open_cache(&src, 2, LENS(100, 100), MEMBERS(2, 2), 0, 100, 0);
+  src.nested = c;
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(src.nested_status, FERRY_EAGAIN, "block 0 was evicted under its fetcher");
+  cr_expect_eq(stats_of(c).evictions, 0u);
   ferry__block_cache_close(c);
 }
 
