@@ -3,8 +3,8 @@
  * bytes from its number, hands them in small pieces as a network would, and counts
  * requests (by the block they start at) and blocks filled: a block is fetched once
  * while its members are read, freed when the last is, fetched again after; the cap
- * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit; a
- * failed fetch leaves nothing behind; the first read of a block reads the blocks after
+ * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit, but
+ * never a block its fetcher has yet to copy from; a failed fetch leaves nothing behind; the first read of a block reads the blocks after
  * it ahead in one request, never evicting for them nor for a block with no member to
  * read, waiting for room a bounded time, keeping what it filled when it fails, ending
  * at close; many threads reading the same blocks fetch each once (and, under TSan,
