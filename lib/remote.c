@@ -224,7 +224,6 @@ static size_t on_header(char *line, size_t size, size_t count, void *user) {
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
   transfer *t = user;
   size_t n = size * count, used = 0;
-  t->last_byte = now_s();
   if (!t->status) {
     curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &t->status);
     t->skip = t->status == 200 ? t->from : 0;
@@ -236,6 +235,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *user) {
     memcpy(t->body + t->body_len, data, k);
     t->body_len += k;
     t->body[t->body_len] = '\0';
+    t->last_byte = now_s();
     return n;
   }
   if (t->skip) {
@@ -245,7 +245,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *user) {
   size_t k = n - used < t->len - t->got ? n - used : t->len - t->got;
   int enough = k > 0 && t->sink(t->sink_ctx, t->got, (const uint8_t *)data + used, k);
   t->got += k;
-  t->last_byte = now_s();  /* a sink that waited for room was not a stall */
+  t->last_byte = now_s();  /* after the sink: one that waited for room was not a stall */
   if (enough || used + k < n) {
     t->full = 1;
     return 0;  /* everything wanted is here; ends the transfer with CURLE_WRITE_ERROR */

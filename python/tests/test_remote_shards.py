@@ -353,15 +353,21 @@ BLOCK = 4 << 20  # FERRY_REMOTE_BLOCK_BYTES's default
 SMALL_BLOCK = 256 << 10
 
 
-def image_reads(proxy):
-    """(shard path, first byte, last byte) of each GET of a shard that is not the
-    open's 8 MiB chunk."""
+def shard_gets(proxy, chunks):
+    """(shard name, first byte, last byte) of each ranged GET of a shard: the open's
+    8 MiB chunks (chunks True) or every other one (False: the images' and blocks')."""
     out = []
     for path, byte_range in proxy.gets:
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
-        if path.endswith(".tar") and m and int(m.group(2)) - int(m.group(1)) + 1 != remote_servers.CHUNK:
+        if path.endswith(".tar") and m and (int(m.group(2)) - int(m.group(1)) + 1 == remote_servers.CHUNK) == chunks:
             out.append((path.rsplit("/", 1)[1], int(m.group(1)), int(m.group(2))))
     return out
+
+
+def image_reads(proxy):
+    """(shard name, first byte, last byte) of each GET of a shard that is not the
+    open's 8 MiB chunk."""
+    return shard_gets(proxy, chunks=False)
 
 
 def image_spans(packed):
@@ -442,11 +448,8 @@ def test_the_open_fetches_each_shard_once(packed, http_base, proxy_to, tmp_path)
         assert rc == 0, log
         assert got["digest"] == packed[2]
         chunks = {}
-        for path, byte_range in proxy.gets:
-            m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
-            if path.endswith(".tar") and m and int(m.group(2)) - int(m.group(1)) + 1 == remote_servers.CHUNK:
-                name = path.rsplit("/", 1)[1]
-                chunks[name] = chunks.get(name, 0) + 1
+        for name, _, _ in shard_gets(proxy, chunks=True):
+            chunks[name] = chunks.get(name, 0) + 1
         opens = sum(1 for path, _ in proxy.gets if path.endswith("/val-index.json"))
         assert opens >= 1 and chunks == {name: per_open * opens for name in packed[1]}, (str(tmpdir), opens, chunks)
     assert os.listdir(tmp_path) == []
