@@ -7,7 +7,8 @@
  * mutex. Readers wait on `fetched`, broadcast when a block is published or a fetch
  * fails: fetches are few (a block each, or a run), so a broadcast wakes few threads.
  * The read-ahead thread waits on `queued` for work and, inside a run, on `room` for
- * readers to free bytes.
+ * readers to free bytes; after a run that ends its object it claims the object the
+ * caller said readers go to next (`follow`) and runs again.
  * Invariants: `bytes` is the sum of the resident blocks' lengths, fetching and queued
  * ones included, and never exceeds `cap`; a block is on the list iff its slot is set;
  * a queued block is in the queue iff `queued`, has no data, and is fetched by the
@@ -33,6 +34,7 @@
 /* Buffers kept beyond the cap for the next blocks: a fresh 4 MiB buffer is a thousand
  * page faults, each page zeroed, for every block fetched. */
 #define SPARE_BUFFERS 2
+#define NO_BLOCK SIZE_MAX
 
 typedef struct block {
   uint8_t *data;           /* NULL while fetching (or queued for the read-ahead thread) */
@@ -56,6 +58,9 @@ struct ferry__block_cache {
   atomic_int closing;      /* also read by a run's sink, without the lock */
   block **slots;           /* [num_blocks] */
   ferry__block_info *info; /* [num_blocks] */
+  size_t *follow;          /* [num_blocks]: an object's last block -> the next object's first, or NO_BLOCK */
+  uint64_t *fetched_pass;  /* [num_blocks]: the pass a block was last published in (0: never) */
+  uint64_t pass;           /* the current pass, from 1 */
   size_t num_blocks, cap, bytes, peak;
   long room_wait_ms;
   block *resident;         /* the list of resident blocks */
@@ -89,12 +94,19 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   size_t n = config->num_blocks ? config->num_blocks : 1;
   if (c) c->slots = ferry__calloc(n, sizeof *c->slots);
   if (c && c->slots) c->info = ferry__malloc(n * sizeof *c->info);
-  if (!c || !c->info) {
-    if (c) ferry__free(c->slots);
+  if (c && c->info) c->follow = ferry__malloc(n * sizeof *c->follow);
+  if (c && c->follow) c->fetched_pass = ferry__calloc(n, sizeof *c->fetched_pass);
+  if (!c || !c->fetched_pass) {
+    if (c) {
+      ferry__free(c->slots);
+      ferry__free(c->info);
+      ferry__free(c->follow);
+    }
     ferry__free(c);
     return ferry__fail(FERRY_ENOMEM, "shards: out of memory for a cache of %zu blocks", config->num_blocks);
   }
   if (config->num_blocks) memcpy(c->info, config->blocks, config->num_blocks * sizeof *c->info);
+  for (size_t b = 0; b < n; b++) c->follow[b] = NO_BLOCK;
   for (size_t b = 0; b < config->num_blocks; b++)
     if (c->info[b].len > c->max_len) c->max_len = c->info[b].len;
   pthread_mutex_init(&c->mutex, NULL);
@@ -106,6 +118,7 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   pthread_cond_init(&c->room, &monotonic);
   pthread_condattr_destroy(&monotonic);
   c->num_blocks = config->num_blocks;
+  c->pass = 1;
   c->cap = config->cap_bytes;
   c->room_wait_ms = config->room_wait_ms > 0 ? config->room_wait_ms : 0;
   c->fetch = config->fetch;
@@ -199,7 +212,7 @@ static void dequeue(ferry__block_cache *c, block *b) {
 /* Under the lock: block `number` taken for a run to fill next: taken over from the
  * queue, or made resident when it fits without evicting anything, waiting up to
  * room_wait_ms for readers to free room. NULL: the run ends before it (closing, no
- * member to read, resident or fetched by a reader already, no room in time). */
+ * member to read, resident or fetched already in this pass, no room in time). */
 static block *claim(ferry__block_cache *c, size_t number) {
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -210,7 +223,7 @@ static block *claim(ferry__block_cache *c, size_t number) {
     deadline.tv_nsec -= 1000000000L;
   }
   for (;;) {
-    if (atomic_load(&c->closing) || !c->info[number].members) return NULL;
+    if (atomic_load(&c->closing) || !c->info[number].members || c->fetched_pass[number] == c->pass) return NULL;
     block *b = c->slots[number];
     if (b) {
       if (!b->queued) return NULL;
@@ -234,6 +247,7 @@ typedef struct run {
                       is published, before the lock is let go, so that nobody frees or
                       evicts it before the reader's copy */
   uint64_t published;
+  size_t reached;  /* the last block published, or NO_BLOCK */
 } run;
 
 /* Under the lock: cur's bytes out to its readers. */
@@ -242,6 +256,8 @@ static void publish(ferry__block_cache *c, run *r) {
   r->cur->last_use = ++c->tick;  /* newer than what readers have left behind */
   if (r->for_reader) r->cur->users++;
   r->published++;
+  r->reached = r->cur->number;
+  c->fetched_pass[r->cur->number] = c->pass;
   c->blocks_fetched++;
   pthread_cond_broadcast(&c->fetched);
 }
@@ -293,12 +309,12 @@ static int run_sink(void *ctx, size_t at, const uint8_t *bytes, size_t n) {
 }
 
 /* Under the lock: the last block a run from `number` asks for: the object's blocks
- * after it while each has a member to read and all of them together fit the cap. */
+ * after it while each has a member to read. The claims, not the request's length,
+ * keep the run under the cap: a reader frees room as the run goes, so one request may
+ * carry more than the cap in all. */
 static size_t run_last(const ferry__block_cache *c, size_t number) {
-  size_t last = number, bytes = c->info[number].len;
-  while (c->info[last].continues && last + 1 < c->num_blocks && c->info[last + 1].members &&
-         bytes + c->info[last + 1].len <= c->cap)
-    bytes += c->info[++last].len;
+  size_t last = number;
+  while (c->info[last].continues && last + 1 < c->num_blocks && c->info[last + 1].members) last++;
   return last;
 }
 
@@ -306,9 +322,10 @@ static size_t run_last(const ferry__block_cache *c, size_t number) {
  * for b (for_reader: b alone, the caller counted as its user; else the run: and the
  * blocks after it, as it claims them); returns with the lock held, FERRY_OK when b was
  * published, else b removed (its waiters woken) and the fetch's error (FERRY_EAGAIN: no
- * memory for it). */
-static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader) {
-  run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader};
+ * memory for it). *reached: the last block it published, or NO_BLOCK. */
+static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, size_t *reached) {
+  run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader,
+           .reached = NO_BLOCK};
   size_t len = 0;
   for (size_t k = b->number; k <= r.last; k++) len += c->info[k].len;
   c->fetches++;
@@ -320,6 +337,7 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader) {
     st = ferry__fail(FERRY_EFORMAT, "shards: block %zu: its fetch ended %zu bytes into its %zu", r.cur->number,
                      r.filled, r.cur->len);
   pthread_mutex_lock(&c->mutex);
+  *reached = r.reached;
   if (r.cur) {  /* the block being filled when the fetch failed or the cache closed */
     drop_unfilled(c, r.cur);
     int kept = keep_buffer(c, r.buf, r.cur->len);
@@ -333,12 +351,12 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader) {
 }
 
 /* Under the lock: block `number` fetched by the read-ahead thread, when it is not
- * resident, holds a member to read (not the inside of a member too large for blocks)
- * and fits without evicting anything: read-ahead never pushes out a block a reader may
- * still need. */
+ * resident, holds a member to read (not the inside of a member too large for blocks),
+ * was not fetched in this pass and fits without evicting anything: read-ahead never
+ * pushes out a block a reader may still need. */
 static void ask_ahead(ferry__block_cache *c, size_t number) {
   if (!c->ahead_started || atomic_load(&c->closing) || number >= c->num_blocks || c->slots[number] ||
-      !c->info[number].members)
+      !c->info[number].members || c->fetched_pass[number] == c->pass)
     return;
   block *b = make_resident(c, number, NULL);
   if (!b) return;
@@ -349,7 +367,23 @@ static void ask_ahead(ferry__block_cache *c, size_t number) {
   pthread_cond_signal(&c->queued);
 }
 
-/* The read-ahead thread: a run from each queued block in turn, until the cache closes. */
+/* Under the lock: the block read ahead after `number`'s first read: the next of its
+ * object, or at the object's last block the first of the object said to follow it. */
+static size_t successor(const ferry__block_cache *c, size_t number) {
+  return c->info[number].continues ? number + 1 : c->follow[number];
+}
+
+/* Under the lock: after a run that published `reached`, the first block of the object
+ * readers go to next, claimed for the next run; NULL when the run did not end its
+ * object (cut short, or stopped before a block with no member) or nothing follows it
+ * or it cannot be claimed (claim's reasons). */
+static block *claim_following(ferry__block_cache *c, size_t reached) {
+  if (reached == NO_BLOCK || c->info[reached].continues || c->follow[reached] == NO_BLOCK) return NULL;
+  return claim(c, c->follow[reached]);
+}
+
+/* The read-ahead thread: a run from each queued block in turn, and from the objects
+ * that follow where a run ends its own, until the cache closes. */
 static void *read_ahead_thread(void *arg) {
   ferry__block_cache *c = arg;
   pthread_mutex_lock(&c->mutex);
@@ -358,7 +392,9 @@ static void *read_ahead_thread(void *arg) {
     if (atomic_load(&c->closing)) break;
     block *b = c->queue_head;
     dequeue(c, b);
-    fetch_run(c, b, 0);  /* a failure removes the block: its reader fetches it again, and sees the error */
+    size_t reached;
+    /* a failure removes the block: its reader fetches it again, and sees the error */
+    for (; b; b = claim_following(c, reached)) fetch_run(c, b, 0, &reached);
   }
   pthread_mutex_unlock(&c->mutex);
   return NULL;
@@ -371,7 +407,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
     block *b = c->slots[number];
     if (b && b->queued) {  /* asked for ahead but not begun: fetch it now, here */
       dequeue(c, b);
-      return (*st = fetch_run(c, b, 1)) == FERRY_OK ? b : NULL;  /* the user counted at publish */
+      return (*st = fetch_run(c, b, 1, &(size_t){0})) == FERRY_OK ? b : NULL;  /* the user counted at publish */
     }
     if (b && !b->data) {  /* being fetched: wait, then look again */
       pthread_cond_wait(&c->fetched, &c->mutex);
@@ -382,7 +418,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
         *st = FERRY_EAGAIN;
         return NULL;
       }
-      return (*st = fetch_run(c, b, 1)) == FERRY_OK ? b : NULL;
+      return (*st = fetch_run(c, b, 1, &(size_t){0})) == FERRY_OK ? b : NULL;
     }
     b->users++;
     b->last_use = ++c->tick;
@@ -405,7 +441,7 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
   pthread_mutex_lock(&c->mutex);
   b->users--;
   /* the block's first member read: the reader has reached it, the next comes soon */
-  if (b->remaining == c->info[number].members && c->info[number].continues) ask_ahead(c, number + 1);
+  if (b->remaining == c->info[number].members) ask_ahead(c, successor(c, number));
   if (b->remaining) b->remaining--;
   /* The block's last member read: nobody needs it before it is fetched again. */
   if (b->remaining == 0 && b->users == 0) {
@@ -425,6 +461,22 @@ void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stat
   pthread_mutex_unlock(&c->mutex);
 }
 
+ferry_status ferry__block_cache_follow(ferry__block_cache *c, size_t last, size_t first) {
+  if (last >= c->num_blocks || c->info[last].continues || (first != NO_BLOCK && first >= c->num_blocks))
+    return ferry__fail(FERRY_EINVAL, "shards: block %zu cannot be followed by block %zu: not an object's last block, "
+                       "or no block", last, first);
+  pthread_mutex_lock(&c->mutex);
+  c->follow[last] = first;
+  pthread_mutex_unlock(&c->mutex);
+  return FERRY_OK;
+}
+
+void ferry__block_cache_begin_pass(ferry__block_cache *c) {
+  pthread_mutex_lock(&c->mutex);
+  c->pass++;
+  pthread_mutex_unlock(&c->mutex);
+}
+
 void ferry__block_cache_close(ferry__block_cache *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mutex);
@@ -441,5 +493,7 @@ void ferry__block_cache_close(ferry__block_cache *c) {
   pthread_mutex_destroy(&c->mutex);
   ferry__free(c->slots);
   ferry__free(c->info);
+  ferry__free(c->follow);
+  ferry__free(c->fetched_pass);
   ferry__free(c);
 }

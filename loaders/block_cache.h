@@ -25,7 +25,7 @@
  *     be fetched by the cache's own thread (ferry-ahead) when it is not resident and
  *     fits under the cap without evicting anything; a reader that needs it before that
  *     fetch has begun fetches it itself. The thread's fetch is a run: one request from
- *     that block to the end of its object (or as far as the cap could ever hold), whose
+ *     that block to the end of its object (or to its last block with a member), whose
  *     bytes fill the block and then the blocks after it, each published to its readers
  *     as soon as it is full. Before it fills the next block the run claims it, under
  *     the same rule (it fits without evicting anything, waiting up to room_wait_ms for
@@ -36,6 +36,17 @@
  *     every range) is paid once for the blocks read ahead. A failed run leaves the blocks
  *     it published; the block it was filling is removed, and its readers fetch it again
  *     and see the error.
+ *   - Passes: read-ahead never fetches a block already fetched in the current pass
+ *     (an epoch: ferry__block_cache_begin_pass). Readers have been there: a block
+ *     fetched and gone was read through (or evicted, and a reader still needing it
+ *     fetches it itself), so a run that falls behind the readers, who fetch what
+ *     they reach first, ends rather than fetch again what they have finished.
+ *   - Across objects: the caller may say which object readers go to after one
+ *     (ferry__block_cache_follow: its last block, the next one's first). Read-ahead
+ *     then treats that first block as the last block's next: its first read asks for
+ *     it, and a run that fills the last block goes on to it with a request of its own,
+ *     under the same claim rule, so that a chain of runs stays ahead of the readers
+ *     from one object into the next.
  *   - Memory: the resident blocks, at most the cap, and at most two buffers of the
  *     longest block's length kept, beyond it, for the next blocks (a fresh buffer costs
  *     a page fault and a zeroed page per 4 KiB).
@@ -87,6 +98,14 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
  * FERRY_EAGAIN (no message) when the block cannot be held (the cap, or no memory):
  * read the bytes another way. Thread-safe. */
 ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t from, size_t len, void *dst);
+/* Readers go on from the object whose last block is `last` (its `continues` is 0) to
+ * the object whose first block is `first`; first SIZE_MAX: to none known. Replaces what
+ * was said of `last` before. FERRY_EINVAL (with a message) when `last` is not an
+ * object's last block or `first` is no block. Thread-safe. */
+ferry_status ferry__block_cache_follow(ferry__block_cache *c, size_t last, size_t first);
+/* The readers begin another pass over the blocks (the next epoch): read-ahead may
+ * fetch again what was fetched before. Thread-safe. */
+void ferry__block_cache_begin_pass(ferry__block_cache *c);
 /* After the readers are gone; ends the read-ahead thread's run and stops it. */
 void ferry__block_cache_close(ferry__block_cache *c);
 

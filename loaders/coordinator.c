@@ -6,7 +6,8 @@
  * generation (ferry__coordinator_restart and _stop, called by the consumer's
  * set_epoch, state_set and close), and, on the thread alone: the epoch being laid out
  * (epoch_run: its generation, the next cursor position, the positions known to fail),
- * the sampler's order (drawn here by begin_epoch, read by plan_create), and a plan
+ * the sampler's order (drawn here by begin_epoch, read by plan_create, told to the
+ * image source as advice: image_source.h's plan_epoch, O(samples) once an epoch), and a plan
  * being laid out. Plans in flight, ready items and the batches that exist are
  * handoff.c's: it is asked to append, discard, release and recycle them. Of the
  * counters it writes samples_skipped, replans, batches_dropped and
@@ -221,6 +222,8 @@ static void begin_epoch(ferry_loader *l, epoch_run *run, int64_t epoch, uint64_t
   ferry__handoff_restock_reserve(l);
   if (ferry__sampler_set_epoch(&l->sampler, epoch) != FERRY_OK)
     fail_fatally(l, FERRY_ENOMEM, ferry_last_error());
+  else if (l->source && l->source->plan_epoch && cursor < l->sampler.per_rank)
+    l->source->plan_epoch(l->source, l->sampler.order + cursor, l->sampler.per_rank - (size_t)cursor);
 }
 
 

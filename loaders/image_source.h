@@ -36,6 +36,11 @@ struct ferry__image_source {
    * then a remote source reads blocks, shard_source.c), `buffer` the shuffle buffer
    * in samples (1 without), `workers` the readers at once. */
   ferry_status (*plan_reads)(ferry__image_source *self, int neighbours, size_t buffer, int workers);
+  /* Optional. The order the loader reads an epoch in: the rank's dataset indices from
+   * the next one to be read on, told by the coordinator as it begins each epoch (a
+   * resumed one from its cursor); a remote source reads ahead across shards in the
+   * order their samples first come. Advice only: it fails nothing. */
+  void (*plan_epoch)(ferry__image_source *self, const size_t *order, size_t n);
 };
 
 /* Open the loader's annotations: a shard spec (coco/shards.h) gives its coco and a

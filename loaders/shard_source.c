@@ -45,6 +45,7 @@ typedef struct shard_source {
   ferry__block_cache *cache;
   size_t block_bytes;
   size_t *first_block;       /* [num_shards + 1] */
+  uint8_t *shard_seen;       /* [num_shards]: plan_epoch's scratch (the coordinator's thread alone) */
 } shard_source;
 
 /* Blocks: 4 MiB by default (FERRY_REMOTE_BLOCK_BYTES): a ranged GET's latency on an
@@ -138,6 +139,7 @@ static void close_source(ferry__image_source *self) {
   ferry__free(s->shard_samples);
   ferry__block_cache_close(s->cache);
   ferry__free(s->first_block);
+  ferry__free(s->shard_seen);
   ferry__shard_set_free(s->set);
   ferry__free(s);
 }
@@ -279,9 +281,33 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
       .room_wait_ms = ferry__remote_env_long("FERRY_REMOTE_ROOM_WAIT_MS", ROOM_WAIT_MS_DEFAULT, 0, 3600000),
       .fetch = fetch_blocks,
       .ctx = s};
+  if (st == FERRY_OK && !(s->shard_seen = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, 1)))
+    st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu shards", s->set->num_shards);
   if (st == FERRY_OK) st = ferry__block_cache_open(&config, &s->cache);
   ferry__free(info);
   return st;
+}
+
+/* image_source.h's plan_epoch: a new pass of the cache (block_cache.h), and the shards
+ * with blocks in the order their samples first come in the epoch, each said to follow
+ * the one before, so that the read-ahead goes on from a shard's end into the next
+ * one's start. The shuffle buffer
+ * moves samples less than a shard or two, so this is the order the readers reach the
+ * shards in; a shard read at once with the one before it (a buffer larger than a
+ * shard) is read ahead too, as far as the cache's room goes. */
+static void plan_epoch(ferry__image_source *self, const size_t *order, size_t n) {
+  shard_source *s = (shard_source *)self;
+  if (!s->cache) return;
+  ferry__block_cache_begin_pass(s->cache);
+  memset(s->shard_seen, 0, s->set->num_shards);
+  size_t prev = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    size_t shard = s->set->samples[order[i]].shard;
+    if (s->shard_seen[shard] || s->first_block[shard] == s->first_block[shard + 1]) continue;  /* no blocks */
+    s->shard_seen[shard] = 1;
+    if (prev != SIZE_MAX) (void)ferry__block_cache_follow(s->cache, s->first_block[prev + 1] - 1, s->first_block[shard]);
+    prev = shard;
+  }
 }
 
 ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,
@@ -290,7 +316,7 @@ ferry_status ferry__loader_open_annotations(const char *annotations, const ferry
   if (!ferry__shards_recognise(annotations)) return ferry_coco_open(annotations, opts, coco);
   shard_source *s = ferry__calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
-  s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0, plan_reads};
+  s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0, plan_reads, plan_epoch};
   ferry_status st = ferry__shards_open(annotations, opts, probe, coco, &s->set);
   if (st == FERRY_OK) st = open_fds(s);
   if (st == FERRY_OK) st = count_shard_samples(s);

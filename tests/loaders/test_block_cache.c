@@ -6,8 +6,10 @@
  * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit, but
  * never a block its fetcher has yet to copy from; a failed fetch leaves nothing behind; the first read of a block reads the blocks after
  * it ahead in one request, never evicting for them nor for a block with no member to
- * read, waiting for room a bounded time, keeping what it filled when it fails, ending
- * at close; many threads reading the same blocks fetch each once (and, under TSan,
+ * read, waiting for room a bounded time (one request carrying more than the cap as
+ * readers free room), keeping what it filled when it fails, ending at close, and going
+ * on into the object said to follow (ferry__block_cache_follow), never fetching a block
+ * twice in a pass; many threads reading the same blocks fetch each once (and, under TSan,
  * race on nothing). */
 #include <pthread.h>
 #include <sched.h>
@@ -278,6 +280,99 @@ Test(block_cache, a_run_that_fails_keeps_the_blocks_it_filled) {
   cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
   cr_expect_eq(atomic_load(&src.requests[2]), 1, "the block the run failed in: its reader's own request");
   ferry__block_cache_close(c);
+}
+
+Test(block_cache, one_run_carries_more_than_the_cap_as_readers_free_room) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 6, LENS(100, 100, 100, 100, 100, 100), MEMBERS(1, 1, 1, 1, 1, 1), 1, 300,
+                                     60000);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* read through at once: the run has the cap */
+  cr_assert(wait_for(&src.filled[3], 1), "blocks 1-3 were not read ahead");
+  /* each block read frees room for the next two: the run waits for it, then goes on
+   * (the reader, faster than a thread's wake-up here, waits to see it) */
+  for (size_t b = 1; b < 3; b++) {
+    cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+    cr_assert(wait_for(&src.filled[b + 3], 1), "block %zu was not read ahead when block %zu was freed", b + 3, b);
+  }
+  for (size_t b = 3; b < 6; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run of 500 bytes under a cap of 300");
+  cr_expect_eq(atomic_load(&src.requests[4]), 0);
+  cr_expect(s.peak_bytes <= 300, "peak %zu", s.peak_bytes);
+  ferry__block_cache_close(c);
+}
+
+/* Two objects of two 100-byte blocks each, {0, 1} and {2, 3}, one member in each block
+ * but block 0 (`first_members`); readers go from the first to the second. */
+static ferry__block_cache *two_objects(source *src, uint32_t first_members, size_t cap) {
+  ferry__block_cache *c = open_cache(src, 4, LENS(100, 100, 100, 100), MEMBERS(first_members, 1, 1, 1), 1, cap, 0);
+  ferry__block_cache_close(c);  /* the same blocks, the first object ending at block 1 */
+  src->info[1].continues = 0;
+  for (size_t b = 0; b < 4; b++) atomic_store(&src->requests[b], 0), atomic_store(&src->filled[b], 0);
+  ferry__block_cache_config config = {4, src->info, cap, 0, fetch, src};
+  cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
+  cr_assert_eq(ferry__block_cache_follow(c, 1, 2), FERRY_OK, "%s", ferry_last_error());
+  return c;
+}
+
+Test(block_cache, a_run_that_ends_its_object_goes_on_into_the_one_that_follows) {
+  static source src;
+  ferry__block_cache *c = two_objects(&src, 1, 1000);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[3], 1), "the second object was not read ahead before any read of it");
+  for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 3u, "block 0's own request, the run of block 1, and one of blocks 2-3");
+  cr_expect_eq(atomic_load(&src.requests[2]), 1);
+  cr_expect_eq(s.blocks_fetched, 4u);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, the_first_read_of_an_object_s_last_block_reads_the_one_that_follows_ahead) {
+  static source src;
+  /* room for two blocks, and none to wait for: block 0 (two members) stays, so the run
+   * of block 1 cannot go on into block 2; the first read of block 1 asks for it */
+  ferry__block_cache *c = two_objects(&src, 2, 200);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* block 0 read through: room */
+  cr_expect_eq(atomic_load(&src.requests[2]), 0, "block 2 was read with no room for it");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[2], 1), "block 2 was not read ahead after block 1's first read");
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[2]), 1, "the reader found block 2 read ahead");
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, follow_names_an_object_s_last_block_and_a_block) {
+  static source src;
+  ferry__block_cache *c = two_objects(&src, 1, 1000);
+  cr_expect_eq(ferry__block_cache_follow(c, 0, 2), FERRY_EINVAL, "block 0 is inside its object");
+  cr_expect(strstr(ferry_last_error(), "block 0") != NULL, "%s", ferry_last_error());
+  cr_expect_eq(ferry__block_cache_follow(c, 1, 4), FERRY_EINVAL, "there is no block 4");
+  cr_expect_eq(ferry__block_cache_follow(c, 4, 2), FERRY_EINVAL, "there is no block 4");
+  cr_expect_eq(ferry__block_cache_follow(c, 3, SIZE_MAX), FERRY_OK, "nothing follows the last object");
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, read_ahead_fetches_nothing_twice_in_a_pass) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1, 1000, 0);
+  /* block 2 read through first (by a reader ahead of the others), then block 0: the run
+   * from block 1 ends at block 2 rather than fetch it again */
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[3], 1), "block 3 was not read ahead");
+  cr_assert_eq(copy_checked(c, 3, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  /* the next pass: the same reads fetch (and read ahead) every block again */
+  ferry__block_cache_begin_pass(c);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[3], 2), "the next pass read nothing ahead");
+  ferry__block_cache_close(c);
+  for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 2, "block %zu", b);
+  cr_expect_eq(atomic_load(&src.requests[1]), 2, "a run from block 1 in each pass");
 }
 
 Test(block_cache, close_ends_a_run_waiting_for_room) {
