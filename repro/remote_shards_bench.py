@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Shards over loopback HTTP and S3 against local shards: the loader's rate, one paired run.
 
-usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS] [--server python|nginx] [--pin] [-- THROUGHPUT FLAGS...]
+usage: remote_shards_bench.py BUILD SHARDS_DIR [ROUNDS] [--server python|nginx] [--pin] [--count-gets]
+                              [-- THROUGHPUT FLAGS...]
 
 SHARDS_DIR holds val-index.json and its shards (`ferry-coco pack ... --split val`).
 --server python (the default): serves them over plain HTTP (python/tests/remote_servers.py's
@@ -22,6 +23,14 @@ line per run: images/s, the open's seconds (the walk) and peak RSS.
 threads, moto, nginx) on CPU 1 only, as when the server is another machine: the ratio
 is then what the network path costs the loader, without the server's CPU taken from it
 (on a 2-core machine the local runs then have one core too).
+
+With the Python servers each s3 line also gives moto's CPU seconds during the run
+(server_cpu_s, from /proc/PID/stat: what the server took from the loader's cores).
+--count-gets (Python servers only): the HTTP and S3 runs go through python/tests/remote_servers.py's
+counting proxy, and their lines give the ranged GETs of shards the epoch made (gets:
+blocks, runs or images; the open's 8 MiB chunks apart, open_chunks) and the bytes
+those asked for (get_bytes); the proxy's own Python on the path slows them, so take the
+rates from runs without it.
 """
 import json
 import os
@@ -37,6 +46,28 @@ import remote_servers  # noqa: E402
 
 
 PIN = {"loader": None}  # the loader's CPUs under --pin
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def shard_gets(proxy):
+    """The counting proxy's ranged GETs of shards: {gets, get_bytes, open_chunks}."""
+    out = {"gets": 0, "get_bytes": 0, "open_chunks": 0}
+    for path, byte_range in proxy.gets:
+        if not path.endswith(".tar") or not (byte_range or "").startswith("bytes="):
+            continue
+        first, last = map(int, byte_range[6:].split("-"))
+        if last - first + 1 == remote_servers.CHUNK:
+            out["open_chunks"] += 1
+        else:
+            out["gets"] += 1
+            out["get_bytes"] += last - first + 1
+    return out
 
 
 def run(build, spec, images, env, extra=()):
@@ -129,6 +160,9 @@ def main():
         at = args.index("--server")
         server = args[at + 1] if at + 1 < len(args) else ""
         del args[at:at + 2]
+    count = "--count-gets" in args
+    if count:
+        args.remove("--count-gets")
     if "--pin" in args:
         args.remove("--pin")
         PIN["loader"] = {0}
@@ -142,22 +176,37 @@ def main():
     import boto3
     server, http_url = remote_servers.range_server(shards)
     proc, s3_url = remote_servers.moto_server()
+    proxies = {}
     try:
         keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
         bucket = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1", **keys)
         bucket.create_bucket(Bucket="bench")
         for name in os.listdir(shards):
             bucket.upload_file(os.path.join(shards, name), "bench", "val/" + name)
-        env = dict(os.environ, AWS_ENDPOINT_URL=s3_url, AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="bench",
+        if count:
+            proxies = {"http": remote_servers.FaultProxy(http_url), "s3": remote_servers.FaultProxy(s3_url)}
+        endpoint = proxies["s3"].url if count else s3_url
+        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="bench",
                    AWS_SECRET_ACCESS_KEY="bench")
-        specs = (("local", os.path.join(shards, "val-index.json")), ("http", http_url + "/val-index.json"),
+        http_base = proxies["http"].url if count else http_url
+        specs = (("local", os.path.join(shards, "val-index.json")), ("http", http_base + "/val-index.json"),
                  ("s3", "s3://bench/val/val-index.json"))
         for r in range(rounds):
             for name, spec in specs:
+                if name in proxies:
+                    proxies[name].gets.clear()
+                moto_before = cpu_seconds(proc.pid)
                 got, rss, wall = run(build, spec, shards, env, extra)
-                print(json.dumps({"round": r + 1, "source": name, "images_per_s": got["images_per_s_median"],
-                                  "result": got, "peak_rss_kb": rss, "wall_s": round(wall, 2)}), flush=True)
+                line = {"round": r + 1, "source": name, "images_per_s": got["images_per_s_median"], "result": got,
+                        "peak_rss_kb": rss, "wall_s": round(wall, 2)}
+                if name == "s3":
+                    line["server_cpu_s"] = round(cpu_seconds(proc.pid) - moto_before, 2)
+                if name in proxies:
+                    line.update(shard_gets(proxies[name]))
+                print(json.dumps(line), flush=True)
     finally:
+        for proxy in proxies.values():
+            proxy.close()
         proc.kill()
         server.shutdown()
 
