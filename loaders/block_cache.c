@@ -10,7 +10,8 @@
  * readers to free bytes; after a run that ends its object it claims the object the
  * caller said readers go to next (`follow`) and runs again.
  * Invariants: `bytes` is the sum of the resident blocks' lengths, fetching and queued
- * ones included, and never exceeds `cap`; a block is on the list iff its slot is set;
+ * ones included, and never exceeds `cap`; read-ahead adds a block only while `bytes`
+ * stays within `ahead_cap`; a block is on the list iff its slot is set;
  * a queued block is in the queue iff `queued`, has no data, and is fetched by the
  * thread (first of a run, or claimed by the run that reaches it) or taken over by the
  * first reader that needs it (so no reader waits behind the queue); a block with no
@@ -61,7 +62,7 @@ struct ferry__block_cache {
   size_t *follow;          /* [num_blocks]: an object's last block -> the next object's first, or NO_BLOCK */
   uint64_t *fetched_pass;  /* [num_blocks]: the pass a block was last published in (0: never) */
   uint64_t pass;           /* the current pass, from 1 */
-  size_t num_blocks, cap, bytes, peak;
+  size_t num_blocks, cap, ahead_cap, bytes, peak;  /* ahead_cap <= cap: read-ahead's */
   long room_wait_ms;
   block *resident;         /* the list of resident blocks */
   size_t max_len;          /* the longest block: only buffers of this length are kept */
@@ -120,6 +121,7 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   c->num_blocks = config->num_blocks;
   c->pass = 1;
   c->cap = config->cap_bytes;
+  c->ahead_cap = config->ahead_cap_bytes && config->ahead_cap_bytes < c->cap ? config->ahead_cap_bytes : c->cap;
   c->room_wait_ms = config->room_wait_ms > 0 ? config->room_wait_ms : 0;
   c->fetch = config->fetch;
   c->ctx = config->ctx;
@@ -180,11 +182,12 @@ static void free_list(block *b) {
 }
 
 /* Under the lock: a new block `number`, resident (counted, in its slot, on the list)
- * but not fetched; NULL when there is no room (evicting into *evicted where allowed,
- * evicted NULL: no eviction) or no memory. */
+ * but not fetched; NULL when there is no room (a reader's: under the cap, evicting into
+ * *evicted; evicted NULL, the read-ahead's: under ahead_cap, evicting nothing) or no
+ * memory. */
 static block *make_resident(ferry__block_cache *c, size_t number, block **evicted) {
   size_t len = c->info[number].len;
-  if (evicted ? !make_room(c, len, evicted) : c->bytes + len > c->cap) return NULL;
+  if (evicted ? !make_room(c, len, evicted) : c->bytes + len > c->ahead_cap) return NULL;
   block *b = ferry__calloc(1, sizeof *b);
   if (!b) return NULL;
   *b = (block){.number = number, .len = len, .remaining = c->info[number].members, .next = c->resident};
@@ -210,7 +213,7 @@ static void dequeue(ferry__block_cache *c, block *b) {
 }
 
 /* Under the lock: block `number` taken for a run to fill next: taken over from the
- * queue, or made resident when it fits without evicting anything, waiting up to
+ * queue, or made resident when it fits under ahead_cap without evicting anything, waiting up to
  * room_wait_ms for readers to free room. NULL: the run ends before it (closing, no
  * member to read, resident or fetched already in this pass, no room in time). */
 static block *claim(ferry__block_cache *c, size_t number) {
@@ -231,7 +234,7 @@ static block *claim(ferry__block_cache *c, size_t number) {
       return b;
     }
     if ((b = make_resident(c, number, NULL))) return b;
-    if (c->info[number].len > c->cap || pthread_cond_timedwait(&c->room, &c->mutex, &deadline) == ETIMEDOUT)
+    if (c->info[number].len > c->ahead_cap || pthread_cond_timedwait(&c->room, &c->mutex, &deadline) == ETIMEDOUT)
       return NULL;
   }
 }
@@ -352,8 +355,8 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, s
 
 /* Under the lock: block `number` fetched by the read-ahead thread, when it is not
  * resident, holds a member to read (not the inside of a member too large for blocks),
- * was not fetched in this pass and fits without evicting anything: read-ahead never
- * pushes out a block a reader may still need. */
+ * was not fetched in this pass and fits under ahead_cap without evicting anything:
+ * read-ahead never pushes out a block a reader may still need. */
 static void ask_ahead(ferry__block_cache *c, size_t number) {
   if (!c->ahead_started || atomic_load(&c->closing) || number >= c->num_blocks || c->slots[number] ||
       !c->info[number].members || c->fetched_pass[number] == c->pass)

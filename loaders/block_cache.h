@@ -23,7 +23,9 @@
  *     fetch it themselves; the failing reader gets the fetch's status and message.
  *   - Read-ahead: the first read of a block asks for the next block of its object to
  *     be fetched by the cache's own thread (ferry-ahead) when it is not resident and
- *     fits under the cap without evicting anything; a reader that needs it before that
+ *     fits under the read-ahead's cap (the cap, or less: room kept for readers, so that
+ *     a reader that needs a block the read-ahead has not reached finds room without
+ *     evicting a block still being read) without evicting anything; a reader that needs it before that
  *     fetch has begun fetches it itself. The thread's fetch is a run: one request from
  *     that block to the end of its object (or to its last block with a member), whose
  *     bytes fill the block and then the blocks after it, each published to its readers
@@ -88,6 +90,9 @@ typedef struct ferry__block_cache_config {
   long room_wait_ms;                /* how long a run waits for room for its next block */
   ferry__block_fetch_fn fetch;
   void *ctx;
+  size_t ahead_cap_bytes;           /* resident bytes read-ahead may bring the cache to (0 or
+                                       more than cap_bytes: cap_bytes); below the cap, the rest
+                                       is kept for readers' own fetches */
 } ferry__block_cache_config;
 
 /* A cache as configured; starts the read-ahead thread (without it, blocks are fetched

@@ -3,7 +3,8 @@
  * bytes from its number, hands them in small pieces as a network would, and counts
  * requests (by the block they start at) and blocks filled: a block is fetched once
  * while its members are read, freed when the last is, fetched again after; the cap
- * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit, but
+ * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit (the
+ * read-ahead stopping short of it by the room kept for readers), but
  * never a block its fetcher has yet to copy from; a failed fetch leaves nothing behind; the first read of a block reads the blocks after
  * it ahead in one request, never evicting for them nor for a block with no member to
  * read, waiting for room a bounded time (one request carrying more than the cap as
@@ -89,7 +90,7 @@ static ferry__block_cache *open_cache(source *src, size_t n, const size_t *lens,
   src->num_blocks = n;
   for (size_t b = 0; b < n; b++)
     src->info[b] = (ferry__block_info){lens[b], members[b], (uint8_t)(one_object && b + 1 < n)};
-  ferry__block_cache_config config = {n, src->info, cap, room_wait_ms, fetch, src};
+  ferry__block_cache_config config = {n, src->info, cap, room_wait_ms, fetch, src, 0};
   ferry__block_cache *c = NULL;
   cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
   return c;
@@ -189,6 +190,25 @@ Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evictin
   cr_expect_eq(s.resident_bytes, 0u, "blocks 0 and 1 read through: freed");
   ferry__block_cache_close(c);
   cr_expect_eq(atomic_load(&src.filled[2]), 0);
+}
+
+Test(block_cache, read_ahead_leaves_the_room_kept_for_readers) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(2, 1, 1), 1, 300, 0);
+  ferry__block_cache_close(c);  /* the same blocks, read-ahead kept to 200 of the 300 bytes */
+  ferry__block_cache_config config = {3, src.info, 300, 0, fetch, &src, 200};
+  cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* block 0 stays: its second member is to come */
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(atomic_load(&src.requests[2]), 1, "block 2 was the reader's own request");
+  cr_expect_eq(s.evictions, 0u, "the reader found the room the read-ahead left");
+  cr_expect_eq(s.peak_bytes, 300u);
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_expect_eq(stats_of(c).fetches, 3u);
+  ferry__block_cache_close(c);
 }
 
 Test(block_cache, a_block_with_no_member_to_read_is_not_read_ahead) {
@@ -309,7 +329,7 @@ static ferry__block_cache *two_objects(source *src, uint32_t first_members, size
   ferry__block_cache_close(c);  /* the same blocks, the first object ending at block 1 */
   src->info[1].continues = 0;
   for (size_t b = 0; b < 4; b++) atomic_store(&src->requests[b], 0), atomic_store(&src->filled[b], 0);
-  ferry__block_cache_config config = {4, src->info, cap, 0, fetch, src};
+  ferry__block_cache_config config = {4, src->info, cap, 0, fetch, src, 0};
   cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
   cr_assert_eq(ferry__block_cache_follow(c, 1, 2), FERRY_OK, "%s", ferry_last_error());
   return c;
