@@ -82,18 +82,27 @@ static ferry_status copy_checked(ferry__block_cache *c, size_t block, size_t fro
   return st;
 }
 
-/* A cache over a fresh `src` of n blocks of lens[b] bytes and members[b] members each,
- * all in one object when `one_object` (so read ahead), else each its own. */
-static ferry__block_cache *open_cache(source *src, size_t n, const size_t *lens, const uint32_t *members,
-                                      int one_object, size_t cap, long room_wait_ms) {
+/* A fresh `src` of n blocks of lens[b] bytes and members[b] members each, all in one
+ * object when `one_object` (so read ahead), else each its own. */
+static void make_source(source *src, size_t n, const size_t *lens, const uint32_t *members, int one_object) {
   memset(src, 0, sizeof *src);
   src->num_blocks = n;
   for (size_t b = 0; b < n; b++)
     src->info[b] = (ferry__block_info){lens[b], members[b], (uint8_t)(one_object && b + 1 < n)};
-  ferry__block_cache_config config = {n, src->info, cap, room_wait_ms, fetch, src, 0};
+}
+
+static ferry__block_cache *open_config(source *src, size_t cap, long room_wait_ms, size_t ahead_cap) {
+  ferry__block_cache_config config = {src->num_blocks, src->info, cap, room_wait_ms, fetch, src, ahead_cap};
   ferry__block_cache *c = NULL;
   cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
   return c;
+}
+
+/* A cache over a fresh source (make_source), the read-ahead allowed the whole cap. */
+static ferry__block_cache *open_cache(source *src, size_t n, const size_t *lens, const uint32_t *members,
+                                      int one_object, size_t cap, long room_wait_ms) {
+  make_source(src, n, lens, members, one_object);
+  return open_config(src, cap, room_wait_ms, 0);
 }
 
 static ferry__block_cache_stats stats_of(ferry__block_cache *c) {
@@ -194,10 +203,8 @@ Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evictin
 
 Test(block_cache, read_ahead_leaves_the_room_kept_for_readers) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(2, 1, 1), 1, 300, 0);
-  ferry__block_cache_close(c);  /* the same blocks, read-ahead kept to 200 of the 300 bytes */
-  ferry__block_cache_config config = {3, src.info, 300, 0, fetch, &src, 200};
-  cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
+  make_source(&src, 3, LENS(100, 100, 100), MEMBERS(2, 1, 1), 1);
+  ferry__block_cache *c = open_config(&src, 300, 0, 200);  /* read-ahead kept to 200 of the 300 bytes */
   cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* block 0 stays: its second member is to come */
   cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
   cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
@@ -233,13 +240,19 @@ Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
   ferry__block_cache_close(c);
 }
 
+/* Block 0 read, then, once the read-ahead has filled block n - 1, blocks 1 .. n - 1
+ * (`len` bytes of each): the cache's counts after. */
+static ferry__block_cache_stats read_ahead_of_readers(ferry__block_cache *c, source *src, size_t n, size_t len) {
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src->filled[n - 1], 1), "block %zu was not read ahead before any read after block 0", n - 1);
+  for (size_t b = 1; b < n; b++) cr_assert_eq(copy_checked(c, b, 0, len), FERRY_OK, "%s", ferry_last_error());
+  return stats_of(c);
+}
+
 Test(block_cache, the_blocks_after_are_read_ahead_in_one_request) {
   static source src;
   ferry__block_cache *c = open_cache(&src, 6, LENS(100, 100, 100, 100, 100, 60), MEMBERS(1, 1, 1, 1, 1, 1), 1, 1000, 0);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[5], 1), "the run did not reach the object's last block");
-  for (size_t b = 1; b < 6; b++) cr_assert_eq(copy_checked(c, b, 0, 50), FERRY_OK, "%s", ferry_last_error());
-  ferry__block_cache_stats s = stats_of(c);
+  ferry__block_cache_stats s = read_ahead_of_readers(c, &src, 6, 50);
   cr_expect_eq(s.fetches, 2u, "block 0's own request and one run");
   cr_expect_eq(atomic_load(&src.requests[1]), 1);
   cr_expect_eq(s.blocks_fetched, 6u);
@@ -325,12 +338,9 @@ Test(block_cache, one_run_carries_more_than_the_cap_as_readers_free_room) {
 /* Two objects of two 100-byte blocks each, {0, 1} and {2, 3}, one member in each block
  * but block 0 (`first_members`); readers go from the first to the second. */
 static ferry__block_cache *two_objects(source *src, uint32_t first_members, size_t cap) {
-  ferry__block_cache *c = open_cache(src, 4, LENS(100, 100, 100, 100), MEMBERS(first_members, 1, 1, 1), 1, cap, 0);
-  ferry__block_cache_close(c);  /* the same blocks, the first object ending at block 1 */
+  make_source(src, 4, LENS(100, 100, 100, 100), MEMBERS(first_members, 1, 1, 1), 1);
   src->info[1].continues = 0;
-  for (size_t b = 0; b < 4; b++) atomic_store(&src->requests[b], 0), atomic_store(&src->filled[b], 0);
-  ferry__block_cache_config config = {4, src->info, cap, 0, fetch, src, 0};
-  cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
+  ferry__block_cache *c = open_config(src, cap, 0, 0);
   cr_assert_eq(ferry__block_cache_follow(c, 1, 2), FERRY_OK, "%s", ferry_last_error());
   return c;
 }
@@ -338,10 +348,7 @@ static ferry__block_cache *two_objects(source *src, uint32_t first_members, size
 Test(block_cache, a_run_that_ends_its_object_goes_on_into_the_one_that_follows) {
   static source src;
   ferry__block_cache *c = two_objects(&src, 1, 1000);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[3], 1), "the second object was not read ahead before any read of it");
-  for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
-  ferry__block_cache_stats s = stats_of(c);
+  ferry__block_cache_stats s = read_ahead_of_readers(c, &src, 4, 10);  /* the second object read ahead */
   cr_expect_eq(s.fetches, 3u, "block 0's own request, the run of block 1, and one of blocks 2-3");
   cr_expect_eq(atomic_load(&src.requests[2]), 1);
   cr_expect_eq(s.blocks_fetched, 4u);
