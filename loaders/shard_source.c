@@ -306,10 +306,10 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
 /* image_source.h's plan_epoch: a new pass of the cache (block_cache.h), and the shards
  * with blocks in the order their samples first come in the epoch, each said to follow
  * the one before, so that the read-ahead goes on from a shard's end into the next
- * one's start. The shuffle buffer
- * moves samples less than a shard or two, so this is the order the readers reach the
- * shards in; a shard read at once with the one before it (a buffer larger than a
- * shard) is read ahead too, as far as the cache's room goes. */
+ * one's start. The shuffle buffer moves a sample at most buffer - 1 positions, so this
+ * is the order the readers reach the shards in; shards read at once (a buffer larger
+ * than a shard) are read ahead in it too, as far as the cache's room goes. Runs on
+ * the coordinator's thread, under the loader's lock: O(samples) once an epoch. */
 static void plan_epoch(ferry__image_source *self, const size_t *order, size_t n) {
   shard_source *s = (shard_source *)self;
   if (!s->cache) return;
