@@ -212,6 +212,13 @@ static void dequeue(ferry__block_cache *c, block *b) {
   b->queue_next = NULL;
 }
 
+/* Under the lock: whether read-ahead may fetch block `number`: the cache is open, the
+ * block holds a member to read (not the inside of a member too large for blocks), and
+ * it was not fetched already in this pass (its readers have been there). */
+static int worth_reading_ahead(const ferry__block_cache *c, size_t number) {
+  return !atomic_load(&c->closing) && c->info[number].members && c->fetched_pass[number] != c->pass;
+}
+
 /* Under the lock: block `number` taken for a run to fill next: taken over from the
  * queue, or made resident when it fits under ahead_cap without evicting anything, waiting up to
  * room_wait_ms for readers to free room. NULL: the run ends before it (closing, no
@@ -226,7 +233,7 @@ static block *claim(ferry__block_cache *c, size_t number) {
     deadline.tv_nsec -= 1000000000L;
   }
   for (;;) {
-    if (atomic_load(&c->closing) || !c->info[number].members || c->fetched_pass[number] == c->pass) return NULL;
+    if (!worth_reading_ahead(c, number)) return NULL;
     block *b = c->slots[number];
     if (b) {
       if (!b->queued) return NULL;
@@ -325,7 +332,8 @@ static size_t run_last(const ferry__block_cache *c, size_t number) {
  * for b (for_reader: b alone, the caller counted as its user; else the run: and the
  * blocks after it, as it claims them); returns with the lock held, FERRY_OK when b was
  * published, else b removed (its waiters woken) and the fetch's error (FERRY_EAGAIN: no
- * memory for it). *reached: the last block it published, or NO_BLOCK. */
+ * memory for it). *reached (reached NULL: not wanted): the last block it published, or
+ * NO_BLOCK. */
 static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, size_t *reached) {
   run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader,
            .reached = NO_BLOCK};
@@ -340,7 +348,7 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, s
     st = ferry__fail(FERRY_EFORMAT, "shards: block %zu: its fetch ended %zu bytes into its %zu", r.cur->number,
                      r.filled, r.cur->len);
   pthread_mutex_lock(&c->mutex);
-  *reached = r.reached;
+  if (reached) *reached = r.reached;
   if (r.cur) {  /* the block being filled when the fetch failed or the cache closed */
     drop_unfilled(c, r.cur);
     int kept = keep_buffer(c, r.buf, r.cur->len);
@@ -354,13 +362,10 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, s
 }
 
 /* Under the lock: block `number` fetched by the read-ahead thread, when it is not
- * resident, holds a member to read (not the inside of a member too large for blocks),
- * was not fetched in this pass and fits under ahead_cap without evicting anything:
+ * resident, is worth reading ahead and fits under ahead_cap without evicting anything:
  * read-ahead never pushes out a block a reader may still need. */
 static void ask_ahead(ferry__block_cache *c, size_t number) {
-  if (!c->ahead_started || atomic_load(&c->closing) || number >= c->num_blocks || c->slots[number] ||
-      !c->info[number].members || c->fetched_pass[number] == c->pass)
-    return;
+  if (!c->ahead_started || number >= c->num_blocks || c->slots[number] || !worth_reading_ahead(c, number)) return;
   block *b = make_resident(c, number, NULL);
   if (!b) return;
   b->queued = 1;
@@ -410,7 +415,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
     block *b = c->slots[number];
     if (b && b->queued) {  /* asked for ahead but not begun: fetch it now, here */
       dequeue(c, b);
-      return (*st = fetch_run(c, b, 1, &(size_t){0})) == FERRY_OK ? b : NULL;  /* the user counted at publish */
+      return (*st = fetch_run(c, b, 1, NULL)) == FERRY_OK ? b : NULL;  /* the user counted at publish */
     }
     if (b && !b->data) {  /* being fetched: wait, then look again */
       pthread_cond_wait(&c->fetched, &c->mutex);
@@ -421,7 +426,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
         *st = FERRY_EAGAIN;
         return NULL;
       }
-      return (*st = fetch_run(c, b, 1, &(size_t){0})) == FERRY_OK ? b : NULL;
+      return (*st = fetch_run(c, b, 1, NULL)) == FERRY_OK ? b : NULL;
     }
     b->users++;
     b->last_use = ++c->tick;

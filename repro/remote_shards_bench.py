@@ -57,17 +57,9 @@ def cpu_seconds(pid):
 
 def shard_gets(proxy):
     """The counting proxy's ranged GETs of shards: {gets, get_bytes, open_chunks}."""
-    out = {"gets": 0, "get_bytes": 0, "open_chunks": 0}
-    for path, byte_range in proxy.gets:
-        if not path.endswith(".tar") or not (byte_range or "").startswith("bytes="):
-            continue
-        first, last = map(int, byte_range[6:].split("-"))
-        if last - first + 1 == remote_servers.CHUNK:
-            out["open_chunks"] += 1
-        else:
-            out["gets"] += 1
-            out["get_bytes"] += last - first + 1
-    return out
+    epoch = proxy.shard_gets(chunks=False)
+    return {"gets": len(epoch), "get_bytes": sum(last - first + 1 for _, first, last in epoch),
+            "open_chunks": len(proxy.shard_gets(chunks=True))}
 
 
 def run(build, spec, images, env, extra=()):

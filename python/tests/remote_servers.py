@@ -172,6 +172,17 @@ class FaultProxy:
             return fault if p == path and m and int(m.group(1)) >= first and int(m.group(2)) == last else None
         self.plan = plan
 
+    def shard_gets(self, chunks):
+        """(shard name, first byte, last byte) of each ranged GET of a .tar so far: the
+        open's CHUNK-long reads (chunks True) or every other one (False: the epoch's
+        images, blocks and runs)."""
+        out = []
+        for path, byte_range in self.gets:
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
+            if path.endswith(".tar") and m and (int(m.group(2)) - int(m.group(1)) + 1 == CHUNK) == chunks:
+                out.append((path.rsplit("/", 1)[1], int(m.group(1)), int(m.group(2))))
+        return out
+
     def close(self):
         self.server.shutdown()
 

@@ -358,21 +358,10 @@ SMALL_BLOCK = 256 << 10
 PASSES_AT_MOST = 2 * 3
 
 
-def shard_gets(proxy, chunks):
-    """(shard name, first byte, last byte) of each ranged GET of a shard: the open's
-    8 MiB chunks (chunks True) or every other one (False: the images' and blocks')."""
-    out = []
-    for path, byte_range in proxy.gets:
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range or "")
-        if path.endswith(".tar") and m and (int(m.group(2)) - int(m.group(1)) + 1 == remote_servers.CHUNK) == chunks:
-            out.append((path.rsplit("/", 1)[1], int(m.group(1)), int(m.group(2))))
-    return out
-
-
 def image_reads(proxy):
     """(shard name, first byte, last byte) of each GET of a shard that is not the
     open's 8 MiB chunk."""
-    return shard_gets(proxy, chunks=False)
+    return proxy.shard_gets(chunks=False)
 
 
 def image_spans(packed):
@@ -472,7 +461,7 @@ def test_the_open_fetches_each_shard_once(packed, http_base, proxy_to, tmp_path)
         assert rc == 0, log
         assert got["digest"] == packed[2]
         chunks = {}
-        for name, _, _ in shard_gets(proxy, chunks=True):
+        for name, _, _ in proxy.shard_gets(chunks=True):
             chunks[name] = chunks.get(name, 0) + 1
         opens = sum(1 for path, _ in proxy.gets if path.endswith("/val-index.json"))
         assert opens >= 1 and chunks == {name: per_open * opens for name in packed[1]}, (str(tmpdir), opens, chunks)
