@@ -24,7 +24,8 @@ trap 'rm -rf "$data"' EXIT
 "$synth" --out "$data" --images 24 --seed 3 >/dev/null
 # The sanitizer options of the test environment mean nothing to valgrind's run.
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
-exec valgrind --tool=memcheck --error-exitcode=1 --leak-check=full \
+# Not exec: the EXIT trap removes the data folder once valgrind is done.
+valgrind --tool=memcheck --error-exitcode=1 --leak-check=full \
   --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
   --track-origins=yes --num-callers=30 \
   "$driver" "$data/annotations/instances_val2017.json" "$data/val2017"

@@ -57,6 +57,13 @@ static inline void watch_first_epoch_skips(ferry_loader_config *c, uint64_t *ski
   c->progress_user = skipped;
 }
 
+/* A folder a test made under /tmp, gone with what it holds (its loader closed). */
+static inline void remove_folder(const char *dir) {
+  char cmd[512];
+  cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir), sizeof cmd);
+  cr_expect_eq(system(cmd), 0, "%s", cmd);
+}
+
 static inline ferry_loader *open_loader(const ferry_loader_config *c) {
   ferry_loader *l = NULL;
   cr_assert_eq(ferry_loader_open(c, &l), FERRY_OK, "%s", ferry_last_error());

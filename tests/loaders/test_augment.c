@@ -4,8 +4,6 @@
  * the combinations a recipe cannot take are refused; the pixel limit is applied
  * before allocation; no pixel is decoded without the images field. The pixels and
  * targets against Pillow and torch are python/tests/test_augment.py's. */
-#include <unistd.h>
-
 #include "ferry/advanced.h"
 #include "loader_fixture.h"
 
@@ -266,7 +264,7 @@ Test(augment, records_without_images_decode_nothing, .timeout = 60) {
   cr_assert_gt(record_of(b, 0)[FERRY_AUGMENT_OUT_H], 0);
   ferry_batch_release(b);
   ferry_loader_close(l);
-  rmdir(empty);
+  remove_folder(empty);
 }
 
 /* A record whose sizes pass the pixel limit is laid out without pixels and fails its

@@ -438,21 +438,13 @@ static const char *file_name_at(const ferry_loader_config *c, size_t index) {
   return name;
 }
 
-/* The test set with dataset image BOMB_INDEX made a decompression bomb: its file's
- * header, and its annotations, say 65,000 x 65,000 (12.7 GB of RGB), in a copy of
- * the folder as links and a copy of the annotations. Sets c's paths; returns the
- * victim's file name. */
 /* A copy of c's image folder (links) in a fresh folder `dir`, with dataset image
  * BOMB_INDEX's file edited by `edit` (which may shorten it). Sets c->images; returns
  * the victim's file name. */
 static char victim_dir[256]; /* the last folder with_victim made, for remove_victim_folder */
 
 /* The folder with_victim made, gone (the loader that read it is closed). */
-static void remove_victim_folder(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", victim_dir);
-  cr_expect_eq(system(cmd), 0);
-}
+static void remove_victim_folder(void) { remove_folder(victim_dir); }
 
 static const char *with_victim(ferry_loader_config *c, void (*edit)(uint8_t *jpeg, size_t *len), char *dir,
                                size_t dsize) {
@@ -475,6 +467,10 @@ static const char *with_victim(ferry_loader_config *c, void (*edit)(uint8_t *jpe
 static void claim_bomb_size(uint8_t *jpeg, size_t *len) { set_frame_size(jpeg, *len, BOMB_SIDE, BOMB_SIDE); }
 static void cut_in_half(uint8_t *jpeg, size_t *len) { *len /= 2; }
 
+/* The test set with dataset image BOMB_INDEX made a decompression bomb: its file's
+ * header, and its annotations, say 65,000 x 65,000 (12.7 GB of RGB), in a copy of
+ * the folder as links and a copy of the annotations. Sets c's paths; returns the
+ * victim's file name. */
 static const char *with_bomb(ferry_loader_config *c) {
   static char dir[256], ann[512];
   const char *victim = with_victim(c, claim_bomb_size, dir, sizeof dir);

@@ -296,6 +296,7 @@ Test(loader, fail_policy_names_the_file_and_sample, .timeout = 120) {
   while ((st = ferry_loader_next(l, &b)) == FERRY_OK) ferry_batch_release(b);
   cr_assert_neq(st, FERRY_EEND);
   ferry_loader_close(l);
+  remove_folder(c.images);
 }
 
 Test(loader, skip_policy_drops_and_refills, .timeout = 120) {
@@ -329,6 +330,7 @@ Test(loader, skip_policy_drops_and_refills, .timeout = 120) {
     cr_assert_eq(skipped, 1);
     ferry_loader_close(l);
   }
+  remove_folder(c.images);
 }
 
 Test(loader, a_slow_consumer_keeps_memory_bounded, .timeout = 120) {
