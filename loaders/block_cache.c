@@ -17,8 +17,9 @@
  * first reader that needs it (so no reader waits behind the queue); a block with no
  * data and not queued belongs to exactly one fetch, which publishes it (sets data) or
  * removes it; it is freed only by the thread that finds it with users == 0 and
- * remaining == 0, or by an eviction of a fetched block with users == 0, or by the
- * fetch that owns it, all under the lock, or at close.
+ * remaining == 0 (never when keep_all), or by an eviction of a fetched block with
+ * users == 0, or by the fetch that owns it, all under the lock, or at close; keep_all
+ * is fixed at open.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -62,6 +63,8 @@ struct ferry__block_cache {
   size_t *follow;          /* [num_blocks]: an object's last block -> the next object's first, or NO_BLOCK */
   uint64_t *fetched_pass;  /* [num_blocks]: the pass a block was last published in (0: never) */
   uint64_t pass;           /* the current pass, from 1 */
+  int keep_all;            /* every block with a member fits under ahead_cap: none is freed
+                              when read through, so each is fetched once, not once a pass */
   size_t num_blocks, cap, ahead_cap, bytes, peak;  /* ahead_cap <= cap: read-ahead's */
   long room_wait_ms;
   block *resident;         /* the list of resident blocks */
@@ -108,8 +111,11 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   }
   if (config->num_blocks) memcpy(c->info, config->blocks, config->num_blocks * sizeof *c->info);
   for (size_t b = 0; b < n; b++) c->follow[b] = NO_BLOCK;
-  for (size_t b = 0; b < config->num_blocks; b++)
+  size_t readable = 0; /* the bytes of the blocks with a member: all the cache may hold */
+  for (size_t b = 0; b < config->num_blocks; b++) {
     if (c->info[b].len > c->max_len) c->max_len = c->info[b].len;
+    if (c->info[b].members) readable += c->info[b].len;
+  }
   pthread_mutex_init(&c->mutex, NULL);
   pthread_cond_init(&c->fetched, NULL);
   pthread_cond_init(&c->queued, NULL);
@@ -123,6 +129,7 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   c->cap = config->cap_bytes;
   c->ahead_cap = config->ahead_cap_bytes && config->ahead_cap_bytes < c->cap ? config->ahead_cap_bytes : c->cap;
   c->room_wait_ms = config->room_wait_ms > 0 ? config->room_wait_ms : 0;
+  c->keep_all = config->keep_if_all_fit && readable <= c->ahead_cap;
   c->fetch = config->fetch;
   c->ctx = config->ctx;
   /* without the thread the cache still works, fetching only on demand */
@@ -451,8 +458,9 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
   /* the block's first member read: the reader has reached it, the next comes soon */
   if (b->remaining == c->info[number].members) ask_ahead(c, successor(c, number));
   if (b->remaining) b->remaining--;
-  /* The block's last member read: nobody needs it before it is fetched again. */
-  if (b->remaining == 0 && b->users == 0) {
+  /* The block's last member read: nobody needs it before the next pass, which fetches
+   * it again unless every block stays. */
+  if (b->remaining == 0 && b->users == 0 && !c->keep_all) {
     unlink_block(c, b);
     if (keep_buffer(c, b->data, b->len)) b->data = NULL;
     done = b;
@@ -465,7 +473,7 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out) {
   pthread_mutex_lock(&c->mutex);
   *out = (ferry__block_cache_stats){c->fetches, c->blocks_fetched, c->evictions, c->buffers_allocated, c->bytes, c->peak,
-                                    c->cap};
+                                    c->cap, c->keep_all};
   pthread_mutex_unlock(&c->mutex);
 }
 
@@ -479,9 +487,16 @@ ferry_status ferry__block_cache_follow(ferry__block_cache *c, size_t last, size_
   return FERRY_OK;
 }
 
+/* Kept blocks count their members again: their first read in the pass asks for the
+ * next block, as a fresh block's does. The previous pass's last readers may still be
+ * taking counts off; with every block kept a count frees nothing, so that costs at most
+ * a read-ahead asked for a block already resident. */
 void ferry__block_cache_begin_pass(ferry__block_cache *c) {
   pthread_mutex_lock(&c->mutex);
   c->pass++;
+  if (c->keep_all)
+    for (block *b = c->resident; b; b = b->next)
+      if (b->data) b->remaining = c->info[b->number].members;
   pthread_mutex_unlock(&c->mutex);
 }
 

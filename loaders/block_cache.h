@@ -1,5 +1,6 @@
 /* loaders/block_cache.h - blocks of remote shards shared by the workers, each fetched
- * once and freed when its last member has been read, read ahead in runs of one request
+ * once and freed when its last member has been read (or kept, when all of them fit),
+ * read ahead in runs of one request
  * (internal; used by shard_source.c, tested on its own by tests/loaders/test_block_cache.c).
  *
  * A block is a numbered byte range the caller knows how to fetch (shard_source.c: a
@@ -16,6 +17,12 @@
  *     needed; a count that never reaches 0 (a run's ends, a failed sample, an epoch
  *     stopped early) is what the byte cap is for: the least recently used block
  *     nobody is copying from is evicted to make room.
+ *     Unless they all fit (and the caller allows it, keep_if_all_fit): when the blocks
+ *     with a member add up to no more than the read-ahead's cap, a block read through
+ *     stays resident, and a pass after the first
+ *     finds every block it has fetched (a small split is fetched once, not once an
+ *     epoch); begin_pass sets the kept blocks' counts back to their members. The cap
+ *     bounds memory as before: the kept blocks are at most the read-ahead's cap.
  *   - Never fails for lack of room: a block that does not fit under the cap (even
  *     after evicting all it may), or whose memory cannot be allocated, is
  *     FERRY_EAGAIN, and the caller reads the bytes itself.
@@ -93,6 +100,9 @@ typedef struct ferry__block_cache_config {
   size_t ahead_cap_bytes;           /* resident bytes read-ahead may bring the cache to (0 or
                                        more than cap_bytes: cap_bytes); below the cap, the rest
                                        is kept for readers' own fetches */
+  int keep_if_all_fit;              /* nonzero: when the blocks with a member add up to no more
+                                       than the read-ahead's cap, keep every block fetched
+                                       (Residency); 0: free each when read through */
 } ferry__block_cache_config;
 
 /* A cache as configured; starts the read-ahead thread (without it, blocks are fetched
@@ -120,6 +130,8 @@ typedef struct ferry__block_cache_stats {
   uint64_t evictions;      /* blocks evicted with members still to read */
   uint64_t buffers_allocated; /* block buffers allocated: the rest were kept ones, reused */
   size_t resident_bytes, peak_bytes, cap_bytes;
+  int keeps_all;           /* the blocks with a member fit under the read-ahead's cap: every
+                              block fetched stays (Residency) */
 } ferry__block_cache_stats;
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out);
 

@@ -295,7 +295,8 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
       .room_wait_ms = ferry__remote_env_long("FERRY_REMOTE_ROOM_WAIT_MS", ROOM_WAIT_MS_DEFAULT, 0, 3600000),
       .fetch = fetch_blocks,
       .ctx = s,
-      .ahead_cap_bytes = ahead_cap(s, cap, workers)};
+      .ahead_cap_bytes = ahead_cap(s, cap, workers),
+      .keep_if_all_fit = 1};
   if (st == FERRY_OK && !(s->shard_seen = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, 1)))
     st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu shards", s->set->num_shards);
   if (st == FERRY_OK) st = ferry__block_cache_open(&config, &s->cache);

@@ -437,6 +437,42 @@ def test_read_ahead_goes_on_into_the_next_shard(packed, http_base, proxy_to):
     assert len(whole) >= max(1, (len(spans) - 1) // 2), (sorted(whole), reads)
 
 
+THROUGHPUT = os.path.join(BUILD, "repro", "throughput")
+
+
+def epochs_through(proxy, batches, env):
+    """repro/throughput's loader over the proxy's index for `batches` batches of 8 (with
+    its 5 of warm-up), epoch after epoch of the 24 images, shuffled: the shards' image
+    reads."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
+    cmd = [THROUGHPUT, "--annotations", f"{proxy.url}/val-index.json", "--images", os.path.dirname(THROUGHPUT),
+           "--workers", "2", "--only", "loader", "--processes", "1", "--warmup", "5", "--batches", str(batches),
+           "--resolution", "64", "--json"]
+    out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **env), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return image_reads(proxy)
+
+
+def test_a_split_that_fits_the_cache_is_fetched_once(packed, http_base, proxy_to):
+    """When the split's blocks all fit in the read-ahead's part of the cache (the
+    default cap here: 24 images), a block read through is kept, so twelve epochs fetch
+    each block once: with 256 KiB blocks, no more GETs than the split has blocks (each
+    GET fills one block or more; a run's request may ask past what it fills, so the
+    ranges asked overlap). With a cap the split does not fit in (1 MiB: the
+    read-ahead's half is smaller than the 2 MB split), the blocks are freed when read
+    through and fetched again in each epoch: a GET per shard and epoch at least."""
+    small = {"FERRY_REMOTE_BLOCK_BYTES": str(SMALL_BLOCK)}
+    ends = [max(last for _, last in images) for images in image_spans(packed).values()]
+    blocks = sum(end // SMALL_BLOCK + 1 for end in ends)
+    assert 1 << 20 < sum(ends), "the split fits in 1 MiB: the test would not test that"
+    reads = epochs_through(proxy_to(http_base), 31, small)  # (5 + 31) x 8 = 12 epochs
+    assert len(packed[1]) <= len(reads) <= blocks, (len(reads), blocks)
+    again = epochs_through(proxy_to(http_base), 31, dict(small, FERRY_REMOTE_CACHE_BYTES=str(1 << 20)))
+    assert len(again) >= 12 * len(packed[1]) > blocks, (len(again), len(packed[1]), blocks)
+
+
 def test_the_open_fetches_each_shard_once(packed, http_base, proxy_to, tmp_path):
     """Over a network the open walks each shard once: the sidecars it reads are copied
     to an unnamed file in $TMPDIR, which the second pass (the annotations) reads rather

@@ -10,8 +10,9 @@
  * read, waiting for room a bounded time (one request carrying more than the cap as
  * readers free room), keeping what it filled when it fails, ending at close, and going
  * on into the object said to follow (ferry__block_cache_follow), never fetching a block
- * twice in a pass; many threads reading the same blocks fetch each once (and, under TSan,
- * race on nothing). */
+ * twice in a pass; blocks that all fit under the read-ahead's cap kept across passes when
+ * the caller allows it, and freed as ever when they do not; many threads reading the same
+ * blocks fetch each once (and, under TSan, race on nothing). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -91,11 +92,16 @@ static void make_source(source *src, size_t n, const size_t *lens, const uint32_
     src->info[b] = (ferry__block_info){lens[b], members[b], (uint8_t)(one_object && b + 1 < n)};
 }
 
-static ferry__block_cache *open_config(source *src, size_t cap, long room_wait_ms, size_t ahead_cap) {
-  ferry__block_cache_config config = {src->num_blocks, src->info, cap, room_wait_ms, fetch, src, ahead_cap};
+static ferry__block_cache *open_keeping(source *src, size_t cap, long room_wait_ms, size_t ahead_cap, int keep) {
+  ferry__block_cache_config config = {src->num_blocks, src->info, cap, room_wait_ms, fetch, src, ahead_cap, keep};
   ferry__block_cache *c = NULL;
   cr_assert_eq(ferry__block_cache_open(&config, &c), FERRY_OK);
   return c;
+}
+
+/* Blocks freed when read through, whatever fits (keep_if_all_fit 0). */
+static ferry__block_cache *open_config(source *src, size_t cap, long room_wait_ms, size_t ahead_cap) {
+  return open_keeping(src, cap, room_wait_ms, ahead_cap, 0);
 }
 
 /* A cache over a fresh source (make_source), the read-ahead allowed the whole cap. */
@@ -400,6 +406,45 @@ Test(block_cache, read_ahead_fetches_nothing_twice_in_a_pass) {
   ferry__block_cache_close(c);
   for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 2, "block %zu", b);
   cr_expect_eq(atomic_load(&src.requests[1]), 2, "a run from block 1 in each pass");
+}
+
+/* Two passes over 4 blocks of 100 bytes in one object (2 members each), every member
+ * read; the cache's counts after. */
+static ferry__block_cache_stats two_passes(ferry__block_cache *c, source *src, size_t resident_after_first[1]) {
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) ferry__block_cache_begin_pass(c);
+    for (size_t b = 0; b < 4; b++)
+      for (size_t m = 0; m < 2; m++) cr_assert_eq(copy_checked(c, b, m * 50, 50), FERRY_OK, "%s", ferry_last_error());
+    if (!pass) resident_after_first[0] = stats_of(c).resident_bytes;
+    wait_for(&src->filled[3], 1);
+  }
+  return stats_of(c);
+}
+
+Test(block_cache, blocks_that_all_fit_are_kept_and_fetched_once) {
+  static source src;
+  make_source(&src, 4, LENS(100, 100, 100, 100), MEMBERS(2, 2, 2, 2), 1);
+  ferry__block_cache *c = open_keeping(&src, 1000, 0, 0, 1);
+  size_t resident;
+  ferry__block_cache_stats s = two_passes(c, &src, &resident);
+  cr_expect_eq(s.keeps_all, 1);
+  cr_expect_eq(resident, 400u, "the blocks read through stay");
+  for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 1, "block %zu fetched again", b);
+  cr_expect_eq(s.blocks_fetched, 4u);
+  cr_expect(s.peak_bytes <= 1000, "peak %zu", s.peak_bytes);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, blocks_are_freed_when_they_do_not_all_fit_under_the_read_ahead_s_cap) {
+  static source src;
+  make_source(&src, 4, LENS(100, 100, 100, 100), MEMBERS(2, 2, 2, 2), 1);
+  ferry__block_cache *c = open_keeping(&src, 1000, 0, 399, 1); /* the read-ahead may hold 3 */
+  size_t resident;
+  ferry__block_cache_stats s = two_passes(c, &src, &resident);
+  cr_expect_eq(s.keeps_all, 0);
+  cr_expect_eq(resident, 0u, "every block read through is freed");
+  ferry__block_cache_close(c);
+  for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 2, "block %zu: once a pass", b);
 }
 
 Test(block_cache, close_ends_a_run_waiting_for_room) {
