@@ -1,7 +1,7 @@
 /* loaders/block_cache.h - blocks of remote shards shared by the workers, each fetched
  * once and freed when its last member has been read (or kept, when all of them fit),
- * read ahead in runs of one request
- * (internal; used by shard_source.c, tested on its own by tests/loaders/test_block_cache.c).
+ * read ahead in runs of one request (internal; used by shard_source.c, tested on its
+ * own by tests/loaders/test_block_cache.c).
  *
  * A block is a numbered byte range the caller knows how to fetch (shard_source.c: a
  * ranged GET of a shard at a URL). The cache knows no shard, URL or tar: it is given,
@@ -19,10 +19,10 @@
  *     nobody is copying from is evicted to make room.
  *     Unless they all fit (and the caller allows it, keep_if_all_fit): when the blocks
  *     with a member add up to no more than the read-ahead's cap, a block read through
- *     stays resident, and a pass after the first
- *     finds every block it has fetched (a small split is fetched once, not once an
- *     epoch); begin_pass sets the kept blocks' counts back to their members. The cap
- *     bounds memory as before: the kept blocks are at most the read-ahead's cap.
+ *     stays resident, and a pass after the first finds every block it has fetched (a
+ *     small split is fetched once, not once an epoch); begin_pass sets the kept
+ *     blocks' counts back to their members. The cap bounds memory as before: the kept
+ *     blocks are at most the read-ahead's cap.
  *   - Never fails for lack of room: a block that does not fit under the cap (even
  *     after evicting all it may), or whose memory cannot be allocated, is
  *     FERRY_EAGAIN, and the caller reads the bytes itself.
