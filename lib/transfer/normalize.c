@@ -7,7 +7,8 @@
  * job or kernel has run: the transfer holds the source batch by an event recorded
  * after all of them.
  * Invariant: for the same input and parameters, the host and the CUDA paths produce
- * the same bits: both apply ferry__normalize_value (normalize.h); tests/transfer
+ * the same bits: both apply ferry__normalize_value (normalize.h), the host through a
+ * table of its 256 values per channel; tests/transfer
  * checks the host against torchvision's steps and, on a GPU, the kernel against the
  * host.
  * Not done here: validating mean and std (transfer.c's check_normalization refuses
@@ -40,28 +41,52 @@ void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const fl
   p->bf16 = bf16;
 }
 
-/* One row of one channel: w values, then zeros up to out_w (bf16 zero is all zero bits). */
-static void normalize_row(const uint8_t *src, int c, const ferry_norm_shape *s, const ferry_norm_params *p,
-                          void *dst) {
-  float mean = p->mean[c], std = p->std[c];
-  if (p->bf16) {
-    uint16_t *out = dst;
-    for (size_t x = 0; x < s->w; x++) out[x] = ferry__float_to_bf16(ferry__normalize_value(src[3 * x + c], mean, std));
-    memset(out + s->w, 0, (s->out_w - s->w) * sizeof *out);
+/* The normalised value of every byte, per channel: 768 evaluations of
+ * ferry__normalize_value (so the same bits), against a division per value of an image. */
+typedef struct norm_table {
+  float f32[3][256];
+  uint16_t bf16[3][256];
+} norm_table;
+
+static void fill_table(norm_table *t, const ferry_norm_params *p) {
+  for (int c = 0; c < 3; c++)
+    for (int v = 0; v < 256; v++) {
+      t->f32[c][v] = ferry__normalize_value((uint8_t)v, p->mean[c], p->std[c]);
+      t->bf16[c][v] = ferry__float_to_bf16(t->f32[c][v]);
+    }
+}
+
+/* One row of pixels into the three planes' rows (`planes` bytes apart): w values each,
+ * then zeros up to out_w (bf16 zero is all zero bits). */
+static void normalize_row(const uint8_t *src, const ferry_norm_shape *s, const norm_table *t, int bf16,
+                          char *dst, size_t planes) {
+  if (bf16) {
+    uint16_t *r = (uint16_t *)dst, *g = (uint16_t *)(dst + planes), *b = (uint16_t *)(dst + 2 * planes);
+    for (size_t x = 0; x < s->w; x++, src += 3) {
+      r[x] = t->bf16[0][src[0]];
+      g[x] = t->bf16[1][src[1]];
+      b[x] = t->bf16[2][src[2]];
+    }
+    for (int c = 0; c < 3; c++) memset(dst + (size_t)c * planes + s->w * sizeof *r, 0, (s->out_w - s->w) * sizeof *r);
   } else {
-    float *out = dst;
-    for (size_t x = 0; x < s->w; x++) out[x] = ferry__normalize_value(src[3 * x + c], mean, std);
-    memset(out + s->w, 0, (s->out_w - s->w) * sizeof *out);
+    float *r = (float *)dst, *g = (float *)(dst + planes), *b = (float *)(dst + 2 * planes);
+    for (size_t x = 0; x < s->w; x++, src += 3) {
+      r[x] = t->f32[0][src[0]];
+      g[x] = t->f32[1][src[1]];
+      b[x] = t->f32[2][src[2]];
+    }
+    for (int c = 0; c < 3; c++) memset(dst + (size_t)c * planes + s->w * sizeof *r, 0, (s->out_w - s->w) * sizeof *r);
   }
 }
 
+/* Row by row of the source, each pixel's three channels at once: the image is read
+ * once, and no value is computed twice. */
 void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape *s, const ferry_norm_params *p) {
-  size_t item = p->bf16 ? sizeof(uint16_t) : sizeof(float), row = s->out_w * item;
-  for (int c = 0; c < 3; c++) {
-    char *plane = (char *)dst + (size_t)c * s->out_h * row;
-    for (size_t y = 0; y < s->h; y++) normalize_row(src + y * s->w * 3, c, s, p, plane + y * row);
-    memset(plane + s->h * row, 0, (s->out_h - s->h) * row);
-  }
+  size_t item = p->bf16 ? sizeof(uint16_t) : sizeof(float), row = s->out_w * item, planes = s->out_h * row;
+  norm_table t;
+  fill_table(&t, p);
+  for (size_t y = 0; y < s->h; y++) normalize_row(src + y * s->w * 3, s, &t, p->bf16, (char *)dst + y * row, planes);
+  for (int c = 0; c < 3; c++) memset((char *)dst + (size_t)c * planes + s->h * row, 0, (s->out_h - s->h) * row);
 }
 
 typedef struct cpu_job {
