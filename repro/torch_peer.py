@@ -4,7 +4,7 @@
     repro/torch_peer.py --annotations FILE --images DIR [--build build] [--workers 2]
         [--batch 8] [--resolution 312] [--patch-size 12] [--num-windows 1]
         [--augment rfdetr-square] [--multi-scale per-sample] [--batches 40] [--rounds 3]
-        [--peer restated|rfdetr] [--peer-python PYTHON]
+        [--peer restated|rfdetr] [--peer-python PYTHON] [--layout f32|u8]
 
 Two peers. `--peer rfdetr` is the code an RF-DETR 1.11 user trains with: its own
 CocoDetection (ConvertCoco, pycocotools masks at full size), its
@@ -28,7 +28,10 @@ threads, and the peer's worker processes), which a busy machine changes less tha
 rates; ferry's is also split by thread (its workers, the transfer's stream, the Python
 thread), which says where the Python side spends it. Needs torch, Pillow and pycocotools (./run test puts them in
 build/python-venv). The same libferry.so as throughput (BUILD/libferry.so through
-$FERRY_LIB), the package from python/.
+$FERRY_LIB), the package from python/. --layout is ferry.Loader's (both give the peer's
+normalised float32 images): f32 (the default) normalises in the workers, u8 in the
+transfer, which on a GPU copies a quarter of the bytes and normalises on the device and
+here, on the host backend, on the stream's thread.
 """
 import argparse
 import json
@@ -128,7 +131,8 @@ def ferry_loader(args):
     import ferry
     return ferry.Loader(args.annotations, args.images, batch_size=args.batch, workers=args.workers,
                         resolution=args.resolution, augment=args.augment, multi_scale=args.multi_scale,
-                        patch_size=args.patch_size, num_windows=args.num_windows, tensor_type="torch")
+                        patch_size=args.patch_size, num_windows=args.num_windows, tensor_type="torch",
+                        layout=args.layout)
 
 
 def cpu_seconds(loader):
@@ -209,6 +213,8 @@ def main():
                         "CocoDetection, transforms and collate (needs rfdetr 1.11 and torch >= 2)")
     p.add_argument("--peer-python", default=sys.executable,
                    help="the interpreter for the peer's side (e.g. a venv with torch 2 and rfdetr)")
+    p.add_argument("--layout", default="f32", choices=["f32", "u8"],
+                   help="ferry.Loader's layout: f32 normalised by the workers, u8 by the transfer")
     p.add_argument("--json", action="store_true")
     p.add_argument("--side", choices=["peer", "ferry"], help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -245,7 +251,7 @@ def main():
     names = sorted({name for t in threads for name in t})
     summary["ferry_cpu_ms_by_thread"] = {name: statistics.median(t.get(name, 0.0) for t in threads) for name in names}
     summary.update(peer=args.peer, workers=args.workers, batch=args.batch, resolution=args.resolution,
-                   augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds)
+                   augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds, layout=args.layout)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -253,7 +259,8 @@ def main():
             v = summary[key]
             print(f"{what}: {v['median']:.2f} median [{v['min']:.2f}, {v['max']:.2f}] over {args.rounds} "
                   f"rounds against the {args.peer} peer; {args.workers} workers, batch {args.batch}, "
-                  f"{args.augment}, multi-scale {args.multi_scale}, resolution {args.resolution}")
+                  f"{args.augment}, multi-scale {args.multi_scale}, resolution {args.resolution}, "
+                  f"layout {args.layout}")
     return 0
 
 
