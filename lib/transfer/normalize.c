@@ -56,27 +56,24 @@ static void fill_table(norm_table *t, const ferry_norm_params *p) {
     }
 }
 
+/* Channel c's value of byte v at x in a plane's row. */
+static inline void put(char *row, size_t x, const norm_table *t, int c, uint8_t v, int bf16) {
+  if (bf16) ((uint16_t *)row)[x] = t->bf16[c][v];
+  else ((float *)row)[x] = t->f32[c][v];
+}
+
 /* One row of pixels into the three planes' rows (`planes` bytes apart): w values each,
- * then zeros up to out_w (bf16 zero is all zero bits). */
-static void normalize_row(const uint8_t *src, const ferry_norm_shape *s, const norm_table *t, int bf16,
-                          char *dst, size_t planes) {
-  if (bf16) {
-    uint16_t *r = (uint16_t *)dst, *g = (uint16_t *)(dst + planes), *b = (uint16_t *)(dst + 2 * planes);
-    for (size_t x = 0; x < s->w; x++, src += 3) {
-      r[x] = t->bf16[0][src[0]];
-      g[x] = t->bf16[1][src[1]];
-      b[x] = t->bf16[2][src[2]];
-    }
-    for (int c = 0; c < 3; c++) memset(dst + (size_t)c * planes + s->w * sizeof *r, 0, (s->out_w - s->w) * sizeof *r);
-  } else {
-    float *r = (float *)dst, *g = (float *)(dst + planes), *b = (float *)(dst + 2 * planes);
-    for (size_t x = 0; x < s->w; x++, src += 3) {
-      r[x] = t->f32[0][src[0]];
-      g[x] = t->f32[1][src[1]];
-      b[x] = t->f32[2][src[2]];
-    }
-    for (int c = 0; c < 3; c++) memset(dst + (size_t)c * planes + s->w * sizeof *r, 0, (s->out_w - s->w) * sizeof *r);
+ * then zeros up to out_w (bf16 zero is all zero bits). Inlined with bf16 a constant at
+ * each call, so that the pixel loop has no branch. */
+static inline void normalize_row(const uint8_t *src, const ferry_norm_shape *s, const norm_table *t, int bf16,
+                                 char *dst, size_t planes) {
+  size_t item = bf16 ? sizeof(uint16_t) : sizeof(float);
+  for (size_t x = 0; x < s->w; x++, src += 3) {
+    put(dst, x, t, 0, src[0], bf16);
+    put(dst + planes, x, t, 1, src[1], bf16);
+    put(dst + 2 * planes, x, t, 2, src[2], bf16);
   }
+  for (int c = 0; c < 3; c++) memset(dst + (size_t)c * planes + s->w * item, 0, (s->out_w - s->w) * item);
 }
 
 /* Row by row of the source, each pixel's three channels at once: the image is read
@@ -85,7 +82,11 @@ void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape 
   size_t item = p->bf16 ? sizeof(uint16_t) : sizeof(float), row = s->out_w * item, planes = s->out_h * row;
   norm_table t;
   fill_table(&t, p);
-  for (size_t y = 0; y < s->h; y++) normalize_row(src + y * s->w * 3, s, &t, p->bf16, (char *)dst + y * row, planes);
+  for (size_t y = 0; y < s->h; y++) {
+    char *out = (char *)dst + y * row;
+    if (p->bf16) normalize_row(src + y * s->w * 3, s, &t, 1, out, planes);
+    else normalize_row(src + y * s->w * 3, s, &t, 0, out, planes);
+  }
   for (int c = 0; c < 3; c++) memset((char *)dst + (size_t)c * planes + s->h * row, 0, (s->out_h - s->h) * row);
 }
 
