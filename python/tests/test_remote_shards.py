@@ -44,17 +44,22 @@ FAULTS = ("reset", "503", "stall", "cut")
 FAST = {"FERRY_REMOTE_BACKOFF_MS": "10", "FERRY_REMOTE_STALL_S": "1", "FERRY_REMOTE_CONNECT_TIMEOUT_MS": "2000"}
 
 
+def run_env(env=None):
+    """This process's environment without its AWS, FERRY_REMOTE and proxy settings, and
+    without the binary index, plus `env`: what a run over the servers sees."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
+    return dict(clean, FERRY_COCO_INDEX="off", **(env or {}))
+
+
 def parity(spec, workers=2, env=None, shuffle=False, order="auto", preexec=None):
     """coco_parity's run over `spec` with only the given AWS and FERRY_REMOTE settings
     (preexec: run in the child before it starts): (returncode, its JSON or None,
     stdout + stderr)."""
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [COCO_PARITY, "--annotations", spec, "--images", os.path.dirname(COCO_PARITY), "--workers", str(workers),
            "--batch", "4", "--resolution", "96", "--remap-categories", "0", "--shuffle", str(int(shuffle)),
            "--order", order, "--json"]
-    out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **(env or {})), capture_output=True, text=True,
-                         timeout=120, preexec_fn=preexec)
+    out = subprocess.run(cmd, env=run_env(env), capture_output=True, text=True, timeout=120, preexec_fn=preexec)
     result = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
     return out.returncode, result, out.stdout + out.stderr
 
@@ -444,13 +449,10 @@ def epochs_through(proxy, batches, env):
     """repro/throughput's loader over the proxy's index for `batches` batches of 8 (with
     its 5 of warm-up), epoch after epoch of the 24 images, shuffled: the shards' image
     reads."""
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AWS_", "FERRY_REMOTE_")) and not k.lower().endswith("_proxy")}
     cmd = [THROUGHPUT, "--annotations", f"{proxy.url}/val-index.json", "--images", os.path.dirname(THROUGHPUT),
            "--workers", "2", "--only", "loader", "--processes", "1", "--warmup", "5", "--batches", str(batches),
            "--resolution", "64", "--json"]
-    out = subprocess.run(cmd, env=dict(clean, FERRY_COCO_INDEX="off", **env), capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(cmd, env=run_env(env), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     return image_reads(proxy)
 
