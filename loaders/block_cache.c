@@ -3,23 +3,24 @@
  *
  * Owns the blocks: a slot per block number (NULL when not resident), the resident ones
  * also on a list for eviction, their bytes, and the byte count against the cap; the
- * read-ahead queue and its thread (ferry-ahead), and the runs it fetches; all under one
- * mutex. Readers wait on `fetched`, broadcast when a block is published or a fetch
- * fails: fetches are few (a block each, or a run), so a broadcast wakes few threads.
- * The read-ahead thread waits on `queued` for work and, inside a run, on `room` for
- * readers to free bytes; after a run that ends its object it claims the object the
- * caller said readers go to next (`follow`) and runs again.
- * Invariants: `bytes` is the sum of the resident blocks' lengths, fetching and queued
- * ones included, and never exceeds `cap`; read-ahead adds a block only while `bytes`
- * stays within `ahead_cap`; a block is on the list iff its slot is set;
- * a queued block is in the queue iff `queued`, has no data, and is fetched by the
- * thread (first of a run, or claimed by the run that reaches it) or taken over by the
- * first reader that needs it (so no reader waits behind the queue); a block with no
- * data and not queued belongs to exactly one fetch, which publishes it (sets data) or
- * removes it; it is freed only by the thread that finds it with users == 0 and
- * remaining == 0 (never when keep_all), or by an eviction of a fetched block with
- * users == 0, or by the fetch that owns it, all under the lock, or at close; keep_all
- * is fixed at open.
+ * pass's plan and the read-ahead thread (ferry-ahead) that walks it, and the runs it
+ * fetches; all under one mutex. Readers wait on `fetched`, broadcast when a block is
+ * published, a fetch fails or the run's next block changes: fetches are few (a block
+ * each, or a run), so a broadcast wakes few threads. The read-ahead thread waits on
+ * `room`, broadcast when resident bytes go down, a pass begins or the cache closes:
+ * between runs for a planned block to fit (no request open, so no bound), inside a run
+ * for its next block to fit (a request open: room_wait_ms at most).
+ * Invariants: `bytes` is the sum of the resident blocks' lengths, fetching ones
+ * included, and never exceeds `cap`; read-ahead adds a block only while `bytes` stays
+ * within `ahead_cap`; a block is on the list iff its slot is set; a block with no data
+ * belongs to exactly one fetch, which publishes it (sets data) or removes it; it is
+ * freed only by the thread that finds it with users == 0 and remaining == 0 (never
+ * when keep_all), or by an eviction of a fetched block with users == 0, or by the
+ * fetch that owns it, all under the lock, or at close; keep_all is fixed at open;
+ * plan[0 .. plan_at) are planned blocks the read-ahead has passed (fetched, or found
+ * resident or not worth it); run_next is NO_BLOCK but while the read-ahead's run
+ * fills the block before it and may claim it next, so a reader waiting for it is woken
+ * by that block's publication (or the run's end) and then finds it claimed or takes it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,10 +40,8 @@
 #define NO_BLOCK SIZE_MAX
 
 typedef struct block {
-  uint8_t *data;           /* NULL while fetching (or queued for the read-ahead thread) */
+  uint8_t *data;           /* NULL while fetching */
   size_t number, len;
-  int queued;              /* waiting in the read-ahead queue, not yet begun */
-  struct block *queue_next;
   uint32_t remaining;      /* members of the block still to be read */
   uint32_t users;          /* readers copying out of data now */
   uint64_t last_use;       /* the cache's tick at the last copy or the fetch: LRU order */
@@ -51,17 +50,19 @@ typedef struct block {
 
 struct ferry__block_cache {
   pthread_mutex_t mutex;   /* the cache's own, never the loader's lock */
-  pthread_cond_t fetched;  /* a block was published, or a fetch failed */
-  pthread_cond_t queued;   /* the read-ahead queue has a block, or the cache closes */
-  pthread_cond_t room;     /* resident bytes went down, or the cache closes (CLOCK_MONOTONIC) */
-  block *queue_head, *queue_tail;
+  pthread_cond_t fetched;  /* a block was published, a fetch failed, or run_next changed */
+  pthread_cond_t room;     /* resident bytes went down, a pass began, or the cache closes
+                              (CLOCK_MONOTONIC): the read-ahead thread's waits */
   pthread_t ahead;         /* the read-ahead thread */
   int ahead_started;
   atomic_int closing;      /* also read by a run's sink, without the lock */
   block **slots;           /* [num_blocks] */
   ferry__block_info *info; /* [num_blocks] */
-  size_t *follow;          /* [num_blocks]: an object's last block -> the next object's first, or NO_BLOCK */
-  uint64_t *fetched_pass;  /* [num_blocks]: the pass a block was last published in (0: never) */
+  size_t *plan;            /* [num_blocks]: the pass's blocks in the order readers first need them */
+  size_t plan_len, plan_at; /* plan_at: the read-ahead's place in the plan */
+  size_t run_next;         /* the block the read-ahead's run fills next, or NO_BLOCK (Invariants) */
+  uint64_t *fetched_pass;  /* [num_blocks]: the pass a block was last published in, or failed in a
+                              run (0: never) */
   uint64_t pass;           /* the current pass, from 1 */
   int keep_all;            /* every block with a member fits under ahead_cap: none is freed
                               when read through, so each is fetched once, not once a pass */
@@ -71,7 +72,7 @@ struct ferry__block_cache {
   size_t max_len;          /* the longest block: only buffers of this length are kept */
   uint8_t *spares[SPARE_BUFFERS];  /* buffers of max_len bytes freed by blocks, for the next */
   int num_spares;
-  uint64_t tick, fetches, blocks_fetched, evictions, buffers_allocated;
+  uint64_t tick, fetches, reader_fetches, blocks_fetched, evictions, buffers_allocated;
   ferry__block_fetch_fn fetch;
   void *ctx;
 };
@@ -98,19 +99,18 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   size_t n = config->num_blocks ? config->num_blocks : 1;
   if (c) c->slots = ferry__calloc(n, sizeof *c->slots);
   if (c && c->slots) c->info = ferry__malloc(n * sizeof *c->info);
-  if (c && c->info) c->follow = ferry__malloc(n * sizeof *c->follow);
-  if (c && c->follow) c->fetched_pass = ferry__calloc(n, sizeof *c->fetched_pass);
+  if (c && c->info) c->plan = ferry__malloc(n * sizeof *c->plan);
+  if (c && c->plan) c->fetched_pass = ferry__calloc(n, sizeof *c->fetched_pass);
   if (!c || !c->fetched_pass) {
     if (c) {
       ferry__free(c->slots);
       ferry__free(c->info);
-      ferry__free(c->follow);
+      ferry__free(c->plan);
     }
     ferry__free(c);
     return ferry__fail(FERRY_ENOMEM, "shards: out of memory for a cache of %zu blocks", config->num_blocks);
   }
   if (config->num_blocks) memcpy(c->info, config->blocks, config->num_blocks * sizeof *c->info);
-  for (size_t b = 0; b < n; b++) c->follow[b] = NO_BLOCK;
   size_t readable = 0; /* the bytes of the blocks with a member: all the cache may hold */
   for (size_t b = 0; b < config->num_blocks; b++) {
     if (c->info[b].len > c->max_len) c->max_len = c->info[b].len;
@@ -118,7 +118,6 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   }
   pthread_mutex_init(&c->mutex, NULL);
   pthread_cond_init(&c->fetched, NULL);
-  pthread_cond_init(&c->queued, NULL);
   pthread_condattr_t monotonic;
   pthread_condattr_init(&monotonic);
   pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
@@ -126,6 +125,7 @@ ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, fe
   pthread_condattr_destroy(&monotonic);
   c->num_blocks = config->num_blocks;
   c->pass = 1;
+  c->run_next = NO_BLOCK;
   c->cap = config->cap_bytes;
   c->ahead_cap = config->ahead_cap_bytes && config->ahead_cap_bytes < c->cap ? config->ahead_cap_bytes : c->cap;
   c->room_wait_ms = config->room_wait_ms > 0 ? config->room_wait_ms : 0;
@@ -206,30 +206,28 @@ static block *make_resident(ferry__block_cache *c, size_t number, block **evicte
   return b;
 }
 
-/* Under the lock: `b` out of the read-ahead queue (a reader or a run takes it over). */
-static void dequeue(ferry__block_cache *c, block *b) {
-  block **at = &c->queue_head, *prev = NULL;
-  while (*at != b) {
-    prev = *at;
-    at = &(*at)->queue_next;
-  }
-  *at = b->queue_next;
-  if (c->queue_tail == b) c->queue_tail = prev;
-  b->queued = 0;
-  b->queue_next = NULL;
-}
-
 /* Under the lock: whether read-ahead may fetch block `number`: the cache is open, the
  * block holds a member to read (not the inside of a member too large for blocks), and
- * it was not fetched already in this pass (its readers have been there). */
+ * it was not fetched already in this pass (its readers have been there), nor failed in
+ * a run of it (its readers fetch it). */
 static int worth_reading_ahead(const ferry__block_cache *c, size_t number) {
   return !atomic_load(&c->closing) && c->info[number].members && c->fetched_pass[number] != c->pass;
 }
 
-/* Under the lock: block `number` taken for a run to fill next: taken over from the
- * queue, or made resident when it fits under ahead_cap without evicting anything, waiting up to
- * room_wait_ms for readers to free room. NULL: the run ends before it (closing, no
- * member to read, resident or fetched already in this pass, no room in time). */
+/* Under the lock: the block readers may wait for, as the one the run claims after the
+ * block it fills now (NO_BLOCK: none); readers waiting for the one it replaces look
+ * again (and fetch it themselves if nobody has). */
+static void set_run_next(ferry__block_cache *c, size_t number) {
+  if (c->run_next == number) return;
+  c->run_next = number;
+  pthread_cond_broadcast(&c->fetched);
+}
+
+/* Under the lock: block `number` taken for a run to fill next: made resident when it
+ * fits under ahead_cap without evicting anything, waiting up to room_wait_ms for
+ * readers to free room (readers waiting for it then fetch it themselves). NULL: the
+ * run ends before it (closing, no member to read, resident or fetched already in this
+ * pass, no room in time). */
 static block *claim(ferry__block_cache *c, size_t number) {
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -240,14 +238,10 @@ static block *claim(ferry__block_cache *c, size_t number) {
     deadline.tv_nsec -= 1000000000L;
   }
   for (;;) {
-    if (!worth_reading_ahead(c, number)) return NULL;
-    block *b = c->slots[number];
-    if (b) {
-      if (!b->queued) return NULL;
-      dequeue(c, b);
-      return b;
-    }
-    if ((b = make_resident(c, number, NULL))) return b;
+    if (!worth_reading_ahead(c, number) || c->slots[number]) return NULL;
+    block *b = make_resident(c, number, NULL);
+    if (b) return b;
+    set_run_next(c, NO_BLOCK);
     if (c->info[number].len > c->ahead_cap || pthread_cond_timedwait(&c->room, &c->mutex, &deadline) == ETIMEDOUT)
       return NULL;
   }
@@ -256,7 +250,7 @@ static block *claim(ferry__block_cache *c, size_t number) {
 /* One fetch's progress: the block it fills now, which it owns until it publishes it. */
 typedef struct run {
   ferry__block_cache *c;
-  block *cur;      /* resident, no data, not queued; NULL once the run has ended */
+  block *cur;      /* resident, no data; NULL once the run has ended */
   uint8_t *buf;    /* cur's bytes so far */
   size_t filled;
   size_t last;     /* the last block the request reaches */
@@ -264,7 +258,6 @@ typedef struct run {
                       is published, before the lock is let go, so that nobody frees or
                       evicts it before the reader's copy */
   uint64_t published;
-  size_t reached;  /* the last block published, or NO_BLOCK */
 } run;
 
 /* Under the lock: cur's bytes out to its readers. */
@@ -273,7 +266,6 @@ static void publish(ferry__block_cache *c, run *r) {
   r->cur->last_use = ++c->tick;  /* newer than what readers have left behind */
   if (r->for_reader) r->cur->users++;
   r->published++;
-  r->reached = r->cur->number;
   c->fetched_pass[r->cur->number] = c->pass;
   c->blocks_fetched++;
   pthread_cond_broadcast(&c->fetched);
@@ -286,6 +278,14 @@ static void drop_unfilled(ferry__block_cache *c, block *b) {
   pthread_cond_broadcast(&c->fetched);
 }
 
+/* Under the lock: after the run has claimed `b` (NULL: it ends), the block readers may
+ * wait for: the next one, when the request reaches it and it is worth reading ahead. */
+static void tell_run_next(ferry__block_cache *c, const run *r, const block *b) {
+  if (r->for_reader) return;  /* a reader's fetch is of its block alone */
+  size_t next = b ? b->number + 1 : NO_BLOCK;
+  set_run_next(c, next != NO_BLOCK && next <= r->last && worth_reading_ahead(c, next) ? next : NO_BLOCK);
+}
+
 /* cur is full: published, and the next block claimed when the request reaches it;
  * 0 when the run ends here. */
 static int next_block(run *r) {
@@ -294,6 +294,7 @@ static int next_block(run *r) {
   size_t number = r->cur->number;  /* read before publishing: a reader may free it after */
   publish(c, r);
   block *b = number < r->last ? claim(c, number + 1) : NULL;
+  tell_run_next(c, r, b);
   r->buf = b ? take_buffer(c, b->len) : NULL;
   if (b && !r->buf) c->buffers_allocated++;
   pthread_mutex_unlock(&c->mutex);
@@ -335,18 +336,18 @@ static size_t run_last(const ferry__block_cache *c, size_t number) {
   return last;
 }
 
-/* Called with the lock held and `b` claimed (resident, no data, not queued): one request
- * for b (for_reader: b alone, the caller counted as its user; else the run: and the
- * blocks after it, as it claims them); returns with the lock held, FERRY_OK when b was
+/* Called with the lock held and `b` claimed (resident, no data): one request for b
+ * (for_reader: b alone, the caller counted as its user; else the run: and the blocks
+ * after it, as it claims them); returns with the lock held, FERRY_OK when b was
  * published, else b removed (its waiters woken) and the fetch's error (FERRY_EAGAIN: no
- * memory for it). *reached (reached NULL: not wanted): the last block it published, or
- * NO_BLOCK. */
-static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, size_t *reached) {
-  run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader,
-           .reached = NO_BLOCK};
+ * memory for it). */
+static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader) {
+  run r = {.c = c, .cur = b, .last = for_reader ? b->number : run_last(c, b->number), .for_reader = for_reader};
   size_t len = 0;
   for (size_t k = b->number; k <= r.last; k++) len += c->info[k].len;
   c->fetches++;
+  if (for_reader) c->reader_fetches++;
+  tell_run_next(c, &r, b);
   if (!(r.buf = take_buffer(c, b->len))) c->buffers_allocated++;
   pthread_mutex_unlock(&c->mutex);
   if (!r.buf) r.buf = ferry__malloc(b->len);
@@ -355,8 +356,9 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, s
     st = ferry__fail(FERRY_EFORMAT, "shards: block %zu: its fetch ended %zu bytes into its %zu", r.cur->number,
                      r.filled, r.cur->len);
   pthread_mutex_lock(&c->mutex);
-  if (reached) *reached = r.reached;
+  tell_run_next(c, &r, NULL);
   if (r.cur) {  /* the block being filled when the fetch failed or the cache closed */
+    if (!for_reader) c->fetched_pass[r.cur->number] = c->pass;  /* read-ahead passes it over: its readers fetch it */
     drop_unfilled(c, r.cur);
     int kept = keep_buffer(c, r.buf, r.cur->len);
     pthread_mutex_unlock(&c->mutex);
@@ -368,48 +370,35 @@ static ferry_status fetch_run(ferry__block_cache *c, block *b, int for_reader, s
   return st < 0 ? st : FERRY_EAGAIN;
 }
 
-/* Under the lock: block `number` fetched by the read-ahead thread, when it is not
- * resident, is worth reading ahead and fits under ahead_cap without evicting anything:
- * read-ahead never pushes out a block a reader may still need. */
-static void ask_ahead(ferry__block_cache *c, size_t number) {
-  if (!c->ahead_started || number >= c->num_blocks || c->slots[number] || !worth_reading_ahead(c, number)) return;
-  block *b = make_resident(c, number, NULL);
-  if (!b) return;
-  b->queued = 1;
-  if (c->queue_tail) c->queue_tail->queue_next = b;
-  else c->queue_head = b;
-  c->queue_tail = b;
-  pthread_cond_signal(&c->queued);
+/* Under the lock: the plan's next block to read ahead, from plan_at on: the first not
+ * resident, worth reading ahead and within the read-ahead's cap; the blocks before it
+ * are passed over for good (a block held now and freed later in the pass is its
+ * readers' to fetch). NO_BLOCK: the plan is done. */
+static size_t next_planned(ferry__block_cache *c) {
+  for (; c->plan_at < c->plan_len; c->plan_at++) {
+    size_t number = c->plan[c->plan_at];
+    if (!c->slots[number] && worth_reading_ahead(c, number) && c->info[number].len <= c->ahead_cap) return number;
+  }
+  return NO_BLOCK;
 }
 
-/* Under the lock: the block read ahead after `number`'s first read: the next of its
- * object, or at the object's last block the first of the object said to follow it. */
-static size_t successor(const ferry__block_cache *c, size_t number) {
-  return c->info[number].continues ? number + 1 : c->follow[number];
-}
-
-/* Under the lock: after a run that published `reached`, the first block of the object
- * readers go to next, claimed for the next run; NULL when the run did not end its
- * object (cut short, or stopped before a block with no member) or nothing follows it
- * or it cannot be claimed (claim's reasons). */
-static block *claim_following(ferry__block_cache *c, size_t reached) {
-  if (reached == NO_BLOCK || c->info[reached].continues || c->follow[reached] == NO_BLOCK) return NULL;
-  return claim(c, c->follow[reached]);
-}
-
-/* The read-ahead thread: a run from each queued block in turn, and from the objects
- * that follow where a run ends its own, until the cache closes. */
+/* The read-ahead thread: a run from each planned block in turn, as room allows, until
+ * the cache closes. A failed run removes the block it was filling and marks it fetched
+ * in the pass, so that the plan passes it over: its readers fetch it again, and see the
+ * error if it stands. */
 static void *read_ahead_thread(void *arg) {
   ferry__block_cache *c = arg;
   pthread_mutex_lock(&c->mutex);
-  for (;;) {
-    while (!c->queue_head && !atomic_load(&c->closing)) pthread_cond_wait(&c->queued, &c->mutex);
-    if (atomic_load(&c->closing)) break;
-    block *b = c->queue_head;
-    dequeue(c, b);
-    size_t reached;
-    /* a failure removes the block: its reader fetches it again, and sees the error */
-    for (; b; b = claim_following(c, reached)) fetch_run(c, b, 0, &reached);
+  while (!atomic_load(&c->closing)) {
+    size_t number = next_planned(c);
+    block *b = number == NO_BLOCK ? NULL : make_resident(c, number, NULL);
+    if (!b) {  /* the plan done, or no room for its next block yet */
+      pthread_cond_wait(&c->room, &c->mutex);
+      continue;
+    }
+    uint64_t pass = c->pass;
+    fetch_run(c, b, 0);
+    if (c->pass == pass && c->plan_at < c->plan_len && c->plan[c->plan_at] == number) c->plan_at++;
   }
   pthread_mutex_unlock(&c->mutex);
   return NULL;
@@ -420,11 +409,7 @@ static void *read_ahead_thread(void *arg) {
 static block *acquire(ferry__block_cache *c, size_t number, block **evicted, ferry_status *st) {
   for (;;) {
     block *b = c->slots[number];
-    if (b && b->queued) {  /* asked for ahead but not begun: fetch it now, here */
-      dequeue(c, b);
-      return (*st = fetch_run(c, b, 1, NULL)) == FERRY_OK ? b : NULL;  /* the user counted at publish */
-    }
-    if (b && !b->data) {  /* being fetched: wait, then look again */
+    if (b ? !b->data : number == c->run_next) {  /* being fetched, or the run's next: wait, look again */
       pthread_cond_wait(&c->fetched, &c->mutex);
       continue;
     }
@@ -433,7 +418,7 @@ static block *acquire(ferry__block_cache *c, size_t number, block **evicted, fer
         *st = FERRY_EAGAIN;
         return NULL;
       }
-      return (*st = fetch_run(c, b, 1, NULL)) == FERRY_OK ? b : NULL;
+      return (*st = fetch_run(c, b, 1)) == FERRY_OK ? b : NULL;  /* the user counted at publish */
     }
     b->users++;
     b->last_use = ++c->tick;
@@ -455,8 +440,6 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
   memcpy(dst, b->data + from, len);
   pthread_mutex_lock(&c->mutex);
   b->users--;
-  /* the block's first member read: the reader has reached it, the next comes soon */
-  if (b->remaining == c->info[number].members) ask_ahead(c, successor(c, number));
   if (b->remaining) b->remaining--;
   /* The block's last member read: nobody needs it before the next pass, which fetches
    * it again unless every block stays. */
@@ -472,51 +455,50 @@ ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t number, size_
 
 void ferry__block_cache_stats_get(ferry__block_cache *c, ferry__block_cache_stats *out) {
   pthread_mutex_lock(&c->mutex);
-  *out = (ferry__block_cache_stats){c->fetches, c->blocks_fetched, c->evictions, c->buffers_allocated, c->bytes, c->peak,
+  *out = (ferry__block_cache_stats){c->fetches, c->reader_fetches, c->blocks_fetched, c->evictions, c->buffers_allocated, c->bytes, c->peak,
                                     c->cap, c->keep_all};
   pthread_mutex_unlock(&c->mutex);
 }
 
-ferry_status ferry__block_cache_follow(ferry__block_cache *c, size_t last, size_t first) {
-  if (last >= c->num_blocks || c->info[last].continues || (first != NO_BLOCK && first >= c->num_blocks))
-    return ferry__fail(FERRY_EINVAL, "shards: block %zu cannot be followed by block %zu: not an object's last block, "
-                       "or no block", last, first);
-  pthread_mutex_lock(&c->mutex);
-  c->follow[last] = first;
-  pthread_mutex_unlock(&c->mutex);
-  return FERRY_OK;
-}
-
-/* Kept blocks count their members again: their first read in the pass asks for the
- * next block, as a fresh block's does. The previous pass's last readers may still be
- * taking counts off; with every block kept a count frees nothing, so that costs at most
- * a read-ahead asked for a block already resident. */
-void ferry__block_cache_begin_pass(ferry__block_cache *c) {
+/* Kept blocks count their members again, as a fresh block's. The previous pass's last
+ * readers may still be taking counts off; with every block kept a count frees nothing. */
+ferry_status ferry__block_cache_begin_pass(ferry__block_cache *c, const size_t *plan, size_t n) {
+  size_t bad = n > c->num_blocks ? n : 0;
+  for (size_t i = 0; !bad && i < n; i++)
+    if (plan[i] >= c->num_blocks) bad = i + 1;
   pthread_mutex_lock(&c->mutex);
   c->pass++;
   if (c->keep_all)
     for (block *b = c->resident; b; b = b->next)
       if (b->data) b->remaining = c->info[b->number].members;
+  c->plan_len = bad ? 0 : n;
+  if (c->plan_len) memcpy(c->plan, plan, n * sizeof *plan);
+  c->plan_at = 0;
+  pthread_cond_broadcast(&c->room);
   pthread_mutex_unlock(&c->mutex);
+  if (n > c->num_blocks)
+    return ferry__fail(FERRY_EINVAL, "shards: a plan of %zu blocks for a cache of %zu", n, c->num_blocks);
+  if (bad)
+    return ferry__fail(FERRY_EINVAL, "shards: the plan's block %zu is not one of the cache's %zu", plan[bad - 1],
+                       c->num_blocks);
+  return FERRY_OK;
 }
 
 void ferry__block_cache_close(ferry__block_cache *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mutex);
   atomic_store(&c->closing, 1);
-  pthread_cond_signal(&c->queued);
   pthread_cond_broadcast(&c->room);
   pthread_mutex_unlock(&c->mutex);
   if (c->ahead_started) pthread_join(c->ahead, NULL);
-  free_list(c->resident);  /* blocks still queued too: they are resident, not fetched */
+  free_list(c->resident);
   while (c->num_spares > 0) ferry__free(c->spares[--c->num_spares]);
   pthread_cond_destroy(&c->room);
-  pthread_cond_destroy(&c->queued);
   pthread_cond_destroy(&c->fetched);
   pthread_mutex_destroy(&c->mutex);
   ferry__free(c->slots);
   ferry__free(c->info);
-  ferry__free(c->follow);
+  ferry__free(c->plan);
   ferry__free(c->fetched_pass);
   ferry__free(c);
 }

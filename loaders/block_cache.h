@@ -1,7 +1,8 @@
 /* loaders/block_cache.h - blocks of remote shards shared by the workers, each fetched
  * once and freed when its last member has been read (or kept, when all of them fit),
- * read ahead in runs of one request (internal; used by shard_source.c, tested on its
- * own by tests/loaders/test_block_cache.c).
+ * read ahead in the order the readers will need them, in runs of one request
+ * (internal; used by shard_source.c, tested on its own by
+ * tests/loaders/test_block_cache.c).
  *
  * A block is a numbered byte range the caller knows how to fetch (shard_source.c: a
  * ranged GET of a shard at a URL). The cache knows no shard, URL or tar: it is given,
@@ -28,34 +29,36 @@
  *     FERRY_EAGAIN, and the caller reads the bytes itself.
  *   - A failed fetch removes the block being filled and wakes its waiters, who may
  *     fetch it themselves; the failing reader gets the fetch's status and message.
- *   - Read-ahead: the first read of a block asks for the next block of its object to
- *     be fetched by the cache's own thread (ferry-ahead) when it is not resident and
- *     fits under the read-ahead's cap (the cap, or less: room kept for readers, so that
- *     a reader that needs a block the read-ahead has not reached finds room without
- *     evicting a block still being read) without evicting anything; a reader that needs it before that
- *     fetch has begun fetches it itself. The thread's fetch is a run: one request from
- *     that block to the end of its object (or to its last block with a member), whose
- *     bytes fill the block and then the blocks after it, each published to its readers
- *     as soon as it is full. Before it fills the next block the run claims it, under
- *     the same rule (it fits without evicting anything, waiting up to room_wait_ms for
- *     readers to free room); the run ends, its request cut, at a block it cannot claim,
- *     at a block already resident or fetched by a reader, at one with no member, at the
- *     object's end and at close. One request per run rather than per block: an object
- *     store's per-request cost (latency, and a server that reads the whole object for
- *     every range) is paid once for the blocks read ahead. A failed run leaves the blocks
- *     it published; the block it was filling is removed, and its readers fetch it again
- *     and see the error.
+ *   - Read-ahead: each pass comes with a plan (begin_pass): the blocks in the order the
+ *     readers will first need them (shard_source.c draws it from the epoch's order).
+ *     The cache's own thread (ferry-ahead) walks it, and fetches each planned block
+ *     that is not resident and was not fetched in the pass, when it fits under the
+ *     read-ahead's cap (the cap, or less: room kept for readers, so that a reader that
+ *     needs a block the read-ahead has not reached finds room without evicting a block
+ *     still being read) without evicting anything; when it does not fit yet, the
+ *     thread waits for readers to free room, with no request open. Its fetch is a run:
+ *     one request from that block to the end of its object (or to its last block with
+ *     a member), whose bytes fill the block and then the blocks after it, each
+ *     published to its readers as soon as it is full. Before it fills the next block
+ *     the run claims it, under the same rule (it fits without evicting anything,
+ *     waiting up to room_wait_ms for readers to free room, as its request is open);
+ *     the run ends, its request cut, at a block it cannot claim, at a block already
+ *     resident or fetched by a reader, at one with no member, at the object's end and
+ *     at close, and the thread goes on with the plan. One request per run rather than
+ *     per block: an object store's per-request cost (latency, and a server that reads
+ *     the whole object for every range) is paid once for the blocks read ahead. In the
+ *     plan's order, the room goes to the blocks needed first: a block needed later
+ *     never takes the room of one needed sooner, which a reader would then fetch
+ *     itself, evicting the later one to make room. A reader that needs the block a run
+ *     will fill next waits for the run rather than fetch it itself (a second request,
+ *     and the run cut there); one that needs a block no fetch has claimed fetches it
+ *     itself. A failed run leaves the blocks it published; the block it was filling is
+ *     removed, and its readers fetch it again and see the error.
  *   - Passes: read-ahead never fetches a block already fetched in the current pass
  *     (an epoch: ferry__block_cache_begin_pass). Readers have been there: a block
  *     fetched and gone was read through (or evicted, and a reader still needing it
  *     fetches it itself), so a run that falls behind the readers, who fetch what
  *     they reach first, ends rather than fetch again what they have finished.
- *   - Across objects: the caller may say which object readers go to after one
- *     (ferry__block_cache_follow: its last block, the next one's first). Read-ahead
- *     then treats that first block as the last block's next: its first read asks for
- *     it, and a run that fills the last block goes on to it with a request of its own,
- *     under the same claim rule, so that a chain of runs stays ahead of the readers
- *     from one object into the next.
  *   - Memory: the resident blocks, at most the cap, and at most two buffers of the
  *     longest block's length kept, beyond it, for the next blocks (a fresh buffer costs
  *     a page fault and a zeroed page per 4 KiB).
@@ -109,23 +112,22 @@ typedef struct ferry__block_cache_config {
  * only by their readers, one request each). */
 ferry_status ferry__block_cache_open(const ferry__block_cache_config *config, ferry__block_cache **out);
 /* Bytes [from, from + len) of block `block` into dst, counting one member of that
- * block read; when it is the block's first, the next block is read ahead.
- * FERRY_EAGAIN (no message) when the block cannot be held (the cap, or no memory):
- * read the bytes another way. Thread-safe. */
+ * block read. FERRY_EAGAIN (no message) when the block cannot be held (the cap, or no
+ * memory): read the bytes another way. Thread-safe. */
 ferry_status ferry__block_cache_copy(ferry__block_cache *c, size_t block, size_t from, size_t len, void *dst);
-/* Readers go on from the object whose last block is `last` (its `continues` is 0) to
- * the object whose first block is `first`; first SIZE_MAX: to none known. Replaces what
- * was said of `last` before. FERRY_EINVAL (with a message) when `last` is not an
- * object's last block or `first` is no block. Thread-safe. */
-ferry_status ferry__block_cache_follow(ferry__block_cache *c, size_t last, size_t first);
-/* The readers begin another pass over the blocks (the next epoch): read-ahead may
- * fetch again what was fetched before. Thread-safe. */
-void ferry__block_cache_begin_pass(ferry__block_cache *c);
+/* The readers begin a pass over the blocks (an epoch; the first too: before it nothing
+ * is read ahead), reading them first in the order of `plan` (n blocks, each at most
+ * once; the read-ahead fetches those, in that order, and no other). Read-ahead may
+ * fetch again what was fetched in the passes before. FERRY_EINVAL (with a message)
+ * when a planned block is not one of the cache's, or n exceeds their number: the pass
+ * begins with nothing to read ahead. Thread-safe. */
+ferry_status ferry__block_cache_begin_pass(ferry__block_cache *c, const size_t *plan, size_t n);
 /* After the readers are gone; ends the read-ahead thread's run and stops it. */
 void ferry__block_cache_close(ferry__block_cache *c);
 
 typedef struct ferry__block_cache_stats {
   uint64_t fetches;        /* requests made (failed ones too): a run is one */
+  uint64_t reader_fetches; /* of those, a reader's own, for the block it needed (not read ahead) */
   uint64_t blocks_fetched; /* blocks filled by them */
   uint64_t evictions;      /* blocks evicted with members still to read */
   uint64_t buffers_allocated; /* block buffers allocated: the rest were kept ones, reused */

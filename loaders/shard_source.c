@@ -6,12 +6,12 @@
  * cache (block_cache.h). Workers read local members with pread at the member's
  * offset. A member of a shard at a URL is copied out of the shard's blocks (fixed-size
  * byte ranges, aligned at multiples of the block size, shared by the workers, freed once
- * their members are read; a block a worker needs is one ranged GET, and the blocks after
- * it are read ahead by one ranged GET to the shard's end, cut where the cache's room
- * ends: block_cache.h) when the
- * loader reads neighbours together (plan_reads: the shard order, or shuffle off on one
- * rank); otherwise, or when the member is larger than a block, or the cache has no
- * room, it is one ranged GET of the member's bytes through the set's client
+ * their members are read; blocks are read ahead in the order the epoch's samples first
+ * need them, by one ranged GET from a block to its shard's end, cut where the cache's
+ * room ends, and a block a worker needs before that is one ranged GET: block_cache.h)
+ * when the loader reads neighbours together (plan_reads: the shard order, or shuffle
+ * off on one rank); otherwise, or when the member is larger than a block, or the cache
+ * has no room, it is one ranged GET of the member's bytes through the set's client
  * (lib/remote.h: a handle per request from its pool, retried from the byte it stopped
  * at). Sizes are learnt at open from each image's header (ferry_image_probe), which is
  * why the loader, not coco/, opens shards.
@@ -45,7 +45,8 @@ typedef struct shard_source {
   ferry__block_cache *cache;
   size_t block_bytes;
   size_t *first_block;       /* [num_shards + 1] */
-  uint8_t *shard_seen;       /* [num_shards]: plan_epoch's scratch (the coordinator's thread alone) */
+  size_t *plan;              /* [blocks]: plan_epoch's scratch (the coordinator's thread alone) */
+  uint8_t *block_seen;       /* [blocks]: the same */
 } shard_source;
 
 /* Blocks: 4 MiB by default (FERRY_REMOTE_BLOCK_BYTES): a ranged GET's latency on an
@@ -91,6 +92,13 @@ static ferry_status read_remote(const shard_source *s, const ferry__shard_sample
 
 static int through_blocks(const shard_source *s, const ferry__shard_sample *r) {
   return !r->problem && r->size > 0 && r->size <= s->block_bytes;
+}
+
+/* The blocks a member read through blocks lies in: *first .. *last (one, or two when
+ * it crosses a boundary). */
+static void member_blocks(const shard_source *s, const ferry__shard_sample *r, size_t *first, size_t *last) {
+  *first = s->first_block[r->shard] + (size_t)(r->offset / s->block_bytes);
+  *last = s->first_block[r->shard] + (size_t)((r->offset + r->size - 1) / s->block_bytes);
 }
 
 /* The member's bytes out of the blocks it lies in (one, or two when it crosses a
@@ -145,7 +153,8 @@ static void close_source(ferry__image_source *self) {
   ferry__free(s->shard_samples);
   ferry__block_cache_close(s->cache);
   ferry__free(s->first_block);
-  ferry__free(s->shard_seen);
+  ferry__free(s->plan);
+  ferry__free(s->block_seen);
   ferry__shard_set_free(s->set);
   ferry__free(s);
 }
@@ -248,8 +257,9 @@ static ferry_status lay_out_blocks(shard_source *s, ferry__block_info **info) {
   for (size_t i = 0; st == FERRY_OK && i < s->set->num_samples; i++) {
     const ferry__shard_sample *r = &s->set->samples[i];
     if (!through_blocks(s, r)) continue;
-    uint64_t k = r->offset / s->block_bytes, last = (r->offset + r->size - 1) / s->block_bytes;
-    for (; k <= last; k++) (*info)[s->first_block[r->shard] + k].members++;
+    size_t k, last;
+    member_blocks(s, r, &k, &last);
+    for (; k <= last; k++) (*info)[k].members++;
   }
   ferry__free(ends);
   return st;
@@ -285,7 +295,7 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
   s->block_bytes = (size_t)ferry__remote_env_long("FERRY_REMOTE_BLOCK_BYTES", BLOCK_BYTES_DEFAULT, BLOCK_BYTES_MIN,
                                                   BLOCK_BYTES_MAX);
   size_t cap = cache_cap(s, buffer, workers);
-  if (cap == 0) return FERRY_OK;  /* blocks turned off: a GET per member */
+  if (cap < s->block_bytes) return FERRY_OK;  /* blocks turned off (0), or none fits: a GET per member */
   ferry__block_info *info = NULL;
   ferry_status st = lay_out_blocks(s, &info);
   ferry__block_cache_config config = {
@@ -297,33 +307,37 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
       .ctx = s,
       .ahead_cap_bytes = ahead_cap(s, cap, workers),
       .keep_if_all_fit = 1};
-  if (st == FERRY_OK && !(s->shard_seen = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, 1)))
-    st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu shards", s->set->num_shards);
+  size_t blocks = config.num_blocks ? config.num_blocks : 1;
+  if (st == FERRY_OK && (!(s->plan = ferry__malloc(blocks * sizeof *s->plan)) || !(s->block_seen = ferry__malloc(blocks))))
+    st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu blocks", config.num_blocks);
   if (st == FERRY_OK) st = ferry__block_cache_open(&config, &s->cache);
   ferry__free(info);
   return st;
 }
 
-/* image_source.h's plan_epoch: a new pass of the cache (block_cache.h), and the shards
- * with blocks in the order their samples first come in the epoch, each said to follow
- * the one before, so that the read-ahead goes on from a shard's end into the next
- * one's start. The shuffle buffer moves a sample at most buffer - 1 positions, so this
- * is the order the readers reach the shards in; shards read at once (a buffer larger
- * than a shard) are read ahead in it too, as far as the cache's room goes. Runs on
- * the coordinator's thread, under the loader's lock: O(samples) once an epoch. */
+/* image_source.h's plan_epoch: a new pass of the cache (block_cache.h), planned as the
+ * blocks in the order the epoch's samples first need them, which is the order the
+ * read-ahead fetches them in: with the shuffle buffer, the blocks of the shards around
+ * the readers' place, a block needed sooner before one needed later, and from one
+ * shard's end into the next one's start. Runs on the coordinator's thread, under the
+ * loader's lock: O(samples) once an epoch. */
 static void plan_epoch(ferry__image_source *self, const size_t *order, size_t n) {
   shard_source *s = (shard_source *)self;
   if (!s->cache) return;
-  ferry__block_cache_begin_pass(s->cache);
-  memset(s->shard_seen, 0, s->set->num_shards);
-  size_t prev = SIZE_MAX;
-  for (size_t i = 0; i < n; i++) {
-    size_t shard = s->set->samples[order[i]].shard;
-    if (s->shard_seen[shard] || s->first_block[shard] == s->first_block[shard + 1]) continue;  /* no blocks */
-    s->shard_seen[shard] = 1;
-    if (prev != SIZE_MAX) (void)ferry__block_cache_follow(s->cache, s->first_block[prev + 1] - 1, s->first_block[shard]);
-    prev = shard;
+  size_t blocks = s->first_block[s->set->num_shards], planned = 0;
+  memset(s->block_seen, 0, blocks);
+  for (size_t i = 0; i < n && planned < blocks; i++) {
+    const ferry__shard_sample *r = &s->set->samples[order[i]];
+    if (!through_blocks(s, r)) continue;
+    size_t k, last;
+    member_blocks(s, r, &k, &last);
+    for (; k <= last; k++)
+      if (!s->block_seen[k]) {
+        s->block_seen[k] = 1;
+        s->plan[planned++] = k;
+      }
   }
+  (void)ferry__block_cache_begin_pass(s->cache, s->plan, planned);  /* advice: the blocks are the cache's */
 }
 
 ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,

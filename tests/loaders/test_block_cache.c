@@ -1,18 +1,21 @@
 /* tests/loaders/test_block_cache.c - the block cache of remote shards
  * (loaders/block_cache.c) on its own, with a fetch function that makes each block's
  * bytes from its number, hands them in small pieces as a network would, and counts
- * requests (by the block they start at) and blocks filled: a block is fetched once
- * while its members are read, freed when the last is, fetched again after; the cap
- * evicts the least recently used block and refuses (FERRY_EAGAIN) what cannot fit (the
- * read-ahead stopping short of it by the room kept for readers), but
- * never a block its fetcher has yet to copy from; a failed fetch leaves nothing behind; the first read of a block reads the blocks after
- * it ahead in one request, never evicting for them nor for a block with no member to
- * read, waiting for room a bounded time (one request carrying more than the cap as
- * readers free room), keeping what it filled when it fails, ending at close, and going
- * on into the object said to follow (ferry__block_cache_follow), never fetching a block
- * twice in a pass; blocks that all fit under the read-ahead's cap kept across passes when
- * the caller allows it, and freed as ever when they do not; many threads reading the same
- * blocks fetch each once (and, under TSan, race on nothing). */
+ * requests (by the block they start at, and in which order) and blocks filled: a block
+ * is fetched once while its members are read, freed when the last is, fetched again
+ * after; the cap evicts the least recently used block and refuses (FERRY_EAGAIN) what
+ * cannot fit (the read-ahead stopping short of it by the room kept for readers), but
+ * never a block its fetcher has yet to copy from; a failed fetch leaves nothing behind;
+ * the read-ahead fetches a pass's plan in its order, the blocks after each planned one
+ * in one request, never evicting for them nor for a block with no member to read,
+ * waiting for room a bounded time inside a request (one request carrying more than the
+ * cap as readers free room) and as long as it takes between requests, passing over
+ * what it failed in, ending at close, going from one object into the next, never
+ * fetching a block twice in a pass; a reader that needs the block a run fills next
+ * waits for it; blocks that all fit under the read-ahead's cap kept across passes when
+ * the caller allows it, and freed as ever when they do not; many threads reading the
+ * same blocks, with and without the read-ahead, fetch each once (and, under TSan, race
+ * on nothing). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -33,6 +36,10 @@ typedef struct source {
   atomic_int requests[MAX_BLOCKS];   /* requests starting at the block */
   atomic_int filled[MAX_BLOCKS];     /* times the block's last byte was handed */
   atomic_int fail_next[MAX_BLOCKS];  /* that many requests reaching the block fail in its middle */
+  atomic_int seq, order[MAX_BLOCKS]; /* order[b]: the last request starting at b was the seq-th */
+  atomic_int stopped[MAX_BLOCKS];    /* times the sink ended a request after bytes of the block */
+  atomic_int hold;                   /* block + 1: a request waits before the block's last piece */
+  atomic_int holding, release;       /* ... says it waits there; goes on once released */
   /* at the end of a request for block 0: a read of block 1 through this cache, as another
    * reader's, between the publication of block 0 and its fetcher's own copy */
   ferry__block_cache *nested;
@@ -51,6 +58,7 @@ static ferry_status fetch(void *ctx, size_t first, size_t len, ferry__block_sink
     return st;
   }
   atomic_fetch_add(&s->requests[first], 1);
+  atomic_store(&s->order[first], atomic_fetch_add(&s->seq, 1) + 1);
   for (int i = 0; i < 4; i++) sched_yield();  /* a window for other readers to arrive */
   uint8_t piece[PIECE];
   size_t at = 0;
@@ -65,10 +73,17 @@ static ferry_status fetch(void *ctx, size_t first, size_t len, ferry__block_sink
       }
       size_t n = 0;
       while (n < PIECE && i < blen && at + n < len) piece[n++] = byte_of(b, i++);
+      if (i == blen && atomic_load(&s->hold) == (int)b + 1) {
+        atomic_store(&s->holding, 1);
+        while (!atomic_load(&s->release)) nanosleep(&(struct timespec){0, 1000000}, NULL);
+      }
       if (i == blen) atomic_fetch_add(&s->filled[b], 1);
       int enough = sink(sink_ctx, at, piece, n);
       at += n;
-      if (enough) return FERRY_OK;
+      if (enough) {
+        atomic_fetch_add(&s->stopped[b], 1);
+        return FERRY_OK;
+      }
     }
   }
   return FERRY_OK;
@@ -119,6 +134,11 @@ static ferry__block_cache_stats stats_of(ferry__block_cache *c) {
 
 #define LENS(...) ((const size_t[]){__VA_ARGS__})
 #define MEMBERS(...) ((const uint32_t[]){__VA_ARGS__})
+#define PLAN(...) (const size_t[]){__VA_ARGS__}, sizeof((const size_t[]){__VA_ARGS__}) / sizeof(size_t)
+
+/* A pass planned as the blocks listed, in their order. */
+#define BEGIN_PASS(c, ...) cr_assert_eq(ferry__block_cache_begin_pass((c), PLAN(__VA_ARGS__)), FERRY_OK, "%s", \
+                                        ferry_last_error())
 
 Test(block_cache, a_block_is_fetched_once_for_its_members_and_freed_after_the_last) {
   static source src;
@@ -188,39 +208,84 @@ static int wait_for(atomic_int *count, int at_least) {
   return atomic_load(count) >= at_least;
 }
 
-Test(block_cache, the_first_read_of_a_block_reads_the_next_ahead_without_evicting) {
+Test(block_cache, read_ahead_fetches_the_plan_without_evicting_and_goes_on_when_there_is_room) {
   static source src;
   ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(2, 2, 2), 1, 200, 0);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
-  /* the run from block 1 finds no room for block 2 without evicting block 0 (its
-   * second member still to come), and no wait is allowed: it ends there */
-  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.requests[1]), 1, "the reader found block 1 read ahead");
-  cr_expect_eq(stats_of(c).resident_bytes, 200u);
-  cr_assert_eq(copy_checked(c, 1, 10, 10), FERRY_OK);
-  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
-  ferry__block_cache_stats s = stats_of(c);
-  cr_expect_eq(s.fetches, 2u);
-  cr_expect_eq(s.resident_bytes, 0u, "blocks 0 and 1 read through: freed");
-  ferry__block_cache_close(c);
+  BEGIN_PASS(c, 0, 1, 2);
+  /* the run fills blocks 0 and 1, finds no room for block 2 without evicting one of
+   * them (their members still to come), and no wait is allowed: it ends there */
+  cr_assert(wait_for(&src.stopped[1], 1), "the run did not end after block 1");
   cr_expect_eq(atomic_load(&src.filled[2]), 0);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.reader_fetches, 0u, "the readers found blocks 0 and 1 read ahead");
+  cr_expect_eq(s.resident_bytes, 200u);
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* block 0 read through: room */
+  cr_assert(wait_for(&src.filled[2], 1), "block 2 was not read ahead once there was room for it");
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
+  s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "the run of blocks 0-1 and one of block 2");
+  cr_expect_eq(atomic_load(&src.requests[2]), 1);
+  cr_expect_eq(s.reader_fetches, 0u);
+  cr_expect_eq(s.evictions, 0u);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, read_ahead_fetches_the_plan_in_its_order) {
+  static source src;
+  /* three objects of one block each, planned 2, 0, 1: one request each, in that order */
+  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(1, 1, 1), 0, 1000, 0);
+  BEGIN_PASS(c, 2, 0, 1);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  cr_expect_eq(atomic_load(&src.order[2]), 1);
+  cr_expect_eq(atomic_load(&src.order[0]), 2);
+  cr_expect_eq(atomic_load(&src.order[1]), 3);
+  for (size_t b = 0; b < 3; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(stats_of(c).reader_fetches, 0u);
+  ferry__block_cache_close(c);
+}
+
+Test(block_cache, a_block_needed_later_never_takes_the_room_of_one_needed_sooner) {
+  static source src;
+  /* room for two blocks: planned 3, 1, then 0 and 2, which wait for room (block 3, two
+   * members, stays after its first read) */
+  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 2), 0, 200, 0);
+  BEGIN_PASS(c, 3, 1, 0, 2);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  cr_assert_eq(copy_checked(c, 3, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.filled[0]) + atomic_load(&src.filled[2]), 0, "a block planned later took the room");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);  /* block 1 read through: room for block 0 */
+  cr_assert(wait_for(&src.filled[0], 1), "block 0 was not read ahead once there was room for it");
+  cr_expect_eq(atomic_load(&src.filled[2]), 0, "block 2 before block 0");
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[2], 1), "block 2 was not read ahead once there was room for it");
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 3, 10, 10), FERRY_OK);
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.reader_fetches, 0u);
+  cr_expect_eq(s.evictions, 0u);
+  cr_expect(s.peak_bytes <= 200, "peak %zu", s.peak_bytes);
+  ferry__block_cache_close(c);
 }
 
 Test(block_cache, read_ahead_leaves_the_room_kept_for_readers) {
   static source src;
   make_source(&src, 3, LENS(100, 100, 100), MEMBERS(2, 1, 1), 1);
   ferry__block_cache *c = open_config(&src, 300, 0, 200);  /* read-ahead kept to 200 of the 300 bytes */
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* block 0 stays: its second member is to come */
+  BEGIN_PASS(c, 0, 1, 2);
   cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
+  /* the reader of block 2 waits for the run, which has no room for it: it fetches it */
   cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
   ferry__block_cache_stats s = stats_of(c);
-  cr_expect_eq(atomic_load(&src.requests[2]), 1, "block 2 was the reader's own request");
+  cr_expect_eq(atomic_load(&src.requests[2]), 1, "block 2 was not the reader's own request");
+  cr_expect_eq(s.reader_fetches, 1u);
   cr_expect_eq(s.evictions, 0u, "the reader found the room the read-ahead left");
   cr_expect_eq(s.peak_bytes, 300u);
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
   cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
   cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
-  cr_expect_eq(stats_of(c).fetches, 3u);
+  cr_expect_eq(stats_of(c).fetches, 2u);
   ferry__block_cache_close(c);
 }
 
@@ -228,30 +293,39 @@ Test(block_cache, a_block_with_no_member_to_read_is_not_read_ahead) {
   static source src;
   /* block 1 lies inside a member too large for blocks (read by a GET of its own) */
   ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(1, 0, 1), 1, 1000, 0);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  /* asked ahead, it would be resident from the ask on (queued or being fetched) */
-  cr_expect_eq(stats_of(c).resident_bytes, 0u, "block 1 was asked for ahead");
+  BEGIN_PASS(c, 0, 1, 2);
+  cr_assert(wait_for(&src.filled[2], 1), "block 2 was not read ahead");
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "a run of block 0 that stops before block 1, and one of block 2");
+  cr_expect_eq(s.resident_bytes, 200u);
   ferry__block_cache_close(c);
   cr_expect_eq(atomic_load(&src.requests[1]), 0);
+  cr_expect_eq(atomic_load(&src.filled[1]), 0);
 }
 
-Test(block_cache, a_failed_read_ahead_is_fetched_again_by_its_reader) {
+Test(block_cache, a_block_a_run_failed_in_is_passed_over_and_fetched_by_its_reader) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 2, LENS(100, 100), MEMBERS(1, 1), 1, 1000, 0);
-  atomic_store(&src.fail_next[1], 1);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.requests[1], 1), "block 1 was not read ahead");
-  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK, "%s", ferry_last_error());
-  cr_expect_eq(atomic_load(&src.requests[1]), 2);
+  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1, 1000, 0);
+  atomic_store(&src.fail_next[2], 1);
+  BEGIN_PASS(c, 0, 1, 2, 3);
+  cr_assert(wait_for(&src.filled[3], 1), "the read-ahead did not go on after the failed block");
+  for (size_t b = 0; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.requests[0]), 1);
+  cr_expect_eq(atomic_load(&src.requests[1]), 0, "block 1 kept from the run");
+  cr_expect_eq(atomic_load(&src.requests[2]), 1, "the block the run failed in: its reader's own request");
+  cr_expect_eq(atomic_load(&src.requests[3]), 1, "block 3: a run of its own");
+  cr_expect_eq(stats_of(c).reader_fetches, 1u);
   ferry__block_cache_close(c);
 }
 
-/* Block 0 read, then, once the read-ahead has filled block n - 1, blocks 1 .. n - 1
- * (`len` bytes of each): the cache's counts after. */
+/* Once the read-ahead has filled block n - 1 of the plan 0 .. n - 1, blocks 0 .. n - 1
+ * read (`len` bytes of each): the cache's counts after. */
 static ferry__block_cache_stats read_ahead_of_readers(ferry__block_cache *c, source *src, size_t n, size_t len) {
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src->filled[n - 1], 1), "block %zu was not read ahead before any read after block 0", n - 1);
-  for (size_t b = 1; b < n; b++) cr_assert_eq(copy_checked(c, b, 0, len), FERRY_OK, "%s", ferry_last_error());
+  size_t plan[MAX_BLOCKS];
+  for (size_t b = 0; b < n; b++) plan[b] = b;
+  cr_assert_eq(ferry__block_cache_begin_pass(c, plan, n), FERRY_OK, "%s", ferry_last_error());
+  cr_assert(wait_for(&src->filled[n - 1], 1), "block %zu was not read ahead", n - 1);
+  for (size_t b = 0; b < n; b++) cr_assert_eq(copy_checked(c, b, 0, len), FERRY_OK, "%s", ferry_last_error());
   return stats_of(c);
 }
 
@@ -259,10 +333,41 @@ Test(block_cache, the_blocks_after_are_read_ahead_in_one_request) {
   static source src;
   ferry__block_cache *c = open_cache(&src, 6, LENS(100, 100, 100, 100, 100, 60), MEMBERS(1, 1, 1, 1, 1, 1), 1, 1000, 0);
   ferry__block_cache_stats s = read_ahead_of_readers(c, &src, 6, 50);
-  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run");
-  cr_expect_eq(atomic_load(&src.requests[1]), 1);
+  cr_expect_eq(s.fetches, 1u, "one run");
+  cr_expect_eq(s.reader_fetches, 0u);
   cr_expect_eq(s.blocks_fetched, 6u);
   cr_expect_eq(s.resident_bytes, 0u);
+  ferry__block_cache_close(c);
+}
+
+typedef struct nested_read {
+  ferry__block_cache *c;
+  ferry_status st;
+} nested_read;
+
+static void *read_block_1(void *arg) {
+  nested_read *r = arg;
+  r->st = copy_checked(r->c, 1, 0, 10);
+  return NULL;
+}
+
+Test(block_cache, a_reader_of_the_block_a_run_fills_next_waits_for_it) {
+  static source src;
+  ferry__block_cache *c = open_cache(&src, 2, LENS(100, 100), MEMBERS(1, 1), 1, 1000, 0);
+  atomic_store(&src.hold, 1);  /* the run waits before block 0's last piece */
+  BEGIN_PASS(c, 0, 1);
+  cr_assert(wait_for(&src.holding, 1), "the run did not begin");
+  pthread_t t;
+  nested_read r = {c, FERRY_EAGAIN};
+  cr_assert_eq(pthread_create(&t, NULL, read_block_1, &r), 0);
+  nanosleep(&(struct timespec){0, 50000000}, NULL);  /* time for a reader that would not wait to fetch */
+  atomic_store(&src.release, 1);
+  pthread_join(t, NULL);
+  cr_expect_eq(r.st, FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(atomic_load(&src.requests[1]), 0, "the reader fetched the block the run was about to fill");
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 1u);
+  cr_expect_eq(s.reader_fetches, 0u);
   ferry__block_cache_close(c);
 }
 
@@ -276,12 +381,13 @@ Test(block_cache, a_freed_block_s_buffer_is_reused_by_the_next) {
   ferry__block_cache_close(c);
 }
 
-/* Block 0 (two members) stays resident after its first read, so a run from block 1
- * under a cap of 300 fills 1 and 2 and then needs room for 3. */
+/* Under a cap of 300, block 0 (two members) and blocks 1-2 read ahead by one run,
+ * which then needs room for block 3 (the plan 0-3). */
 static ferry__block_cache *run_short_of_room(source *src, long room_wait_ms) {
   ferry__block_cache *c = open_cache(src, 4, LENS(100, 100, 100, 100), MEMBERS(2, 1, 1, 1), 1, 300, room_wait_ms);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  BEGIN_PASS(c, 0, 1, 2, 3);
   cr_assert(wait_for(&src->filled[2], 1), "block 2 was not read ahead");
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* block 0 stays: its second member is to come */
   return c;
 }
 
@@ -293,29 +399,34 @@ Test(block_cache, a_run_waits_for_room_and_goes_on_when_a_reader_frees_it) {
   cr_assert(wait_for(&src.filled[3], 1), "the run did not go on to block 3");
   for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK);
   ferry__block_cache_stats s = stats_of(c);
-  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run");
+  cr_expect_eq(s.fetches, 1u, "one run");
   cr_expect(s.peak_bytes <= 300, "peak %zu", s.peak_bytes);
   ferry__block_cache_close(c);
 }
 
-Test(block_cache, a_run_with_no_room_in_time_ends_and_its_reader_fetches_the_rest) {
+Test(block_cache, a_run_with_no_room_in_time_ends_and_the_next_begins_when_there_is_room) {
   static source src;
   ferry__block_cache *c = run_short_of_room(&src, 0);
-  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
+  cr_assert(wait_for(&src.stopped[2], 1), "the run did not end after block 2");
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* block 0 read through: room */
+  cr_assert(wait_for(&src.filled[3], 1), "block 3 was not read ahead once there was room for it");
   for (size_t b = 1; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.requests[3]), 1, "block 3 was not the reader's own request");
-  cr_expect_eq(atomic_load(&src.filled[3]), 1);
+  cr_expect_eq(atomic_load(&src.requests[3]), 1, "block 3: a request of its own");
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u);
+  cr_expect_eq(s.reader_fetches, 0u);
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, a_run_that_fails_keeps_the_blocks_it_filled) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1, 1000, 0);
+  ferry__block_cache *c = open_cache(&src, 3, LENS(100, 100, 100), MEMBERS(1, 1, 1), 1, 1000, 0);
   atomic_store(&src.fail_next[2], 1);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[1], 1) && wait_for(&src.requests[1], 1), "block 1 was not read ahead");
+  BEGIN_PASS(c, 0, 1, 2);
+  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
   cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.requests[1]), 1, "block 1 kept from the run");
+  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.requests[1]) + atomic_load(&src.requests[0]), 1, "blocks 0 and 1 kept from the run");
   cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
   cr_expect_eq(atomic_load(&src.requests[2]), 1, "the block the run failed in: its reader's own request");
   ferry__block_cache_close(c);
@@ -325,94 +436,88 @@ Test(block_cache, one_run_carries_more_than_the_cap_as_readers_free_room) {
   static source src;
   ferry__block_cache *c = open_cache(&src, 6, LENS(100, 100, 100, 100, 100, 100), MEMBERS(1, 1, 1, 1, 1, 1), 1, 300,
                                      60000);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);  /* read through at once: the run has the cap */
-  cr_assert(wait_for(&src.filled[3], 1), "blocks 1-3 were not read ahead");
-  /* each block read frees room for the next two: the run waits for it, then goes on
-   * (the reader, faster than a thread's wake-up here, waits to see it) */
-  for (size_t b = 1; b < 3; b++) {
+  BEGIN_PASS(c, 0, 1, 2, 3, 4, 5);
+  cr_assert(wait_for(&src.filled[2], 1), "blocks 0-2 were not read ahead");
+  /* each block read frees room for one more: the run waits for it, then goes on (the
+   * reader, faster than a thread's wake-up here, waits to see it) */
+  for (size_t b = 0; b < 3; b++) {
     cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
     cr_assert(wait_for(&src.filled[b + 3], 1), "block %zu was not read ahead when block %zu was freed", b + 3, b);
   }
   for (size_t b = 3; b < 6; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
   ferry__block_cache_stats s = stats_of(c);
-  cr_expect_eq(s.fetches, 2u, "block 0's own request and one run of 500 bytes under a cap of 300");
-  cr_expect_eq(atomic_load(&src.requests[4]), 0);
+  cr_expect_eq(s.fetches, 1u, "one run of 600 bytes under a cap of 300");
+  cr_expect_eq(s.reader_fetches, 0u);
   cr_expect(s.peak_bytes <= 300, "peak %zu", s.peak_bytes);
   ferry__block_cache_close(c);
 }
 
-/* Two objects of two 100-byte blocks each, {0, 1} and {2, 3}, one member in each block
- * but block 0 (`first_members`); readers go from the first to the second. */
-static ferry__block_cache *two_objects(source *src, uint32_t first_members, size_t cap) {
-  make_source(src, 4, LENS(100, 100, 100, 100), MEMBERS(first_members, 1, 1, 1), 1);
+/* Two objects of two 100-byte blocks each, {0, 1} and {2, 3}, one member in each block. */
+static ferry__block_cache *two_objects(source *src, size_t cap) {
+  make_source(src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1);
   src->info[1].continues = 0;
-  ferry__block_cache *c = open_config(src, cap, 0, 0);
-  cr_assert_eq(ferry__block_cache_follow(c, 1, 2), FERRY_OK, "%s", ferry_last_error());
-  return c;
+  return open_config(src, cap, 0, 0);
 }
 
-Test(block_cache, a_run_that_ends_its_object_goes_on_into_the_one_that_follows) {
+Test(block_cache, read_ahead_goes_from_one_object_into_the_next_in_the_plan_s_order) {
   static source src;
-  ferry__block_cache *c = two_objects(&src, 1, 1000);
-  ferry__block_cache_stats s = read_ahead_of_readers(c, &src, 4, 10);  /* the second object read ahead */
-  cr_expect_eq(s.fetches, 3u, "block 0's own request, the run of block 1, and one of blocks 2-3");
-  cr_expect_eq(atomic_load(&src.requests[2]), 1);
+  ferry__block_cache *c = two_objects(&src, 1000);
+  BEGIN_PASS(c, 2, 3, 0, 1);
+  cr_assert(wait_for(&src.filled[1], 1), "the second object planned was not read ahead");
+  cr_expect_eq(atomic_load(&src.order[2]), 1, "the object planned first was not fetched first");
+  cr_expect_eq(atomic_load(&src.order[0]), 2);
+  for (size_t b = 0; b < 4; b++) cr_assert_eq(copy_checked(c, b, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 2u, "a run of each object");
   cr_expect_eq(s.blocks_fetched, 4u);
+  cr_expect_eq(s.reader_fetches, 0u);
   ferry__block_cache_close(c);
 }
 
-Test(block_cache, the_first_read_of_an_object_s_last_block_reads_the_one_that_follows_ahead) {
+Test(block_cache, a_plan_names_the_cache_s_blocks) {
   static source src;
-  /* room for two blocks, and none to wait for: block 0 (two members) stays, so the run
-   * of block 1 cannot go on into block 2; the first read of block 1 asks for it */
-  ferry__block_cache *c = two_objects(&src, 2, 200);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
-  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);  /* block 0 read through: room */
-  cr_expect_eq(atomic_load(&src.requests[2]), 0, "block 2 was read with no room for it");
-  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[2], 1), "block 2 was not read ahead after block 1's first read");
-  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
-  cr_expect_eq(atomic_load(&src.requests[2]), 1, "the reader found block 2 read ahead");
-  ferry__block_cache_close(c);
-}
-
-Test(block_cache, follow_names_an_object_s_last_block_and_a_block) {
-  static source src;
-  ferry__block_cache *c = two_objects(&src, 1, 1000);
-  cr_expect_eq(ferry__block_cache_follow(c, 0, 2), FERRY_EINVAL, "block 0 is inside its object");
-  cr_expect(strstr(ferry_last_error(), "block 0") != NULL, "%s", ferry_last_error());
-  cr_expect_eq(ferry__block_cache_follow(c, 1, 4), FERRY_EINVAL, "there is no block 4");
-  cr_expect_eq(ferry__block_cache_follow(c, 4, 2), FERRY_EINVAL, "there is no block 4");
-  cr_expect_eq(ferry__block_cache_follow(c, 3, SIZE_MAX), FERRY_OK, "nothing follows the last object");
+  ferry__block_cache *c = two_objects(&src, 1000);
+  cr_expect_eq(ferry__block_cache_begin_pass(c, PLAN(0, 4)), FERRY_EINVAL, "there is no block 4");
+  cr_expect(strstr(ferry_last_error(), "block 4") != NULL, "%s", ferry_last_error());
+  cr_expect_eq(ferry__block_cache_begin_pass(c, PLAN(0, 1, 2, 3, 0)), FERRY_EINVAL, "five blocks of four");
+  cr_assert_eq(copy_checked(c, 3, 0, 10), FERRY_OK, "the pass began without a plan: %s", ferry_last_error());
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.fetches, 1u, "a refused plan was read ahead");
+  cr_expect_eq(s.reader_fetches, 1u);
   ferry__block_cache_close(c);
 }
 
 Test(block_cache, read_ahead_fetches_nothing_twice_in_a_pass) {
   static source src;
-  ferry__block_cache *c = open_cache(&src, 4, LENS(100, 100, 100, 100), MEMBERS(1, 1, 1, 1), 1, 1000, 0);
-  /* block 2 read through first (by a reader ahead of the others), then block 0: the run
-   * from block 1 ends at block 2 rather than fetch it again */
-  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[3], 1), "block 3 was not read ahead");
-  cr_assert_eq(copy_checked(c, 3, 0, 10), FERRY_OK);
-  cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
+  make_source(&src, 4, LENS(100, 100, 100, 100), MEMBERS(2, 1, 1, 1), 1);
+  ferry__block_cache *c = open_config(&src, 400, 60000, 200);  /* read-ahead holds two blocks */
+  BEGIN_PASS(c, 0, 1, 2, 3);
   cr_assert(wait_for(&src.filled[1], 1), "block 1 was not read ahead");
-  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
-  /* the next pass: the same reads fetch (and read ahead) every block again */
-  ferry__block_cache_begin_pass(c);
+  /* a reader ahead of the others: block 2 read through by its own request while the run
+   * waits for room for it; the run then ends there rather than fetch it again */
+  cr_assert_eq(copy_checked(c, 2, 0, 10), FERRY_OK, "%s", ferry_last_error());
+  cr_assert(wait_for(&src.stopped[1], 1), "the run did not end at block 2");
   cr_assert_eq(copy_checked(c, 0, 0, 10), FERRY_OK);
-  cr_assert(wait_for(&src.filled[3], 2), "the next pass read nothing ahead");
+  cr_assert_eq(copy_checked(c, 0, 10, 10), FERRY_OK);
+  cr_assert(wait_for(&src.filled[3], 1), "block 3 was not read ahead once there was room for it");
+  cr_assert_eq(copy_checked(c, 1, 0, 10), FERRY_OK);
+  cr_assert_eq(copy_checked(c, 3, 0, 10), FERRY_OK);
+  cr_expect_eq(atomic_load(&src.filled[2]), 1, "block 2 fetched twice in the pass");
+  cr_expect_eq(atomic_load(&src.requests[3]), 1, "block 3: a run of its own");
+  /* the next pass: every block fetched again, once */
+  BEGIN_PASS(c, 0, 1, 2, 3);
+  for (size_t b = 0; b < 4; b++)
+    for (size_t m = 0; m < src.info[b].members; m++)
+      cr_assert_eq(copy_checked(c, b, m * 10, 10), FERRY_OK, "%s", ferry_last_error());
   ferry__block_cache_close(c);
-  for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 2, "block %zu", b);
-  cr_expect_eq(atomic_load(&src.requests[1]), 2, "a run from block 1 in each pass");
+  for (size_t b = 0; b < 4; b++) cr_expect_eq(atomic_load(&src.filled[b]), 2, "block %zu: once a pass", b);
 }
 
-/* Two passes over 4 blocks of 100 bytes in one object (2 members each), every member
- * read; the cache's counts after. */
+/* Two passes over 4 blocks of 100 bytes in one object (2 members each), planned in
+ * order, every member read; the cache's counts after. */
 static ferry__block_cache_stats two_passes(ferry__block_cache *c, source *src, size_t resident_after_first[1]) {
   for (int pass = 0; pass < 2; pass++) {
-    if (pass) ferry__block_cache_begin_pass(c);
+    BEGIN_PASS(c, 0, 1, 2, 3);
     for (size_t b = 0; b < 4; b++)
       for (size_t m = 0; m < 2; m++) cr_assert_eq(copy_checked(c, b, m * 50, 50), FERRY_OK, "%s", ferry_last_error());
     if (!pass) resident_after_first[0] = stats_of(c).resident_bytes;
@@ -507,4 +612,32 @@ Test(block_cache, readers_at_once_fetch_each_block_once) {
   cr_expect_eq(s.evictions, 0u);
   cr_expect_eq(s.resident_bytes, 256u, "only block 0, one member short (the failed read), is left");
   ferry__block_cache_close(c);
+}
+
+Test(block_cache, readers_and_the_read_ahead_at_once_fetch_each_block_once) {
+  static source src;
+  size_t lens[BLOCKS], plan[BLOCKS];
+  uint32_t members[BLOCKS];
+  for (size_t b = 0; b < BLOCKS; b++) lens[b] = 256, members[b] = READERS, plan[b] = b;
+  /* the read-ahead has room for a quarter of the blocks: readers wait for its run, take
+   * blocks it has no room for, and free room as they go; the cap holds all, so that no
+   * block is evicted (the cap's test is above) */
+  make_source(&src, BLOCKS, lens, members, 1);
+  ferry__block_cache *c = open_config(&src, BLOCKS * 256, 1000, BLOCKS / 4 * 256);
+  cr_assert_eq(ferry__block_cache_begin_pass(c, plan, BLOCKS), FERRY_OK, "%s", ferry_last_error());
+  pthread_t threads[READERS];
+  reader readers[READERS];
+  for (int i = 0; i < READERS; i++) {
+    readers[i] = (reader){c, i, 0, 0};
+    cr_assert_eq(pthread_create(&threads[i], NULL, read_all, &readers[i]), 0);
+  }
+  for (int i = 0; i < READERS; i++) {
+    pthread_join(threads[i], NULL);
+    cr_expect_eq(readers[i].failures + readers[i].wrong, 0, "reader %d", i);
+  }
+  ferry__block_cache_stats s = stats_of(c);
+  cr_expect_eq(s.resident_bytes, 0u, "every block read through and freed");
+  cr_expect_eq(s.evictions, 0u);
+  ferry__block_cache_close(c);
+  for (size_t b = 0; b < BLOCKS; b++) cr_expect_eq(atomic_load(&src.filled[b]), 1, "block %zu", b);
 }
