@@ -396,9 +396,7 @@ static void *read_ahead_thread(void *arg) {
       pthread_cond_wait(&c->room, &c->mutex);
       continue;
     }
-    uint64_t pass = c->pass;
-    fetch_run(c, b, 0);
-    if (c->pass == pass && c->plan_at < c->plan_len && c->plan[c->plan_at] == number) c->plan_at++;
+    fetch_run(c, b, 0);  /* b published (resident), or failed and marked: next_planned passes it */
   }
   pthread_mutex_unlock(&c->mutex);
   return NULL;
