@@ -565,9 +565,10 @@ Test(block_cache, close_ends_a_run_waiting_for_room) {
 }
 
 /* Many readers, every one reading one member of each block in turn, as workers read
- * neighbouring samples, with the blocks read ahead: every block filled once (its
- * count reaches 0 only when all have read it), every byte right; the first fetch of
- * block 0 fails, which exactly one reader sees while the others fetch it again. */
+ * neighbouring samples, the readers' own fetches alone (no plan: nothing read ahead):
+ * every block filled once (its count reaches 0 only when all have read it), every byte
+ * right; the first fetch of block 0 fails, which exactly one reader sees while the
+ * others fetch it again. The case after it adds the read-ahead. */
 #define READERS 8
 #define BLOCKS 16
 typedef struct reader {
