@@ -12,12 +12,13 @@
 #     sample the transfer suite reads to DIR/data, and to DIR/lib every shared
 #     library that ldd lists for the test binaries, the repro programs, train_loop
 #     and libferry.so, except glibc's own, the driver (libcuda, libnvidia-*: those
-#     must be the node's) and anything ldd cannot find; then drops the object files
-#     and meson-private (the bundle is run, never rebuilt), checks under
+#     must be the node's) and anything ldd cannot find; then keeps of DIR/build only
+#     what the run step executes (the bundle is run, never rebuilt), checks under
 #     LD_LIBRARY_PATH=DIR/lib that every binary resolves each library to DIR or to
 #     glibc, and prints the bundle's size (it fails over 64 MiB: it must be carried).
 #     The Python package's sources and tests go to DIR/pkg (python/, include/,
-#     tools/ctypes_layout.py and docs/python.md, as python/tests expects them).
+#     tools/ctypes_layout.py, tests/common's Python modules and docs/python.md, as
+#     python/tests expects them).
 #
 #   repro/gpu_check.sh run DIR [LOG]     (there, from any path, any working directory)
 #     with LD_LIBRARY_PATH=DIR/lib, and FERRY_REQUIRE_CUDA=1 when nvidia-smi sees a
@@ -26,7 +27,8 @@
 #       1. every test of DIR/tests.txt (the lib and transfer suites: every CUDA test);
 #       1b. when the node's python3 has torch, pytest and numpy: python/tests (the
 #          package from DIR/pkg over the bundle's libferry.so), CUDA variants included
-#          (a python3 without them is reported, not counted as a failure);
+#          (a python3 without them is reported, not counted as a failure; tests whose
+#          other extras, pycocotools, moto or RF-DETR, are missing skip);
 #       2. cuda_peak_memory (table, and --json, which must have CUDA rows);
 #       3. synth_coco: a 1,000-image set (20 images without a GPU, as a smoke test);
 #       4. on a GPU: the training loop's exact resume (train_loop --device cuda
@@ -116,12 +118,30 @@ bundle_binaries() {
   find "$build/tests/lib" "$build/tests/transfer" -maxdepth 1 -type f -perm -u+x -name 'test_*'
   find "$build/tests/image" -maxdepth 1 -type f -perm -u+x \( -name 'test_resize_gpu' -o -name 'test_nvjpeg' \)
   local p
-  for p in repro/cuda_peak_memory repro/synth_coco repro/throughput docs/examples/train_loop; do
+  # coco_parity and ferry-coco: the Python tests' shard cases run them (step 1b)
+  for p in repro/cuda_peak_memory repro/synth_coco repro/throughput repro/coco_parity tools/ferry-coco \
+    docs/examples/train_loop; do
     echo "$build/$p"
   done
   [ -x "$build/repro/nvjpeg_parity" ] && echo "$build/repro/nvjpeg_parity"
-  return 0
   find "$build" -maxdepth 1 -name 'libferry.so*' -type f
+  return 0
+}
+
+# Everything else in the build tree goes: the run step executes only the binaries
+# above and what tests.txt names (test binaries of other suites, the loaders' generated
+# test data: about 17 MiB that kept the bundle over the 64 MiB a carry may hold). The
+# libferry.so links stay; they point at the library itself, which is kept.
+prune_build() {
+  local dir=$1 keep
+  keep=$(mktemp) || return 1
+  {
+    bundle_binaries "$dir/build"
+    grep -o '@DIR@/build/[^[:space:]]*' "$dir/tests.txt" | sed "s|^@DIR@|$dir|"
+  } | sort -u >"$keep"
+  find "$dir/build" -type f | sort | comm -23 - "$keep" | while read -r f; do rm -f "$f"; done
+  find "$dir/build" -depth -type d -empty -delete
+  rm -f "$keep"
 }
 
 # glibc's own libraries and the driver's: these must come from the node.
@@ -175,9 +195,10 @@ check_self_contained() {
 copy_python_package() {
   local dir=$1
   rm -rf "$dir/pkg"
-  mkdir -p "$dir/pkg/tools" "$dir/pkg/docs"
+  mkdir -p "$dir/pkg/tools" "$dir/pkg/docs" "$dir/pkg/tests/common"
   cp -r "$root/python" "$root/include" "$dir/pkg/"
   cp "$root/tools/ctypes_layout.py" "$dir/pkg/tools/"
+  cp "$root"/tests/common/*.py "$dir/pkg/tests/common/" # the RF-DETR reference test_augment replays
   cp "$root/docs/python.md" "$dir/pkg/docs/" # its training loop is one of the tests
   # the layout test compiles ferry/dlpack.h, and the node has no libdlpack-dev
   if [ -d /usr/include/dlpack ]; then cp -r /usr/include/dlpack "$dir/pkg/include/"; fi
@@ -196,10 +217,7 @@ bundle() {
   copy_test_data "$dir" || return 1
   copy_python_package "$dir" || return 1
   copy_libraries "$dir" || return 1
-  # Objects, static archives and meson's private state: only the build needed them.
-  find "$dir/build" -name '*.p' -type d -prune -exec rm -rf {} +
-  rm -rf "$dir/build/meson-private"
-  find "$dir/build" -name '*.a' -type f -delete
+  prune_build "$dir" || return 1
   check_self_contained "$dir" || return 1
   echo "bundle: $(wc -l <"$dir/tests.txt") tests in $dir/tests.txt, $(ls "$dir/lib" | wc -l) libraries in $dir/lib"
   local kib
@@ -300,6 +318,11 @@ sweep() {
 }
 
 # python/tests against the bundle's libferry.so, when this python3 can run them.
+# Torch is checked here, and FERRY_REQUIRE_CUDA (set on a GPU) fails a CUDA variant
+# that would skip; FERRY_REQUIRE_TORCH stays unset, because it fails every test whose
+# extra is missing too, and pycocotools, moto and RF-DETR (which ./run installs for
+# CI) cannot be installed on a node without a network: those tests skip, with -rs
+# saying which and why.
 python_tests() {
   local dir=$1 lib
   if ! python3 -c 'import torch, pytest, numpy' 2>/dev/null; then
@@ -308,8 +331,8 @@ python_tests() {
   fi
   lib=$(find "$dir/build/" -maxdepth 1 -name 'libferry.so*' -type f | head -n 1)
   step "python tests" env FERRY_LIB="$lib" PYTHONPATH="$dir/pkg/python" \
-    FERRY_SYNTH_COCO="$dir/build/repro/synth_coco" FERRY_REQUIRE_TORCH=1 \
-    timeout "$(time_left)" python3 -m pytest -q -p no:cacheprovider "$dir/pkg/python/tests"
+    FERRY_SYNTH_COCO="$dir/build/repro/synth_coco" \
+    timeout "$(time_left)" python3 -m pytest -q -rs -p no:cacheprovider "$dir/pkg/python/tests"
 }
 
 # nvJPEG against the CPU decoder on the shared photos and the synthetic set (pixel
