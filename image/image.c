@@ -32,6 +32,7 @@
 #include "lib/status.h"
 #include "image/geometry.h"
 #include "image/image_internal.h"
+#include "image/jpeg_entropy.h"
 
 void ferry_image_options_default(ferry_image_options *o) {
   memset(o, 0, sizeof *o);
@@ -57,8 +58,8 @@ const char *ferry_decode_mode_name(ferry_decode_mode mode) {
   return mode >= 0 && mode < 3 ? decode_mode_names[mode] : "?";
 }
 
-/* Only the TurboJPEG handle is made here; the buffers start empty and grow on first
- * use. */
+/* Only the TurboJPEG handle and jpeg_entropy.c's decompressor are made here; the
+ * buffers start empty and grow on first use. */
 ferry_status ferry_decoder_open(ferry_decoder **out) {
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_decoder_open: out is NULL");
   *out = NULL;
@@ -69,6 +70,11 @@ ferry_status ferry_decoder_open(ferry_decoder **out) {
     ferry__free(d);
     return ferry__fail(FERRY_ENOMEM, "ferry_decoder_open: cannot create a TurboJPEG handle");
   }
+  d->entropy = ferry__jpeg_entropy_open();
+  if (!d->entropy && ferry__jpeg_entropy_available()) {
+    ferry_decoder_close(d);
+    return ferry__fail(FERRY_ENOMEM, "ferry_decoder_open: cannot create a libjpeg decompressor");
+  }
   *out = d;
   return FERRY_OK;
 }
@@ -76,6 +82,7 @@ ferry_status ferry_decoder_open(ferry_decoder **out) {
 void ferry_decoder_close(ferry_decoder *d) {
   if (!d) return;
   ferry__jpeg_handle_close(d->tj);
+  ferry__jpeg_entropy_close(d->entropy);
   ferry__scratch_free(&d->file);
   ferry__scratch_free(&d->pixels);
   ferry__scratch_free(&d->aux);

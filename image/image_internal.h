@@ -1,7 +1,8 @@
 /* image/image_internal.h - what the image decoder's parts share (internal).
  *
  * image.c owns the decoder and the public calls; jpeg.c and png.c decode one
- * format into the decoder's scratch; exif.c finds and applies the orientation;
+ * format into the decoder's scratch (jpeg.c through jpeg_entropy.c's Huffman decoder
+ * where it can, TurboJPEG otherwise); exif.c finds and applies the orientation;
  * resize.c is the Pillow-compatible resampler writing the output layouts, its
  * inner loops in kernel sets (resize_kernels.h: portable, resize_avx2.c,
  * resize_avx512.c, resize_vbmi.c); normalize_table.c holds the f32 normalisation
@@ -28,8 +29,10 @@ typedef struct ferry_scratch {
 ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what);
 void ferry__scratch_free(ferry_scratch *b);
 
+struct ferry_jpeg_entropy;
 struct ferry_decoder {
   void *tj;               /* TurboJPEG decompressor handle */
+  struct ferry_jpeg_entropy *entropy; /* jpeg_entropy.c's state (NULL: not built) */
   ferry_scratch file;     /* the bytes of the file being decoded */
   ferry_scratch pixels;   /* the decoded RGB8 image */
   ferry_scratch aux;      /* CMYK samples; the EXIF-rotated image */

@@ -2,7 +2,9 @@
  *
  * Owns: the TurboJPEG handle's life (open/close, called by image.c for each
  * decoder), the header walk, and the decode into the decoder's scratch: RGB8 in
- * d->pixels, with d->aux for CMYK samples on the way.
+ * d->pixels, with d->aux for CMYK samples on the way. A grey or YCbCr file at full
+ * scale goes to jpeg_entropy.c first (the same pixels, faster), and to TurboJPEG
+ * when that declines it.
  * Callers: image.c, on the thread that owns the decoder (a TurboJPEG handle is not
  * shared between threads), and the header-only probe, on any thread (it needs no
  * handle).
@@ -20,6 +22,7 @@
 #include "lib/status.h"
 #include "image/image_config.h"
 #include "image/image_internal.h"
+#include "image/jpeg_entropy.h"
 
 /* ---- a thin layer over the two TurboJPEG API generations ---- */
 
@@ -194,14 +197,31 @@ static ferry_status decode_cmyk(ferry_decoder *d, const uint8_t *data, size_t le
   return FERRY_OK;
 }
 
+/* jpeg_entropy.c's decoder first, at full scale (it gives TurboJPEG's pixels or
+ * declines the file), TurboJPEG for what it declines. */
 static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len,
                                const char *name, tjscalingfactor sf, int w, int h) {
   ferry_status st = ferry__scratch_reserve(&d->pixels, (size_t)w * (size_t)h * 3, name);
   if (st < 0) return st;
+  if (d->entropy && sf.num == sf.denom) {
+    st = ferry__jpeg_entropy_decode(d->entropy, data, len, name, d->pixels.data, w, h);
+    if (st != FERRY_EAGAIN) return st;
+  }
   if (tj_decode(d->tj, data, len, sf, d->pixels.data, w, h, TJPF_RGB) != 0 &&
       !decoded_despite_warning(d->tj))
     return ferry__fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
   return FERRY_OK;
+}
+
+/* A new TurboJPEG handle for every file. libjpeg keeps the quantisation and Huffman
+ * tables a file defines in its decompressor for the next one (for "abbreviated"
+ * streams that leave them out), so a reused handle would decode a file that lacks
+ * its tables with the previous file's, where Pillow, which makes a decompressor per
+ * image, fails ("Quantization table 0x00 was not defined"). Costs about 0.1 us. */
+static ferry_status renew_handle(ferry_decoder *d, const char *name) {
+  ferry__jpeg_handle_close(d->tj);
+  d->tj = ferry__jpeg_handle_open();
+  return d->tj ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: JPEG: cannot create a TurboJPEG handle", name);
 }
 
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
@@ -215,6 +235,7 @@ ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t le
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: JPEG with %d components", name, hdr.components);
   st = ferry__image_check_limit(name, hdr.width, hdr.height, req->opts);
   if (st < 0) return st;
+  if ((st = renew_handle(d, name)) < 0) return st;
   tjscalingfactor sf = {1, 1};
   if (req->opts->dct_scaling && req->target_size > 0)
     sf = pick_scale(hdr.width, hdr.height, req->target_size);
