@@ -216,7 +216,9 @@ typedef struct ferry_loader_state {
 
 typedef struct ferry_loader_stats {
   uint64_t samples_decoded;   /* since open, including re-planned ones */
-  uint64_t samples_skipped;   /* since open */
+  uint64_t samples_skipped;   /* since open; when an epoch ends the loader lays out the
+                               * next at once, so this may already count that epoch's
+                               * first skips before its first batch is taken */
   uint64_t batches_delivered; /* since open */
   uint64_t replans;           /* batches laid out again after a skipped sample */
   size_t workers;
