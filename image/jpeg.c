@@ -183,6 +183,19 @@ static void cmyk_to_rgb(const uint8_t *cmyk, size_t pixels, uint8_t *rgb) {
   }
 }
 
+/* A new TurboJPEG handle for every file it decodes (jpeg_entropy.c makes its own
+ * decompressor per file for those it takes). libjpeg keeps the quantisation and
+ * Huffman tables a file defines in its decompressor for the next one (for
+ * "abbreviated" streams that leave them out), so a reused handle would decode a file
+ * that lacks its tables with the previous file's, where Pillow, which makes a
+ * decompressor per image, fails ("Quantization table 0x00 was not defined"). Costs
+ * about 0.1 us. */
+static ferry_status renew_handle(ferry_decoder *d, const char *name) {
+  ferry__jpeg_handle_close(d->tj);
+  d->tj = ferry__jpeg_handle_open();
+  return d->tj ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: JPEG: cannot create a TurboJPEG handle", name);
+}
+
 static ferry_status decode_cmyk(ferry_decoder *d, const uint8_t *data, size_t len,
                                 const char *name, tjscalingfactor sf, int w, int h) {
   size_t pixels = (size_t)w * (size_t)h;
@@ -190,6 +203,7 @@ static ferry_status decode_cmyk(ferry_decoder *d, const uint8_t *data, size_t le
   if (st < 0) return st;
   st = ferry__scratch_reserve(&d->pixels, pixels * 3, name);
   if (st < 0) return st;
+  if ((st = renew_handle(d, name)) < 0) return st;
   if (tj_decode(d->tj, data, len, sf, d->aux.data, w, h, TJPF_CMYK) != 0 &&
       !decoded_despite_warning(d->tj))
     return ferry__fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
@@ -207,21 +221,11 @@ static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len
     st = ferry__jpeg_entropy_decode(d->entropy, data, len, name, d->pixels.data, w, h);
     if (st != FERRY_EAGAIN) return st;
   }
+  if ((st = renew_handle(d, name)) < 0) return st;
   if (tj_decode(d->tj, data, len, sf, d->pixels.data, w, h, TJPF_RGB) != 0 &&
       !decoded_despite_warning(d->tj))
     return ferry__fail(FERRY_EFORMAT, "%s: JPEG: %s", name, tj_message(d->tj));
   return FERRY_OK;
-}
-
-/* A new TurboJPEG handle for every file. libjpeg keeps the quantisation and Huffman
- * tables a file defines in its decompressor for the next one (for "abbreviated"
- * streams that leave them out), so a reused handle would decode a file that lacks
- * its tables with the previous file's, where Pillow, which makes a decompressor per
- * image, fails ("Quantization table 0x00 was not defined"). Costs about 0.1 us. */
-static ferry_status renew_handle(ferry_decoder *d, const char *name) {
-  ferry__jpeg_handle_close(d->tj);
-  d->tj = ferry__jpeg_handle_open();
-  return d->tj ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: JPEG: cannot create a TurboJPEG handle", name);
 }
 
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
@@ -235,7 +239,6 @@ ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t le
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: JPEG with %d components", name, hdr.components);
   st = ferry__image_check_limit(name, hdr.width, hdr.height, req->opts);
   if (st < 0) return st;
-  if ((st = renew_handle(d, name)) < 0) return st;
   tjscalingfactor sf = {1, 1};
   if (req->opts->dct_scaling && req->target_size > 0)
     sf = pick_scale(hdr.width, hdr.height, req->target_size);
