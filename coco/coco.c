@@ -31,8 +31,16 @@
 
 /* ---- open / close ----------------------------------------------------------------- */
 
-void ferry_coco_options_default(ferry_coco_options *o) {
-  if (o) memset(o, 0, sizeof *o);
+void ferry_coco_options_init(ferry_coco_options *o, size_t size) {
+  if (o) memset(o, 0, size < sizeof *o ? size : sizeof *o);
+}
+
+/* What programs built before ferry_coco_options_init call (the header's macro of this
+ * name stands for init since; the parentheses keep it from expanding here): their
+ * struct ends before labels_from, which is read only under FERRY_CATEGORIES_RFDETR, a
+ * value those programs never set. */
+void(ferry_coco_options_default)(ferry_coco_options *o) {
+  ferry_coco_options_init(o, offsetof(ferry_coco_options, labels_from));
 }
 
 /* The string pool starts with "" so that offset 0 means an absent string. */
@@ -111,12 +119,14 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
 /* The head the caller built (categories, images), then its annotations one by one as
  * `next` yields them, each freed once added: coco/shards.c, whose sidecars are read
  * again one at a time, so that no tree of every annotation is ever built. */
-ferry_status ferry__coco_open_stepwise(json_t *head, const char *name, const ferry_coco_options *opts,
-                                       ferry__coco_annotation_fn next, void *user, ferry_coco **out) {
+ferry_status ferry__coco_open_stepwise(json_t *head, const json_t *annotated_ids, const char *name,
+                                       const ferry_coco_options *opts, ferry__coco_annotation_fn next, void *user,
+                                       ferry_coco **out) {
   ferry_coco *coco = NULL;
   ferry_status st = coco_for_parsing(name, opts, &coco);
   if (st < 0) return st;
   coco->root = head;
+  coco->annotated_ids = annotated_ids;
   st = ferry__coco_parse_head(coco);
   for (size_t i = 0; st == FERRY_OK; i++) {
     json_t *annotation = NULL;
@@ -126,6 +136,7 @@ ferry_status ferry__coco_open_stepwise(json_t *head, const char *name, const fer
   }
   if (st == FERRY_OK) st = ferry__coco_parse_finish(coco);
   coco->root = NULL;
+  coco->annotated_ids = NULL;
   if (st < 0) {
     ferry_coco_close(coco);
     return st;
@@ -186,6 +197,17 @@ ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t index, int64_
   const coco_category *cat = &COCO_AT(coco->categories, coco_category, index);
   if (id) *id = cat->id;
   if (name) *name = COCO_STRING(coco, cat->name);
+  return FERRY_OK;
+}
+
+ferry_status ferry_coco_category_label(const ferry_coco *coco, size_t index, int64_t *label) {
+  if (!coco || !label) return ferry__fail(FERRY_EINVAL, "ferry_coco_category_label: NULL argument");
+  if (index >= coco->categories.n)
+    return ferry__fail(FERRY_EINVAL, "%s: category index %zu out of range (%zu categories)", coco->name, index,
+                      coco->categories.n);
+  if (coco->category_labels) *label = coco->category_labels[index];
+  else if (coco->opts.remap_categories) *label = (int64_t)index;
+  else *label = COCO_AT(coco->categories, coco_category, index).id;
   return FERRY_OK;
 }
 

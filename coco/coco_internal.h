@@ -30,6 +30,8 @@ typedef struct coco_image {
 typedef struct coco_category {
   int64_t id;
   uint64_t name;          /* offset in ferry_coco.strings */
+  uint64_t supercategory; /* offset in ferry_coco.strings; 0 ("") when absent, null or
+                             not a string (coco/categories.c reads it) */
   size_t num_keypoints;
 } coco_category;
 
@@ -79,6 +81,12 @@ struct ferry_coco {
   id_entry *image_ids, *category_ids;  /* sorted */
   size_t *image_anns;          /* annotation indices grouped by image, file order within */
   size_t num_keypoints;        /* K */
+  /* FERRY_CATEGORIES_RFDETR: the label of each category (categories order), -1 for
+   * one the rule drops; set last by every open (coco/categories.c). NULL otherwise. */
+  int64_t *category_labels;
+  /* While a stepwise open runs (coco/shards.c): the ids a shard index says are
+   * annotated, which RF-DETR's rule then reads instead of the annotations. Borrowed. */
+  const json_t *annotated_ids;
 };
 
 /* coco_vec helpers (store.c): reserve room for `more` elements / append one. Only for a
@@ -100,8 +108,9 @@ json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, i
 ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uint64_t *offset);
 #define COCO_STRING(coco, offset) ((const char *)(coco)->strings.data + (offset))
 
-/* The label an annotation gets: its category_id, or the category's position when the
- * options remap categories. Computed on access so that an index serves both. */
+/* The label an annotation gets under the options' remap_categories (ferry/coco.h):
+ * its category_id, its category's position, or RF-DETR's label (category_labels).
+ * Computed on access so that an index serves every policy. */
 int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
 
 /* Parse the JSON root into coco (coco/parse.c). */
@@ -115,9 +124,12 @@ ferry_status ferry__coco_parse_finish(ferry_coco *coco);
 /* Open a coco from a head built by the caller, who keeps it: an object with
  * "categories" and "images"; then each annotation that `next` yields (a new reference,
  * NULL at the end; an error status ends the open) is added in turn and freed (coco.c).
+ * annotated_ids: NULL, or the category ids RF-DETR's rule is to take as annotated (a
+ * shard index's annotated_category_ids), borrowed for the open.
  * Call ferry__coco_json_use_ferry_allocator before building any of them. */
 typedef ferry_status (*ferry__coco_annotation_fn)(void *user, json_t **annotation);
-ferry_status ferry__coco_open_stepwise(json_t *head, const char *name, const ferry_coco_options *opts,
+ferry_status ferry__coco_open_stepwise(json_t *head, const json_t *annotated_ids, const char *name,
+                                       const ferry_coco_options *opts,
                                        ferry__coco_annotation_fn next, void *user, ferry_coco **out);
 
 /* Binary search in a sorted id table; SIZE_MAX when absent. */

@@ -17,7 +17,7 @@
 
 #define FERRY_INDEX_MAGIC "FERRYIDX"
 #define FERRY_INDEX_MAGIC_LEN 8
-#define FERRY_INDEX_VERSION 1u
+#define FERRY_INDEX_VERSION 2u  /* 2: coco_category.supercategory */
 #define FERRY_INDEX_ALIGN 64u
 /* K: a JSON's bound is its own length; an index's header could claim anything, and
  * targets allocate N x K x 3 floats, so the index format caps it (COCO-WholeBody: 133). */
@@ -68,7 +68,7 @@ typedef struct index_header {
 _Static_assert(sizeof(void *) == 8 && sizeof(size_t) == 8, "the index format needs a 64-bit machine");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the index format is little-endian");
 _Static_assert(sizeof(index_header) % 8 == 0, "index header size");
-_Static_assert(sizeof(coco_image) == 48 && sizeof(coco_category) == 24 && sizeof(coco_part) == 16 &&
+_Static_assert(sizeof(coco_image) == 48 && sizeof(coco_category) == 32 && sizeof(coco_part) == 16 &&
                    sizeof(id_entry) == 16 && sizeof(coco_ann) == 168,
                "a record changed size: bump FERRY_INDEX_VERSION and update docs/coco.md");
 

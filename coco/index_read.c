@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "coco/categories.h"
 #include "coco/hash64.h"
 #include "coco/index_format.h"
 #include "coco/index_internal.h"
@@ -146,7 +147,8 @@ static ferry_status check_categories(const ferry_coco *coco) {
   size_t longest = 0;
   for (size_t i = 0; i < coco->categories.n; i++) {
     const coco_category *cat = &COCO_AT(coco->categories, coco_category, i);
-    if (!string_ok(coco, cat->name)) return bad_record(coco, "category", i, "name outside the string pool");
+    if (!string_ok(coco, cat->name) || !string_ok(coco, cat->supercategory))
+      return bad_record(coco, "category", i, "name or supercategory outside the string pool");
     if (cat->num_keypoints > longest) longest = cat->num_keypoints;
   }
   if (coco->num_keypoints != longest || longest > FERRY_INDEX_MAX_KEYPOINTS)
@@ -306,6 +308,7 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
       s[SEC_IMAGE_ANNS].count > coco->anns.n)
     st = bad_index(name, "id tables do not match the images and categories");
   if (st == FERRY_OK) st = check_records(coco, s[SEC_IMAGE_ANNS].count);
+  if (st == FERRY_OK) st = ferry__coco_assign_labels(coco);
   if (st < 0) {
     ferry_coco_close(coco);
     return st;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coco/categories.h"
 #include "coco/coco_internal.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
@@ -132,6 +133,13 @@ static ferry_status parse_category(const parser *p, const json_t *obj, const cha
   ferry_status st;
   if ((st = get_integer(p, elem, obj, "id", 1, &cat->id, &present)) < 0) return st;
   if ((st = get_optional_string(p, elem, obj, "name", &cat->name)) < 0) return st;
+  /* Read for RF-DETR's rule only, which takes a supercategory that is not a string as
+   * naming no parent: kept as "" rather than refused, as it always was. */
+  const json_t *super = json_object_get(obj, "supercategory");
+  if (json_is_string(super) &&
+      (st = ferry__coco_intern(p->coco, json_string_value(super), strlen(json_string_value(super)),
+                               &cat->supercategory)) < 0)
+    return st;
   const json_t *kp = json_object_get(obj, "keypoints");
   if (kp && !json_is_null(kp)) {
     if (!json_is_array(kp)) return bad(p, elem, "keypoints", "expected an array of names, got %s", json_kind(kp));
@@ -507,7 +515,10 @@ ferry_status ferry__coco_parse_head(ferry_coco *coco) {
   return parse_images(&p);
 }
 
-ferry_status ferry__coco_parse_finish(ferry_coco *coco) { return build_image_index(coco); }
+ferry_status ferry__coco_parse_finish(ferry_coco *coco) {
+  ferry_status st = build_image_index(coco);
+  return st < 0 ? st : ferry__coco_assign_labels(coco);
+}
 
 ferry_status ferry__coco_parse(ferry_coco *coco) {
   parser p = {.coco = coco, .name = coco->name};

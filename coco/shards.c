@@ -507,72 +507,6 @@ static ferry_status walk_shard(builder *b, uint32_t shard) {
 
 /* ---- the categories ---------------------------------------------------------------- */
 
-typedef struct ranked {
-  int64_t id;
-  size_t pos;
-  json_t *category;
-} ranked;
-
-static int by_id(const void *x, const void *y) {
-  const ranked *a = x, *b = y;
-  if (a->id != b->id) return a->id < b->id ? -1 : 1;
-  return a->pos < b->pos ? -1 : a->pos > b->pos;
-}
-
-static int is_placeholder(const json_t *super) {
-  if (!super || json_is_null(super)) return 1;
-  const char *s = json_string_value(super);
-  return s && (!s[0] || !strcmp(s, "none") || !strcmp(s, "null"));
-}
-
-static int has_integer(const json_t *array, int64_t v) {
-  for (size_t i = 0; i < json_array_size(array); i++)
-    if (json_is_integer(json_array_get(array, i)) && json_integer_value(json_array_get(array, i)) == v) return 1;
-  return 0;
-}
-
-/* A grouping category: another category's supercategory names it (and it is not its
- * own), and no annotation of the split uses it. */
-static int is_unannotated_parent(const ranked *r, size_t n, size_t i, const json_t *annotated) {
-  const char *name = json_string_value(json_object_get(r[i].category, "name"));
-  if (!name || has_integer(annotated, r[i].id)) return 0;
-  for (size_t k = 0; k < n; k++) {
-    const json_t *super = json_object_get(r[k].category, "supercategory");
-    const char *other = json_string_value(json_object_get(r[k].category, "name"));
-    if (!is_placeholder(super) && json_is_string(super) && !strcmp(json_string_value(super), name) &&
-        !(other && !strcmp(other, name)))
-      return 1;
-  }
-  return 0;
-}
-
-/* RF-DETR's "remap" labels (ShardIndex.cat2label, filter_parent_categories): the
- * categories sorted by id, less the unannotated grouping ones (unless that would leave
- * none); a category's label is then its position. Entries whose id is not an integer
- * are left for parse.c to refuse. */
-static ferry_status remapped_categories(const char *spec, const json_t *categories, const json_t *annotated,
-                                        json_t **out) {
-  size_t n = json_array_size(categories);
-  ranked *r = ferry__malloc((n ? n : 1) * sizeof *r);
-  *out = json_array();
-  if (!r || !*out) {
-    ferry__free(r);
-    return ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
-  }
-  for (size_t i = 0; i < n; i++) {
-    json_t *c = json_array_get(categories, i);
-    r[i] = (ranked){json_integer_value(json_object_get(c, "id")), i, c};
-  }
-  qsort(r, n, sizeof *r, by_id);
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++) kept += !is_unannotated_parent(r, n, i, annotated);
-  int bad = 0;
-  for (size_t i = 0; i < n; i++)
-    if (!kept || !is_unannotated_parent(r, n, i, annotated)) bad |= json_array_append(*out, r[i].category);
-  ferry__free(r);
-  return bad ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec) : FERRY_OK;
-}
-
 static int compare_int64(const void *x, const void *y) {
   int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
   return a < b ? -1 : a > b;
@@ -724,21 +658,30 @@ static ferry_status build(builder *b, split_index *ix, const ferry_coco_options 
   ferry_coco_options o;
   if (opts) o = *opts;
   else ferry_coco_options_default(&o);
-  json_t *categories = NULL;
-  if (ix->doc && ix->raw) categories = ix->categories ? json_incref((json_t *)ix->categories) : json_array();
-  else if (ix->doc) st = remapped_categories(b->spec, ix->categories, ix->annotated, &categories);
-  else st = seen_categories(b, &categories);
-  if (ix->doc) o.remap_categories = !ix->raw;
+  /* An index's categories as they are; its policy says how they label: "raw" ids, or
+   * RF-DETR's rule over the index's own annotated_category_ids (ShardIndex.cat2label;
+   * an index without that list names no category annotated). */
+  json_t *categories = NULL, *annotated = NULL;
+  if (ix->doc) {
+    categories = ix->categories ? json_incref((json_t *)ix->categories) : json_array();
+    o.remap_categories = ix->raw ? FERRY_CATEGORIES_RAW : FERRY_CATEGORIES_RFDETR;
+    o.labels_from = NULL;
+    if (!ix->raw) annotated = ix->annotated ? json_incref((json_t *)ix->annotated) : json_array();
+    if (!ix->raw && !annotated) st = ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
+  } else {
+    st = seen_categories(b, &categories);
+  }
   json_t *head = json_object();
   if (st == FERRY_OK && (!head || !categories || json_object_set(head, "categories", categories) ||
                          json_object_set(head, "images", b->images)))
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
   annotation_stream stream = {.b = b, .f = {.fd = -1, .stream = NULL}};
-  if (st == FERRY_OK && (st = ferry__coco_open_stepwise(head, b->spec, &o, next_annotation, &stream, coco)) < 0)
+  if (st == FERRY_OK && (st = ferry__coco_open_stepwise(head, annotated, b->spec, &o, next_annotation, &stream, coco)) < 0)
     st = name_element(b, st);
   json_decref(stream.anns);
   close_shard(&stream.f);
   json_decref(categories);
+  json_decref(annotated);
   json_decref(head);
   return st;
 }

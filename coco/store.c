@@ -80,7 +80,10 @@ ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uin
 
 int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann) {
   if (!coco->opts.remap_categories || coco->categories.n == 0) return ann->pub.category_id;
-  return (int64_t)ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
+  size_t i = ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
+  /* RF-DETR's table: the open checked that every annotation's category has a label */
+  if (coco->category_labels) return coco->category_labels[i];
+  return (int64_t)i;
 }
 
 ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, ferry_coco **out) {
@@ -119,6 +122,7 @@ void ferry_coco_close(ferry_coco *coco) {
     ferry__free(coco->image_anns);
   }
   if (coco->root) json_decref(coco->root);
+  ferry__free(coco->category_labels);
   ferry__free(coco->name);
   ferry__free(coco);
 }

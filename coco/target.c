@@ -11,6 +11,9 @@
  * Bit-exactness rules, each from ConvertCoco / pycocotools:
  *   - boxes are computed in float32 from the float32 of each xywh value (x2 = x + w in
  *     float32, as torch does on a float32 tensor), then clamped to [0, w] x [0, h];
+ *   - for an image decoded at a reduced size (the loader's draft_size, coco/target_at.h)
+ *     each xywh value and the area are first multiplied by decoded/annotated per axis
+ *     in double (RF-DETR's scale_coco_annotation), and the clamp is to the decoded size;
  *   - a kept annotation has x2 > x1 and y2 > y1 after the clamp; the test drops the
  *     mask, label and keypoints with the box;
  *   - masks come from pycocotools' annToRLE (segm.c) decoded straight to the output size
@@ -26,6 +29,7 @@
 
 #include "coco/coco_internal.h"
 #include "coco/mask_map.h"
+#include "coco/target_at.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -54,10 +58,34 @@ static ferry_status check_args(const ferry_coco *coco, size_t index, const ferry
  * express one, so only a hand-made index could hold it. */
 static float clampf(float v, float hi) { return fminf(fmaxf(v, 0.0f), hi); }
 
-/* The annotation's box as ConvertCoco makes it (float32 xywh -> xyxy, clamped); 1 when
- * the annotation is kept. */
+/* The frame the targets are made in: the annotated size, or the size a reduced decode
+ * gives (scale = decoded / annotated per axis; exactly 1 for the annotated size, so
+ * that the products below leave every value as it is). */
+typedef struct target_frame {
+  double sx, sy;
+  float w, h;
+  int scaled;
+} target_frame;
+
+static ferry_status frame_of(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
+                             int64_t source_w, int64_t source_h, target_frame *f) {
+  f->scaled = (source_w || source_h) && (source_w != img->width || source_h != img->height);
+  if (!f->scaled) source_w = img->width, source_h = img->height;
+  if (source_w <= 0 || source_h <= 0 || source_w > img->width || source_h > img->height)
+    return ferry__fail(FERRY_EINVAL, "%s: image %lld: targets at %lldx%lld, which is not a reduction of its %lldx%lld",
+                      coco->name, (long long)img->id, (long long)source_w, (long long)source_h,
+                      (long long)img->width, (long long)img->height);
+  f->sx = (double)source_w / (double)img->width;
+  f->sy = (double)source_h / (double)img->height;
+  f->w = (float)source_w;
+  f->h = (float)source_h;
+  return FERRY_OK;
+}
+
+/* The annotation's box as ConvertCoco makes it (float32 xywh -> xyxy, clamped) in the
+ * frame; 1 when the annotation is kept. */
 static ferry_status kept_box(const ferry_coco *coco, const coco_image *img, const coco_ann *ann,
-                             const ferry_target_options *opts, float box[4], int *keep) {
+                             const ferry_target_options *opts, const target_frame *f, float box[4], int *keep) {
   *keep = 0;
   /* Crowds first: a crowd without a "bbox" is dropped, not an error, as ConvertCoco
    * filters iscrowd before it reads boxes. */
@@ -67,33 +95,39 @@ static ferry_status kept_box(const ferry_coco *coco, const coco_image *img, cons
                       ann->pub.json_index, (long long)img->id);
   /* Each value rounded to float32 before the add, not x + w in double then rounded: the
    * two can differ in the last bit for fractional boxes. */
-  float x = (float)ann->pub.bbox[0], y = (float)ann->pub.bbox[1];
-  float x2 = x + (float)ann->pub.bbox[2], y2 = y + (float)ann->pub.bbox[3];
-  float w = (float)img->width, h = (float)img->height;
-  box[0] = clampf(x, w);
-  box[1] = clampf(y, h);
-  box[2] = clampf(x2, w);
-  box[3] = clampf(y2, h);
+  float x = (float)(ann->pub.bbox[0] * f->sx), y = (float)(ann->pub.bbox[1] * f->sy);
+  float x2 = x + (float)(ann->pub.bbox[2] * f->sx), y2 = y + (float)(ann->pub.bbox[3] * f->sy);
+  box[0] = clampf(x, f->w);
+  box[1] = clampf(y, f->h);
+  box[2] = clampf(x2, f->w);
+  box[3] = clampf(y2, f->h);
   *keep = box[3] > box[1] && box[2] > box[0];
   return FERRY_OK;
 }
 
-ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
-                                     int64_t *count) {
+ferry_status ferry__coco_target_count_at(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                         int64_t source_w, int64_t source_h, int64_t *count) {
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_count");
   if (st < 0) return st;
   if (!count) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_count: NULL count");
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  target_frame f;
+  if ((st = frame_of(coco, img, opts, source_w, source_h, &f)) < 0) return st;
   int64_t n = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
     const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
     int keep;
-    if ((st = kept_box(coco, img, ann, opts, box, &keep)) < 0) return st;
+    if ((st = kept_box(coco, img, ann, opts, &f, box, &keep)) < 0) return st;
     n += keep;
   }
   *count = n;
   return FERRY_OK;
+}
+
+ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                     int64_t *count) {
+  return ferry__coco_target_count_at(coco, index, opts, 0, 0, count);
 }
 
 /* The annotation's mask through the image's map into dst; all zero without a
@@ -137,19 +171,21 @@ static ferry_status with_image(const ferry_coco *coco, ferry_status st, const co
 
 /* Every kept annotation of the image into the target's arrays, in file order. */
 static ferry_status write_kept(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
-                               ferry_coco_target *out, const ferry__mask_map *map, size_t mask_bytes, size_t K) {
+                               const target_frame *f, ferry_coco_target *out, const ferry__mask_map *map,
+                               size_t mask_bytes, size_t K) {
   ferry_status st;
   size_t slot = 0, kept = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
     const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
     int keep;
-    if ((st = kept_box(coco, img, ann, opts, box, &keep)) < 0) return st;
+    if ((st = kept_box(coco, img, ann, opts, f, box, &keep)) < 0) return st;
     if (!keep) continue;
     if (opts->select && !opts->select[kept++]) continue;
     if (out->boxes) memcpy(out->boxes + slot * 4, box, sizeof box);
     if (out->labels) out->labels[slot] = ferry__coco_label(coco, ann);
-    if (out->area) out->area[slot] = (float)ann->pub.area;
+    /* (area * sx) * sy, left to right as scale_coco_annotation multiplies */
+    if (out->area) out->area[slot] = (float)(ann->pub.area * f->sx * f->sy);
     if (out->iscrowd) out->iscrowd[slot] = ann->pub.iscrowd;
     if (out->keypoints) write_keypoints(coco, ann, out->keypoints + slot * K * 3);
     if (out->masks && (st = write_mask(coco, img, ann, out->masks + slot * mask_bytes, map)) < 0)
@@ -159,12 +195,19 @@ static ferry_status write_kept(const ferry_coco *coco, const coco_image *img, co
   return FERRY_OK;
 }
 
-ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
-                                     ferry_coco_target *out) {
+ferry_status ferry__coco_target_write_at(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                         int64_t source_w, int64_t source_h, ferry_coco_target *out) {
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_write");
   if (st < 0) return st;
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
   const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  target_frame f;
+  if ((st = frame_of(coco, img, opts, source_w, source_h, &f)) < 0) return st;
+  /* Masks and keypoints are in the annotated frame; RF-DETR never reduces a decode
+   * that has them (draft_size_for_transforms), and neither is rescaled here. */
+  if (f.scaled && (out->masks || out->keypoints))
+    return ferry__fail(FERRY_EINVAL, "%s: image %lld: masks or keypoints at a reduced decode size: they cannot be "
+                      "rescaled as the boxes are", coco->name, (long long)img->id);
   /* 0 means the image's own size. check_args bounded both to UINT32_MAX, so
    * (size_t)mh * mw cannot overflow a 64-bit size_t. */
   uint32_t mh = opts->mask_height ? (uint32_t)opts->mask_height : (uint32_t)img->height;
@@ -179,7 +222,12 @@ ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const
       (st = ferry__mask_map_init(&map, (uint32_t)img->height, (uint32_t)img->width, mh, mw, opts->mask_rows,
                                  opts->mask_cols)) < 0)
     return with_image(coco, st, img);
-  st = write_kept(coco, img, opts, out, &map, mask_bytes, K);
+  st = write_kept(coco, img, opts, &f, out, &map, mask_bytes, K);
   ferry__mask_map_free(&map);
   return st;
+}
+
+ferry_status ferry_coco_target_write(const ferry_coco *coco, size_t index, const ferry_target_options *opts,
+                                     ferry_coco_target *out) {
+  return ferry__coco_target_write_at(coco, index, opts, 0, 0, out);
 }

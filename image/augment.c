@@ -146,6 +146,19 @@ ferry_status ferry__augment_recipe_init(ferry__augment_recipe *r, const ferry_au
 
 int ferry__augment_varies(const ferry__augment_recipe *r) { return r->options.recipe != FERRY_AUGMENT_NONE; }
 
+/* RF-DETR's draft_size_for_transforms, restated: what branch A resizes to at most (the
+ * largest scale: with multi-scale the largest of compute_multi_scale_scales, else the
+ * resolution), with scale jitter at least branch B's largest first resize. */
+int ferry__augment_draft_size(const ferry__augment_recipe *r, int masks) {
+  if (!is_training(r->options.recipe) || masks) return 0;
+  int size = 0;
+  for (size_t i = 0; i < r->nscales; i++)
+    if (r->scales[i] > size) size = r->scales[i];
+  for (int i = 0; r->options.scale_jitter && i < 3; i++)
+    if (r->options.resize_b[i] > size) size = r->options.resize_b[i];
+  return size;
+}
+
 /* ---- the draws ------------------------------------------------------------------ */
 
 int ferry__augment_batch_scale(const ferry__augment_recipe *r, uint64_t seed, int64_t epoch, uint64_t batch) {

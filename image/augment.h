@@ -48,6 +48,11 @@ ferry_status ferry__augment_recipe_init(ferry__augment_recipe *r, const ferry_au
  * different sizes: then a batch's samples have their own shapes. */
 int ferry__augment_varies(const ferry__augment_recipe *r);
 
+/* FERRY_DRAFT_SIZE_RFDETR worked out for this recipe (ferry/image.h): 0 (full size) for
+ * a validation recipe or when masks are made; else the smallest extent the recipe
+ * resizes from without upscaling, as RF-DETR's draft_size_for_transforms says. */
+int ferry__augment_draft_size(const ferry__augment_recipe *r, int masks);
+
 /* The scale of batch `batch` of an epoch with per-batch multi-scale, drawn from
  * (seed, epoch, batch). */
 int ferry__augment_batch_scale(const ferry__augment_recipe *r, uint64_t seed, int64_t epoch, uint64_t batch);

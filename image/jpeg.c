@@ -11,8 +11,8 @@
  * Invariants: the size is read and checked against max_pixels before anything is
  * allocated for the pixels (limits.c); the output is as Pillow's convert("RGB") of
  * the same file (docs/images.md: accurate IDCT, fancy upsampling, Pillow's CMYK rule
- * and its tolerance of warnings), but for the DCT scaling a caller may ask for; the
- * header walk reads no byte past `len` and says FERRY_EAGAIN when it needs more.
+ * and its tolerance of warnings), but for the DCT scaling a caller may ask for (under
+ * draft_size Pillow's own: its draft's 1/f, decoded the same way); the header walk reads no byte past `len` and says FERRY_EAGAIN when it needs more.
  * Not done here: EXIF is located, not parsed (exif.c), nor applied (image.c); no ICC
  * colour management (Pillow's convert ignores it too).
  */
@@ -168,6 +168,21 @@ static tjscalingfactor pick_scale(int width, int height, int target) {
   return best;
 }
 
+int ferry_image_draft_factor(int width, int height, int draft_size) {
+  if (draft_size <= 0 || width <= 0 || height <= 0) return 1;
+  int fits = width / draft_size < height / draft_size ? width / draft_size : height / draft_size;
+  return fits >= 8 ? 8 : fits >= 4 ? 4 : fits >= 2 ? 2 : 1;
+}
+
+/* The scale of this decode: draft_size's 1/f (Pillow's draft: libjpeg's scale_num = 1,
+ * scale_denom = f, which TurboJPEG's 1/f is), else dct_scaling's pick, else 1/1. */
+static tjscalingfactor decode_scale(const ferry_jpeg_info *hdr, const ferry_decode_request *req) {
+  tjscalingfactor sf = {1, 1};
+  if (req->opts->draft_size > 0) sf.denom = ferry_image_draft_factor(hdr->width, hdr->height, req->opts->draft_size);
+  else if (req->opts->dct_scaling && req->target_size > 0) sf = pick_scale(hdr->width, hdr->height, req->target_size);
+  return sf;
+}
+
 /* Pillow reads every CMYK JPEG as Adobe-inverted ("CMYK;I") and converts with
  * R = (255-K) - (C*(255-K))/255 (rounded division); in stored samples s that is
  * nk = s_k, C = 255 - s_c. */
@@ -239,10 +254,9 @@ ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t le
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: JPEG with %d components", name, hdr.components);
   st = ferry__image_check_limit(name, hdr.width, hdr.height, req->opts);
   if (st < 0) return st;
-  tjscalingfactor sf = {1, 1};
-  if (req->opts->dct_scaling && req->target_size > 0)
-    sf = pick_scale(hdr.width, hdr.height, req->target_size);
-  /* TurboJPEG 2.x derives the same scale from these sizes (tj_decode) */
+  tjscalingfactor sf = decode_scale(&hdr, req);
+  /* TurboJPEG 2.x derives the same scale from these sizes (tj_decode): the largest of
+   * its factors that fits them, which for ceil(side / f) on both sides is 1/f */
   int w = TJSCALED(hdr.width, sf), h = TJSCALED(hdr.height, sf);
   if (hdr.components == 4) /* CMYK or YCCK: libjpeg gives CMYK for both */
     st = decode_cmyk(d, data, len, name, sf, w, h);

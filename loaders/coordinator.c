@@ -76,8 +76,9 @@ static ferry_status plan_sample(ferry_loader *l, epoch_run *run, plan *p, size_t
   ferry_coco_image img;
   ferry_status st = ferry_coco_image_at(l->coco, index, &img);
   if (st != FERRY_OK) return st;
-  ferry__augment_draw(&l->fill.recipe, l->fill.seed, run->epoch, index, batch_scale, (int)img.height,
-                      (int)img.width, rec);
+  int w, h; /* drawn on the decoded size: a reduced decode's, under draft_size */
+  ferry__loader_source_size(&l->fill, &img, &w, &h);
+  ferry__augment_draw(&l->fill.recipe, l->fill.seed, run->epoch, index, batch_scale, h, w, rec);
   *count = l->instances[index];
   p->sample_hw[2 * i] = rec[FERRY_AUGMENT_OUT_H];
   p->sample_hw[2 * i + 1] = rec[FERRY_AUGMENT_OUT_W];
@@ -90,9 +91,8 @@ static ferry_status plan_sample(ferry_loader *l, epoch_run *run, plan *p, size_t
   ferry_coco_target t = {0};
   if ((st = run_reserve(run, (size_t)*count)) != FERRY_OK) return st;
   t.boxes = run->boxes;
-  if ((st = ferry_coco_target_write(l->coco, index, &l->fill.target, &t)) != FERRY_OK) return st;
-  *count = (int64_t)ferry__augment_targets(rec, (int)img.height, (int)img.width, run->boxes, NULL, (size_t)*count,
-                                           run->keep);
+  if ((st = ferry__loader_targets(&l->fill, index, &l->fill.target, &t)) != FERRY_OK) return st;
+  *count = (int64_t)ferry__augment_targets(rec, h, w, run->boxes, NULL, (size_t)*count, run->keep);
   return FERRY_OK;
 }
 

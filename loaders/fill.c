@@ -20,8 +20,10 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "coco/tar.h"
+#include "coco/target_at.h"
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"
@@ -64,6 +66,56 @@ static void convert_boxes(float *boxes, int64_t n, const fill_context *ctx, doub
   else ferry__boxes_scale(boxes, n, ctx->resolution / w, ctx->resolution / h);
 }
 
+/* ---- the frame a sample is made in ------------------------------------------------- */
+
+/* Named as a JPEG (.jpg, .jpeg, .jpe, .jfif, any case). */
+static int named_as_jpeg(const char *name) {
+  const char *dot = name ? strrchr(name, '.') : NULL;
+  if (!dot || strchr(dot, '/')) return 0;
+  return !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") || !strcasecmp(dot, ".jpe") ||
+         !strcasecmp(dot, ".jfif");
+}
+
+void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *img, int *w, int *h) {
+  int64_t f = 1;
+  if (ctx->image.draft_size > 0 && named_as_jpeg(img->file_name))
+    f = ferry_image_draft_factor((int)img->width, (int)img->height, ctx->image.draft_size);
+  *w = (int)((img->width + f - 1) / f);
+  *h = (int)((img->height + f - 1) / f);
+}
+
+ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const ferry_target_options *opts,
+                                   ferry_coco_target *out) {
+  ferry_coco_image img;
+  ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
+  int w, h;
+  if (st != FERRY_OK) return st;
+  ferry__loader_source_size(ctx, &img, &w, &h);
+  return ferry__coco_target_write_at(ctx->coco, index, opts, w, h, out);
+}
+
+ferry_status ferry__loader_target_count(const fill_context *ctx, size_t index, int64_t *count) {
+  ferry_coco_image img;
+  ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
+  int w, h;
+  if (st != FERRY_OK) return st;
+  ferry__loader_source_size(ctx, &img, &w, &h);
+  return ferry__coco_target_count_at(ctx->coco, index, &ctx->target, w, h, count);
+}
+
+ferry_status ferry__loader_check_decoded(const fill_context *ctx, const char *path, int w, int h,
+                                         const ferry_coco_image *img) {
+  int pw, ph;
+  ferry__loader_source_size(ctx, img, &pw, &ph);
+  if (w == pw && h == ph) return FERRY_OK;
+  if (ctx->image.draft_size <= 0) return ferry__loader_check_size(path, w, h, img);
+  return ferry__fail(FERRY_EFORMAT, "%s: decoded at %dx%d under draft_size %d, where its annotated size %lldx%lld "
+                     "and its name planned %dx%d: ferry plans a reduced decode before reading a file, for names "
+                     "ending .jpg, .jpeg, .jpe or .jfif, so a JPEG under another name, another format under a JPEG "
+                     "name, or a wrong annotated size fails", path, w, h, ctx->image.draft_size,
+                     (long long)img->width, (long long)img->height, pw, ph);
+}
+
 ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
                                         size_t index, const ferry_coco_image *img) {
   const field_slots *f = &ctx->slots;
@@ -75,19 +127,21 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
     .masks = ferry__loader_slice(batch, f->masks, slot),
     .keypoints = ferry__loader_slice(batch, f->keypoints, slot),
   };
-  ferry_status st = ferry_coco_target_write(ctx->coco, index, &ctx->target, &t);
+  ferry_status st = ferry__loader_targets(ctx, index, &ctx->target, &t);
   if (st != FERRY_OK) return st;
   /* The slot's box count is its row count in the layout (offsets[slot + 1] -
    * offsets[slot]), the same the target writer filled. */
   int64_t n = 0;
+  int w, h; /* the decoded size: the boxes' frame, and RF-DETR's orig_size */
+  ferry__loader_source_size(ctx, img, &w, &h);
   if (f->boxes >= 0) {
     n = ferry_batch_offsets(batch, (size_t)f->boxes)[slot + 1] - ferry_batch_offsets(batch, (size_t)f->boxes)[slot];
-    convert_boxes(t.boxes, n, ctx, (double)img->width, (double)img->height);
+    convert_boxes(t.boxes, n, ctx, (double)w, (double)h);
   }
   int64_t *id = ferry__loader_slice(batch, f->image_id, slot);
   if (id) id[0] = t.image_id;
   int64_t *orig = ferry__loader_slice(batch, f->orig_size, slot);
-  if (orig) orig[0] = img->height, orig[1] = img->width;
+  if (orig) orig[0] = h, orig[1] = w;
   int64_t *size = ferry__loader_slice(batch, f->size, slot);
   if (size) size[0] = size[1] = ctx->resolution;
   int32_t *record = ferry__loader_slice(batch, f->augment, slot);
@@ -160,11 +214,21 @@ static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder,
     size_t len;
     void *dst = ferry__loader_slice(batch, ctx->slots.images, slot);
     st = source_bytes(ctx, scratch, index, &data, &len);
-    if (st == FERRY_OK && data)
-      st = ferry_image_decode_resized(decoder, data, len, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
-    else if (st == FERRY_OK)
-      st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
-    if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
+    if (st == FERRY_OK && ctx->image.draft_size > 0) {
+      /* the reduced pixels first: their size is checked against the plan's before the
+       * resize (the resized call reports the stored size, not the decoded one) */
+      const uint8_t *rgb;
+      st = data ? ferry_decode_rgb(decoder, data, len, path, &ctx->image, &rgb, &w, &h)
+                : ferry_image_load_rgb(decoder, path, &ctx->image, &rgb, &w, &h);
+      if (st == FERRY_OK) st = ferry__loader_check_decoded(ctx, path, w, h, img);
+      if (st == FERRY_OK) st = ferry_image_resize(decoder, rgb, w, h, ctx->resolution, ctx->layout, dst);
+    } else {
+      if (st == FERRY_OK && data)
+        st = ferry_image_decode_resized(decoder, data, len, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
+      else if (st == FERRY_OK)
+        st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution, ctx->layout, dst, &w, &h);
+      if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
+    }
   }
   /* Targets only for an image that loaded and matches: a failed sample's work stops
    * at its first error. */
@@ -245,14 +309,15 @@ static int64_t laid_out_rows(const fill_context *ctx, ferry_batch *batch, size_t
 static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratch *sc, ferry_batch *batch, size_t slot,
                                             size_t index, const ferry_coco_image *img, const int32_t *rec) {
   const field_slots *f = &ctx->slots;
-  int out_h = rec[FERRY_AUGMENT_OUT_H], out_w = rec[FERRY_AUGMENT_OUT_W];
+  int out_h = rec[FERRY_AUGMENT_OUT_H], out_w = rec[FERRY_AUGMENT_OUT_W], src_w, src_h;
+  ferry__loader_source_size(ctx, img, &src_w, &src_h);
   int64_t n0;
-  ferry_status st = ferry_coco_target_count(ctx->coco, index, &ctx->target, &n0);
+  ferry_status st = ferry__loader_target_count(ctx, index, &n0);
   if (st == FERRY_OK) st = scratch_reserve(sc, (size_t)n0 + 1, (size_t)out_h + (size_t)out_w);
   ferry_coco_target t = {.boxes = sc->boxes, .area = sc->areas};
-  if (st == FERRY_OK) st = ferry_coco_target_write(ctx->coco, index, &ctx->target, &t);
+  if (st == FERRY_OK) st = ferry__loader_targets(ctx, index, &ctx->target, &t);
   if (st != FERRY_OK) return st;
-  size_t n = ferry__augment_targets(rec, (int)img->height, (int)img->width, sc->boxes, sc->areas, (size_t)n0, sc->keep);
+  size_t n = ferry__augment_targets(rec, src_h, src_w, sc->boxes, sc->areas, (size_t)n0, sc->keep);
   int64_t rows = laid_out_rows(ctx, batch, slot);
   if (rows >= 0 && (size_t)rows != n)
     return ferry__fail(FERRY_EFORMAT, "%zu instances survive the crop, but %lld were laid out", n, (long long)rows);
@@ -264,13 +329,13 @@ static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratc
   opts.mask_rows = sc->maps;
   opts.mask_cols = sc->maps + out_h;
   opts.select = sc->keep;
-  ferry__augment_mask_maps(rec, (int)img->height, (int)img->width, sc->maps, sc->maps + out_h);
+  ferry__augment_mask_maps(rec, src_h, src_w, sc->maps, sc->maps + out_h);
   ferry_coco_target rest = {
     .labels = ferry__loader_slice(batch, f->labels, slot),
     .iscrowd = ferry__loader_slice(batch, f->iscrowd, slot),
     .masks = ferry__loader_slice(batch, f->masks, slot),
   };
-  return ferry_coco_target_write(ctx->coco, index, &opts, &rest);
+  return ferry__loader_targets(ctx, index, &opts, &rest);
 }
 
 /* The per-sample fields that do not move with the geometry. */
@@ -279,8 +344,10 @@ static void write_sample_fields(const fill_context *ctx, ferry_batch *batch, siz
   const field_slots *f = &ctx->slots;
   int64_t *id = ferry__loader_slice(batch, f->image_id, slot);
   if (id) id[0] = img->id;
+  int w, h; /* RF-DETR's orig_size: the decoded image's size */
+  ferry__loader_source_size(ctx, img, &w, &h);
   int64_t *orig = ferry__loader_slice(batch, f->orig_size, slot);
-  if (orig) orig[0] = img->height, orig[1] = img->width;
+  if (orig) orig[0] = h, orig[1] = w;
   int64_t *size = ferry__loader_slice(batch, f->size, slot);
   if (size) size[0] = rec[FERRY_AUGMENT_OUT_H], size[1] = rec[FERRY_AUGMENT_OUT_W];
   int32_t *record = ferry__loader_slice(batch, f->augment, slot);
@@ -304,7 +371,7 @@ static ferry_status fill_augmented(const fill_context *ctx, ferry_decoder *decod
     st = source_bytes(ctx, scratch, index, &data, &len);
     if (st == FERRY_OK && data) st = ferry_decode_rgb(decoder, data, len, path, &ctx->image, &rgb, &w, &h);
     else if (st == FERRY_OK) st = ferry_image_load_rgb(decoder, path, &ctx->image, &rgb, &w, &h);
-    if (st == FERRY_OK) st = ferry__loader_check_size(path, w, h, img);
+    if (st == FERRY_OK) st = ferry__loader_check_decoded(ctx, path, w, h, img);
     if (st == FERRY_OK)
       st = ferry__augment_pixels(decoder, rec, rgb, w, h, ctx->layout, ferry__loader_slice(batch, ctx->slots.images, slot));
   }

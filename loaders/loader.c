@@ -109,12 +109,51 @@ static ferry_status check_augment(const ferry_loader_config *c) {
   return FERRY_OK;
 }
 
+/* The label policy, and the other split whose labels RF-DETR's may take. */
+static ferry_status check_labels(const ferry_loader_config *c) {
+  if ((unsigned)c->remap_categories > (unsigned)FERRY_CATEGORIES_RFDETR)
+    return ferry__fail(FERRY_EINVAL, "loader: config.remap_categories %d is not a ferry_category_labels (0 raw, 1 "
+                       "remap, 2 rfdetr)", c->remap_categories);
+  if (!c->categories_from) return FERRY_OK;
+  if (c->remap_categories != FERRY_CATEGORIES_RFDETR)
+    return ferry__fail(FERRY_EINVAL, "loader: config.categories_from (%s) takes RF-DETR's labels from another split: "
+                       "it needs remap_categories = FERRY_CATEGORIES_RFDETR", c->categories_from);
+  if (ferry__shards_recognise(c->annotations))
+    return ferry__fail(FERRY_EINVAL, "loader: config.categories_from (%s) with shards (%s): a shard index carries its "
+                       "own label policy", c->categories_from, c->annotations);
+  return FERRY_OK;
+}
+
+/* The reduced-size decode (ferry/image.h, draft_size): what it cannot be combined with,
+ * each refused naming both options. RF-DETR's own rule (FERRY_DRAFT_SIZE_RFDETR) turns
+ * itself off where RF-DETR's does (masks), so only an explicit size is refused there. */
+static ferry_status check_draft(const ferry_loader_config *c) {
+  int draft = c->image.draft_size;
+  if (draft < FERRY_DRAFT_SIZE_RFDETR)
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.draft_size %d: 0 (full size), a size, or "
+                       "FERRY_DRAFT_SIZE_RFDETR", draft);
+  if (draft == 0) return FERRY_OK;
+  if (c->image.dct_scaling)
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.draft_size with config.image.dct_scaling: two rules for "
+                       "one decode scale; choose one");
+  if (c->image.decode == FERRY_DECODE_GPU)
+    return ferry__fail(FERRY_EUNSUPPORTED, "loader: config.image.draft_size with config.image.decode = GPU: nvJPEG "
+                       "decodes at full size; decode on the CPU (FERRY_DECODE_CPU)");
+  if (draft > 0 && (c->fields & (FERRY_LOADER_FIELD_MASKS | FERRY_LOADER_FIELD_KEYPOINTS)))
+    return ferry__fail(FERRY_EINVAL, "loader: config.image.draft_size %d with the %s field: they cannot be rescaled "
+                       "to a reduced decode as boxes are (RF-DETR never reduces a decode with masks)", draft,
+                       c->fields & FERRY_LOADER_FIELD_MASKS ? "masks" : "keypoints");
+  return FERRY_OK;
+}
+
 /* The config's bounds, checked before anything is allocated or parsed, so a wrong
  * argument costs no annotation parse. */
 static ferry_status check_config(const ferry_loader_config *c) {
   /* A split packed as shards holds its images: config.images may then be NULL. */
-  if (!c->annotations || (!c->images && !ferry__shards_recognise(c->annotations)))
-    return ferry__fail(FERRY_EINVAL, "loader: config.annotations and config.images are required");
+  if (!c->annotations) return ferry__fail(FERRY_EINVAL, "loader: config.annotations is required");
+  if (!c->images && !ferry__shards_recognise(c->annotations))
+    return ferry__fail(FERRY_EINVAL, "loader: config.images, the folder of the images, is required for %s (only a "
+                       "split packed as shards holds its images)", c->annotations);
   if (c->batch_size == 0 || c->max_outstanding == 0)
     return ferry__fail(FERRY_EINVAL, "loader: batch_size and max_outstanding must be at least 1");
   if (c->batch_size > FERRY_LOADER_MAX_BATCH)
@@ -145,6 +184,8 @@ static ferry_status check_config(const ferry_loader_config *c) {
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
   ferry_status st = check_augment(c);
+  if (st == FERRY_OK) st = check_labels(c);
+  if (st == FERRY_OK) st = check_draft(c);
   return st == FERRY_OK && c->images ? check_images_folder(c->images) : st;
 }
 
@@ -206,20 +247,34 @@ static ferry_status count_instances(ferry_loader *l) {
   l->instances = ferry__calloc(n, sizeof *l->instances);
   if (!l->instances) return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images", n);
   for (size_t i = 0; i < n; i++) {
-    ferry_status st = ferry_coco_target_count(l->coco, i, &l->fill.target, &l->instances[i]);
+    ferry_status st = ferry__loader_target_count(&l->fill, i, &l->instances[i]);
     if (st != FERRY_OK) return st;
   }
   return FERRY_OK;
 }
 
-static ferry_status open_data(ferry_loader *l) {
+/* The annotations and, for the image files, the source of their bytes; under RF-DETR's
+ * labels with categories_from, that split's labels first, kept only for the open. */
+static ferry_status open_annotations(ferry_loader *l) {
   ferry_coco_options co;
   ferry_coco_options_default(&co);
   co.remap_categories = l->config.remap_categories;
+  ferry_coco *labels = NULL;
+  if (l->config.categories_from) {
+    ferry_status st = ferry_coco_open(l->config.categories_from, &co, &labels);
+    if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.categories_from: ");
+    co.labels_from = labels;
+  }
+  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
+  ferry_coco_close(labels);
+  return st;
+}
+
+static ferry_status open_data(ferry_loader *l) {
   if (l->fill.gpu.api && ferry__shards_recognise(l->annotations_path)) /* before the walk: fail fast */
     return ferry__fail(FERRY_EUNSUPPORTED, "loader: %s: the GPU decoder reads image files, not shards; decode on "
                        "the CPU (FERRY_DECODE_CPU)", l->annotations_path);
-  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
+  ferry_status st = open_annotations(l);
   if (st != FERRY_OK) return st;
   l->fill.source = l->source;
   l->keypoints = ferry_coco_num_keypoints(l->coco);
@@ -237,6 +292,9 @@ static ferry_status open_data(ferry_loader *l) {
   l->fill.box_format = l->config.box_format;
   l->fill.layout = l->config.layout;
   l->fill.image = l->config.image;
+  if (l->fill.image.draft_size == FERRY_DRAFT_SIZE_RFDETR) /* before the counts: they are made at its size */
+    l->fill.image.draft_size =
+        ferry__augment_draft_size(&l->fill.recipe, (l->config.fields & FERRY_LOADER_FIELD_MASKS) != 0);
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
   /* Checked once here, not for every batch the coordinator makes (lib/batch_internal.h). */

@@ -304,6 +304,20 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
                                         size_t index, const ferry_coco_image *img);
 /* The check every decoder makes: the pixels are the size the annotations say. */
 ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img);
+/* The size image `img` is decoded at, and so the frame of its targets and its
+ * orig_size: the annotated size, or under config.image.draft_size the reduced size of
+ * a file named as a JPEG. Known before the file is read, from its annotations and its
+ * name, because a crop's instance count, which lays the batch out, depends on it. */
+void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *img, int *w, int *h);
+/* ferry_coco_target_write / _count of image `index` in that frame (coco/target_at.h);
+ * every count and write of the loader goes through these, so they agree. */
+ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const ferry_target_options *opts,
+                                   ferry_coco_target *out);
+ferry_status ferry__loader_target_count(const fill_context *ctx, size_t index, int64_t *count);
+/* ferry__loader_check_size for a decoder that gives the decoded pixels' size: they
+ * must have the size ferry__loader_source_size planned. */
+ferry_status ferry__loader_check_decoded(const fill_context *ctx, const char *path, int w, int h,
+                                         const ferry_coco_image *img);
 /* A field's slice for one sample, NULL when the field is absent (-1). */
 void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot);
 

@@ -35,17 +35,48 @@ typedef struct ferry_coco ferry_coco;
  * the same message a strict open would have failed with. */
 typedef void (*ferry_coco_problem_fn)(void *user, const char *message);
 
+/* The label an annotation gets (ferry_coco_options.remap_categories). */
+typedef enum ferry_category_labels {
+  FERRY_CATEGORIES_RAW = 0,    /* its category_id, as written (the default) */
+  FERRY_CATEGORIES_REMAP = 1,  /* its category's position in "categories": 0..C-1 */
+  /* RF-DETR 1.11's rule for a Roboflow export (rfdetr/datasets/coco.py,
+   * filter_parent_categories): the categories sorted by id, less every grouping
+   * category that no annotation of the file uses (one whose name is another
+   * category's "supercategory", other than its own; "", "none", "null", null or no
+   * supercategory name no parent), unless that would leave none; a label is the
+   * position among those kept. So an export's unannotated root category (id 0,
+   * supercategory "none", the parent of every class) takes no label, and classes
+   * 1..C get 0..C-1. ferry_coco_category_label gives each category's. */
+  FERRY_CATEGORIES_RFDETR = 2
+} ferry_category_labels;
+
 typedef struct ferry_coco_options {
-  int remap_categories;   /* 0 (default): labels are raw category_id; 1: 0..C-1 in categories order */
+  int remap_categories;   /* a ferry_category_labels: FERRY_CATEGORIES_RAW (0, the default) */
   /* NULL (default): the first problem fails the open. Set: every problem in an image,
    * annotation or category is reported here, that element is left out, and the open
    * goes on (what `ferry-coco validate` uses). Unreadable JSON still fails the open. */
   ferry_coco_problem_fn on_problem;
   void *problem_user;
+  /* Read only under FERRY_CATEGORIES_RFDETR (so a program built before this field
+   * existed, which never sets that value, never has it read). NULL: the labels come
+   * from this file's own categories and annotations. Else another open coco, opened
+   * under FERRY_CATEGORIES_RFDETR, whose labels this file takes by category id:
+   * RF-DETR labels a Roboflow export's valid and test splits by its train split's
+   * mapping (_train_split_cat2label). An annotation whose category has no label there
+   * fails the open, naming the annotation and both files. Only read during the open. */
+  const ferry_coco *labels_from;
 } ferry_coco_options;
 
-/* Defaults: raw category ids, strict. */
+/* Fill the first `size` bytes of *o with the defaults (raw category ids, strict, no
+ * labels_from). Call it through ferry_coco_options_default, which passes the size this
+ * header gives. */
+FERRY_API void ferry_coco_options_init(ferry_coco_options *o, size_t size);
+/* The defaults for a program built against a header older than labels_from, which
+ * calls this function: it writes only the fields that header had. Declared before the
+ * macro of the same name below, which every program built since calls instead. */
 FERRY_API void ferry_coco_options_default(ferry_coco_options *o);
+/* Defaults: raw category ids, strict. */
+#define ferry_coco_options_default(o) ferry_coco_options_init((o), sizeof *(o))
 
 /* Read and index the file at `path`; `opts` may be NULL. FERRY_EIO if it cannot be read,
  * FERRY_EFORMAT for invalid JSON or content (with the JSON path).
@@ -109,6 +140,11 @@ FERRY_API size_t ferry_coco_num_keypoints(const ferry_coco *coco);
 /* Number of categories, and category `index` (in file order): its id and name. */
 FERRY_API size_t ferry_coco_num_categories(const ferry_coco *coco);
 FERRY_API ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t index, int64_t *id, const char **name);
+
+/* The label annotations of category `index` get under the open's remap_categories:
+ * its id (RAW), `index` (REMAP), or RF-DETR's label, -1 for a category that rule
+ * drops (RFDETR). The class names of a model, in label order, follow from it. */
+FERRY_API ferry_status ferry_coco_category_label(const ferry_coco *coco, size_t index, int64_t *label);
 
 /* 1 when the file was a result list (top-level array). */
 FERRY_API int ferry_coco_is_result_list(const ferry_coco *coco);

@@ -94,10 +94,32 @@ typedef struct ferry_image_options {
   uint64_t max_pixels;
   /* The loader's decoder. Default FERRY_DECODE_CPU. */
   ferry_decode_mode decode;
+  /* Reduced-size JPEG decoding as RF-DETR 1.11 does it for detection training
+   * (PIL.Image.draft, or simplejpeg at the same scale): 0 (the default) decodes at full
+   * size; N > 0 decodes a JPEG at 1/8, 1/4 or 1/2 scale, the smallest that keeps both
+   * sides at least N (ferry_image_draft_factor), in libjpeg-turbo's scaled IDCT, so the
+   * pixels are Pillow's draft's. PNG is decoded at full size, as Pillow's draft leaves
+   * it. A loader also rescales each sample's boxes and areas per axis as RF-DETR's
+   * scale_coco_annotation does, and takes FERRY_DRAFT_SIZE_RFDETR: RF-DETR's own rule
+   * for N from the recipe (docs/images.md, "Reduced-size decoding"). Not with
+   * dct_scaling, masks, keypoints or the GPU decoder. */
+  int draft_size;
   /* Zero. Room for options to come without moving the fields that follow these
    * options in ferry_loader_config. */
-  uint32_t reserved[7];
+  uint32_t reserved[6];
 } ferry_image_options;
+
+/* config.image.draft_size for a loader: RF-DETR 1.11's draft_size_for_transforms. With
+ * a training recipe and without masks, the largest scale the recipe can resize to
+ * directly (the largest multi-scale scale, else the resolution), at least branch B's
+ * largest first resize (600) with scale jitter; otherwise (validation recipes, masks)
+ * 0: full size. */
+#define FERRY_DRAFT_SIZE_RFDETR (-1)
+
+/* The reduction a JPEG of width x height gets under draft_size: the largest of 8, 4, 2
+ * with both width / f and height / f (rounded down) at least draft_size, else 1 (and 1
+ * for draft_size <= 0). The decoded size is then ceil(width / f) x ceil(height / f). */
+FERRY_API int ferry_image_draft_factor(int width, int height, int draft_size);
 
 /* Fill *o with the defaults: dct_scaling 0, apply_exif 0, max_pixels 89478485,
  * decode FERRY_DECODE_CPU. */

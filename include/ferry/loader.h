@@ -164,7 +164,11 @@ typedef struct ferry_loader_config {
   ferry_box_format box_format; /* FERRY_BOXES_XYXY here; the Python package's default is
                                   "cxcywh" (FERRY_BOXES_CXCYWH_NORM), DETR's format */
   int keep_crowd;              /* 0: drop iscrowd annotations (RF-DETR's ConvertCoco) */
-  int remap_categories;        /* 0: labels are raw category ids; 1: 0..C-1 */
+  int remap_categories;        /* labels (ferry/coco.h, ferry_category_labels): raw category
+                                  ids (FERRY_CATEGORIES_RAW, 0); 0..C-1 in categories order
+                                  (REMAP, 1); RF-DETR's rule for a Roboflow export (RFDETR,
+                                  2): unannotated grouping categories take no label, the
+                                  rest 0..C-1 by id. A shard index's own policy wins */
   ferry_error_policy on_error; /* FERRY_ON_ERROR_FAIL */
   ferry_image_layout layout;   /* FERRY_LAYOUT_F32_CHW (normalised) or U8_HWC */
   int allow_escaping_paths;    /* 0: file names with ".." or absolute paths are errors */
@@ -203,6 +207,13 @@ typedef struct ferry_loader_config {
    * of shards. It holds dataset indices, not images: 8 bytes a sample while an epoch
    * is drawn. Unused by the dataset order. */
   size_t shuffle_buffer;
+  /* With remap_categories = FERRY_CATEGORIES_RFDETR: another annotations file (a JSON
+   * or its index) whose labels this split takes, by category id, as RF-DETR labels a
+   * Roboflow export's valid and test splits by its train split's mapping. NULL (the
+   * default): this split's own. Read at open only. An annotation whose category has no
+   * label there fails the open, naming it (ferry/coco.h, labels_from). Refused with
+   * another policy, and with a shard spec (its index carries its own policy). */
+  const char *categories_from;
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are

@@ -27,6 +27,8 @@ FIELDS_DEFAULT = 0xFF
 AUGMENT_RECORD_LEN = 10  # FERRY_AUGMENT_RECORD_LEN, include/ferry/image.h
 
 BOXES_XYXY, BOXES_CXCYWH_NORM = 0, 1
+CATEGORIES_RAW, CATEGORIES_REMAP, CATEGORIES_RFDETR = 0, 1, 2  # ferry_category_labels, coco.h
+DRAFT_SIZE_RFDETR = -1  # FERRY_DRAFT_SIZE_RFDETR, include/ferry/image.h
 ON_ERROR_FAIL, ON_ERROR_SKIP = 0, 1
 ORDER_AUTO, ORDER_DATASET, ORDER_SHARDS = 0, 1, 2
 LAYOUT_F32_CHW, LAYOUT_U8_HWC = 0, 1
@@ -48,7 +50,7 @@ class Tensor(Structure):  # ferry_tensor, include/ferry/tensor.h
 
 class ImageOptions(Structure):  # ferry_image_options, include/ferry/image.h
     _fields_ = [("dct_scaling", c_int), ("apply_exif", c_int), ("max_pixels", c_uint64),
-                ("decode", c_int), ("reserved", ctypes.c_uint32 * 7)]
+                ("decode", c_int), ("draft_size", c_int), ("reserved", ctypes.c_uint32 * 6)]
 
 
 class AugmentOptions(Structure):  # ferry_augment_options, include/ferry/image.h
@@ -68,7 +70,8 @@ class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
                 ("layout", c_int), ("allow_escaping_paths", c_int), ("image", ImageOptions),
                 ("device", c_void_p), ("progress", c_void_p), ("progress_user", c_void_p),
                 ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions),
-                ("max_instances", c_size_t), ("order", c_int), ("shuffle_buffer", c_size_t)]
+                ("max_instances", c_size_t), ("order", c_int), ("shuffle_buffer", c_size_t),
+                ("categories_from", c_char_p)]
 
 
 class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h

@@ -45,6 +45,9 @@ TARGET_FIELDS = (("boxes", _capi.FIELD_BOXES), ("labels", _capi.FIELD_LABELS),
 DEFAULT_FIELDS = tuple(key for key, _ in TARGET_FIELDS if key != "augment")
 
 BOX_FORMATS = {"cxcywh": _capi.BOXES_CXCYWH_NORM, "xyxy": _capi.BOXES_XYXY}
+# how labels are made of category ids (include/ferry/coco.h, ferry_category_labels)
+CATEGORIES = {"raw": _capi.CATEGORIES_RAW, "remap": _capi.CATEGORIES_REMAP,
+              "rfdetr": _capi.CATEGORIES_RFDETR}
 ON_ERROR = {"fail": _capi.ON_ERROR_FAIL, "skip": _capi.ON_ERROR_SKIP}
 ORDERS = {"auto": _capi.ORDER_AUTO, "dataset": _capi.ORDER_DATASET, "shards": _capi.ORDER_SHARDS}
 # layout -> (what the workers write, what the transfer makes of it)
@@ -166,6 +169,28 @@ def _parse(parser, value, what):
     return out.value
 
 
+def _labels_policy(categories, remap_categories):
+    """config.remap_categories from categories= ("raw", "remap", "rfdetr"), or from the
+    older remap_categories=True ("remap"); both given must agree."""
+    if categories is None:
+        return _capi.CATEGORIES_REMAP if remap_categories else _capi.CATEGORIES_RAW
+    policy = _choice(CATEGORIES, categories, "categories")
+    if remap_categories and policy != _capi.CATEGORIES_REMAP:
+        raise ValueError(f"remap_categories=True is categories='remap', not {categories!r}: pass one of them")
+    return policy
+
+
+def _draft_size(value):
+    """config.image.draft_size: None (full size), a positive size, or "rfdetr"."""
+    if value is None:
+        return 0
+    if value == "rfdetr":
+        return _capi.DRAFT_SIZE_RFDETR
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"draft_size must be None, a positive integer or 'rfdetr', not {value!r}")
+    return value
+
+
 def _choice(table, value, what):
     if value not in table:
         raise ValueError(f"{what} must be one of {sorted(table)}, not {value!r}")
@@ -213,10 +238,11 @@ class Loader:
     _closing = False
     _close_waiters = 0  # close() calls waiting for the calls inside to return
 
-    def __init__(self, annotations, images, batch_size=8, workers=0, resolution=312,
+    def __init__(self, annotations, images=None, batch_size=8, workers=0, resolution=312,
                  device="cpu", seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, on_error="fail", layout="f32", prefetch=None, *,
                  box_format="cxcywh", keep_crowd=False, remap_categories=False,
+                 categories=None, categories_from=None, draft_size=None,
                  fields=None, tensor_type=None, max_pinned_bytes=None, decode="cpu",
                  augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
                  num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
@@ -254,8 +280,8 @@ class Loader:
         config = _capi.LoaderConfig()
         lib.ferry_loader_config_init(byref(config), ctypes.sizeof(config))
         # ctypes keeps no reference to the bytes a c_char_p field points at
-        self._paths = (os.fsencode(annotations), os.fsencode(images))
-        config.annotations, config.images = self._paths
+        self._paths = tuple(None if p is None else os.fsencode(p) for p in (annotations, images, categories_from))
+        config.annotations, config.images, config.categories_from = self._paths
         config.batch_size, config.workers = batch_size, workers
         config.prefetch = prefetch or 0
         config.shuffle, config.seed, config.drop_last = int(bool(shuffle)), seed, int(bool(drop_last))
@@ -270,7 +296,12 @@ class Loader:
         a.expanded_scales, a.scale_jitter = int(bool(expanded_scales)), int(bool(scale_jitter))
         a.patch_size, a.num_windows, a.hflip, a.max_size = patch_size, num_windows, hflip, max_size
         config.box_format = _choice(BOX_FORMATS, box_format, "box_format")
-        config.keep_crowd, config.remap_categories = int(bool(keep_crowd)), int(bool(remap_categories))
+        config.keep_crowd = int(bool(keep_crowd))
+        config.remap_categories = _labels_policy(categories, remap_categories)
+        if categories_from is not None and config.remap_categories != _capi.CATEGORIES_RFDETR:
+            raise ValueError("categories_from takes RF-DETR's labels from another split (its train split's): "
+                             f"it needs categories='rfdetr', not {categories!r}")
+        config.image.draft_size = _draft_size(draft_size)
         config.on_error = _choice(ON_ERROR, on_error, "on_error")
         config.layout = image_layout
         config.device = self._device

@@ -8,6 +8,10 @@ record becomes RF-DETR's draws). They need a venv of their own (Debian's torch i
 1.13): ./run makes build/rfdetr-venv from tests/common/rfdetr-requirements.txt and
 names its interpreter in FERRY_RFDETR_PYTHON. The installed ferry package (and its
 libferry.so) is handed to that interpreter through a folder holding only it.
+
+The reduced-size decode (issue 36) is replayed on dali_coco's photos upscaled to
+1920-4000 px (tests/common/large_photos.py), against RF-DETR's CocoDetection with its
+draft size, through simplejpeg and through Pillow.
 """
 import os
 import subprocess
@@ -35,6 +39,9 @@ def test_recipes_equal_rfdetr_classes(tmp_path):
             skip_or_fail(f"no real data at {a}", "FERRY_REQUIRE_TORCH")
         sets += ["--set", a, i]
     sets += ["--set", *make_synth(str(tmp_path / "synth"), 300, 17)]
+    large = subprocess.run([python, os.path.join(ROOT, "tests", "common", "large_photos.py"), *sets[1:3],
+                            str(tmp_path / "large")], capture_output=True, text=True, check=True)
+    sets += ["--draft-set", *large.stdout.splitlines()]
     package = tmp_path / "package"
     package.mkdir()
     os.symlink(os.path.dirname(os.path.abspath(ferry.__file__)), package / "ferry")
@@ -45,3 +52,4 @@ def test_recipes_equal_rfdetr_classes(tmp_path):
     sys.stdout.write(out.stdout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "all equal" in out.stdout
+    assert "reduced decode (simplejpeg)" in out.stdout and "reduced decode (pillow)" in out.stdout

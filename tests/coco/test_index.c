@@ -122,6 +122,10 @@ static void same_content(const ferry_coco *a, const ferry_coco *b) {
     cr_assert_eq(ferry_coco_category_at(a, i, &ia, &na), FERRY_OK);
     cr_assert_eq(ferry_coco_category_at(b, i, &ib, &nb), FERRY_OK);
     cr_assert(ia == ib && strcmp(na, nb) == 0, "category %zu", i);
+    int64_t la, lb; /* the label: under RF-DETR's rule, the supercategories' doing */
+    cr_assert_eq(ferry_coco_category_label(a, i, &la), FERRY_OK);
+    cr_assert_eq(ferry_coco_category_label(b, i, &lb), FERRY_OK);
+    cr_assert_eq(la, lb, "category %zu: label %lld and %lld", i, (long long)la, (long long)lb);
   }
   for (size_t i = 0; i < ferry_coco_num_images(a); i++) {
     ferry_coco_image ia, ib;
@@ -169,8 +173,8 @@ static void streamed_same_as_whole_tree(const char *json_path, const ferry_coco 
   ferry_coco_close(whole);
 }
 
-/* Open json_path as JSON and through an index built from it, with and without
- * remapped categories; 0 when the JSON itself does not open. */
+/* Open json_path as JSON and through an index built from it, under every label policy
+ * (raw, remapped, RF-DETR's); 0 when the JSON itself does not open. */
 static int check_json_vs_index(const char *json_path) {
   char index[PATH_LEN];
   in_scratch("check.ferryidx", index);
@@ -185,7 +189,7 @@ static int check_json_vs_index(const char *json_path) {
   ferry_coco_close(json);
   cr_assert_eq(ferry_coco_index_build(json_path, index), FERRY_OK, "%s", ferry_last_error());
   cr_assert_eq(ferry_coco_index_verify(index), FERRY_OK, "%s", ferry_last_error());
-  for (int remap = 0; remap < 2; remap++) {
+  for (int remap = FERRY_CATEGORIES_RAW; remap <= FERRY_CATEGORIES_RFDETR; remap++) {
     o.remap_categories = remap;
     ferry_coco *from_json = NULL, *from_index = NULL;
     setenv("FERRY_COCO_INDEX", "off", 1);
@@ -222,6 +226,12 @@ static const char *const hand_written[] = {
   "[{\"image_id\": 1, \"category_id\": 1, \"segmentation\": [[0, 0, 5, 0, 5, 5]], \"score\": 0.9}]",
   /* empty */
   "{\"images\": []}",
+  /* a Roboflow export: an unannotated root whose name is every class's supercategory,
+   * which RF-DETR's rule drops (the index keeps the supercategories) */
+  "{\"images\": [{\"id\": 1, \"width\": 40, \"height\": 30, \"file_name\": \"a.jpg\"}],"
+  " \"categories\": [{\"id\": 0, \"name\": \"objects\", \"supercategory\": \"none\"},"
+  "  {\"id\": 1, \"name\": \"cat\", \"supercategory\": \"objects\"}, {\"id\": 2, \"name\": \"dog\", \"supercategory\": \"objects\"}],"
+  " \"annotations\": [{\"id\": 1, \"image_id\": 1, \"category_id\": 2, \"bbox\": [1, 2, 10, 8], \"area\": 80}]}",
 };
 
 Test(index, hand_written_files_same_as_json) {

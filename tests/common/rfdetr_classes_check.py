@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ferry's training recipes replayed through RF-DETR 1.11's own classes (issue 24).
 
-    rfdetr_classes_check.py --set ANNOTATIONS IMAGES [--set ...] [--epochs 2] [--min-samples N]
+    rfdetr_classes_check.py --set ANNOTATIONS IMAGES [--set ...] [--draft-set ANNOTATIONS IMAGES ...]
+                            [--epochs 2] [--min-samples N]
 
 Run by the interpreter of a venv holding rfdetr==1.11.2 and its torch >= 2 (./run makes
 build/rfdetr-venv; python/tests/test_rfdetr_classes.py drives this script), with
@@ -15,6 +16,13 @@ image goes through RF-DETR's own CocoDetection (its decode and ConvertCoco: pyco
 masks, crowd dropped, degenerate boxes dropped) and its own transform pipeline
 (make_coco_transforms[_square_div_64]("train", ...)): RandomSelect/RandomResize/
 RandomSizedCrop/Resize/RandomHorizontalFlip, then ToImage, ToDtype and its Normalize.
+
+A --draft-set is replayed without masks and with the reduced-size decode RF-DETR 1.11
+uses for detection training (issue 36): ferry's draft_size="rfdetr" against its
+CocoDetection built with draft_size_for_transforms' size, whose __getitem__ decodes the
+JPEG at 1/2, 1/4 or 1/8 scale and moves the annotations into it (scale_coco_annotation)
+before ConvertCoco; once through simplejpeg, as RF-DETR's `train` extra installs it, and
+once through Pillow's draft (simplejpeg hidden from RF-DETR's decoder).
 
 Checked per sample: every draw the record implies was asked for, and no other; the
 pixels before normalisation byte for byte (the PIL image after the flip against ferry's
@@ -49,6 +57,13 @@ RECIPES = [
     dict(augment="rfdetr", multi_scale="per-batch", resolution=312, patch_size=12, num_windows=1),
     dict(augment="rfdetr-square", multi_scale="off", resolution=384, patch_size=16, num_windows=2),
 ]
+# The reduced-size decode: its draft size is 600 with scale jitter (branch B's largest
+# first resize), else the largest scale the recipe resizes to (360 and 384 here).
+DRAFT_RECIPES = RECIPES[:2] + [
+    dict(augment="rfdetr", multi_scale="per-sample", resolution=312, patch_size=12, num_windows=1, scale_jitter=False),
+    dict(augment="rfdetr-square", multi_scale="off", resolution=384, patch_size=16, num_windows=2, scale_jitter=False),
+]
+DECODERS = ("simplejpeg", "pillow")
 
 
 class ScriptedDraws:
@@ -90,12 +105,14 @@ def shortest_side(h, w, size, max_size):
     return RandomResize._get_size(h, w, size, max_size)
 
 
-def draws_for(rec, h, w, scales, square):
-    """The draws, in RF-DETR's call order, that make its classes do what the record says."""
+def draws_for(rec, h, w, scales, square, jitter=True):
+    """The draws, in RF-DETR's call order, that make its classes do what the record says
+    (without scale jitter RF-DETR builds branch A alone: no RandomSelect, no coin)."""
     out = []
     coin = lambda taken: ("rand", 0.0 if taken else 0.75)  # noqa: E731: RandomSelect takes A below p
     if rec[BRANCH] == 0:
-        out.append(coin(True))
+        if jitter:
+            out.append(coin(True))
         if square:
             index = scales.index(rec[OUT_H])
         else:
@@ -122,22 +139,28 @@ def draws_for(rec, h, w, scales, square):
     return out
 
 
-def rfdetr_pipeline(annotations, images, options):
-    from rfdetr.datasets.coco import (CocoDetection, compute_multi_scale_scales, make_coco_transforms,
-                                      make_coco_transforms_square_div_64)
+def rfdetr_pipeline(annotations, images, options, draft):
+    from rfdetr.datasets.coco import (CocoDetection, compute_multi_scale_scales, draft_size_for_transforms,
+                                      make_coco_transforms, make_coco_transforms_square_div_64)
     square = options["augment"] == "rfdetr-square"
     build = make_coco_transforms_square_div_64 if square else make_coco_transforms
     multi = options["multi_scale"] != "off"
+    jitter = options.get("scale_jitter", True)
     transforms = build("train", options["resolution"], multi_scale=multi, expanded_scales=False,
                        skip_random_resize=False, patch_size=options["patch_size"],
-                       num_windows=options["num_windows"])
+                       num_windows=options["num_windows"], scale_jitter=jitter)
+    size = draft_size_for_transforms("train", options["resolution"], multi_scale=multi, expanded_scales=False,
+                                     patch_size=options["patch_size"], num_windows=options["num_windows"],
+                                     scale_jitter=jitter, include_masks=not draft)
+    if draft and not size:
+        fail(annotations, f"RF-DETR gives no draft size for {options}")
     with contextlib.redirect_stdout(io.StringIO()):
-        dataset = CocoDetection(images, annotations, transforms=None, include_masks=True)
+        dataset = CocoDetection(images, annotations, transforms=None, include_masks=not draft, draft_size=size)
     scales = compute_multi_scale_scales(options["resolution"], False, options["patch_size"],
                                         options["num_windows"]) if multi else [options["resolution"]]
     # the recipe (resize select, flip) and then ToImage, ToDtype, Normalize
     geometry, tensors = transforms.transforms[:2], transforms.transforms[2:]
-    return dataset, geometry, tensors, scales, square
+    return dataset, geometry, tensors, scales, square, jitter
 
 
 def fail(where, what):
@@ -145,19 +168,20 @@ def fail(where, what):
 
 
 def check_sample(ref, i, u8, t8, f32, tf, epoch):
-    dataset, geometry, tensors, scales, square = ref
+    dataset, geometry, tensors, scales, square, jitter = ref
     rec = t8["augment"].tolist()
     image_id = int(t8["image_id"])
     info = dataset.coco.imgs[image_id]
     where = f"{info['file_name']} epoch {epoch} record {rec}"
-    img, target = dataset._decode_image(image_id)[0], dataset._load_target(image_id)
-    try:
-        img, target = dataset.prepare(img, {"image_id": image_id, "annotations": target})
+    try:  # RF-DETR's own item: its decode (reduced under draft_size), annotations and ConvertCoco
+        img, target = dataset[dataset.ids.index(image_id)]
     except (TypeError, ValueError) as e:  # what RF-DETR itself cannot load is not compared
         REFUSED.setdefault(info["file_name"], f"{type(e).__name__}: {e}")
         return False
-    with ScriptedDraws() as draws:
-        draws.queue = draws_for(rec, info["height"], info["width"], scales, square)
+    if t8["orig_size"].tolist() != target["orig_size"].tolist():
+        fail(where, f"orig_size: ferry {t8['orig_size'].tolist()}, RF-DETR {target['orig_size'].tolist()}")
+    with ScriptedDraws() as draws:  # drawn on the decoded size, as RF-DETR's transforms see it
+        draws.queue = draws_for(rec, img.height, img.width, scales, square, jitter)
         for step in geometry:
             img, target = step(img, target)
         if draws.queue:
@@ -171,7 +195,8 @@ def check_sample(ref, i, u8, t8, f32, tf, epoch):
         fail(where, f"uint8 pixels differ in {int((ours != want).any(0).sum())} of {h * w}")
     if t8["labels"].tolist() != target["labels"].tolist():
         fail(where, f"kept instances: ferry {t8['labels'].tolist()}, RF-DETR {target['labels'].tolist()}")
-    if not torch.equal(t8["masks"].bool(), target["masks"]):
+    if ("masks" in t8) != ("masks" in target) or ("masks" in t8 and not torch.equal(t8["masks"].bool(),
+                                                                                    target["masks"])):
         fail(where, "masks differ")
     if not torch.allclose(t8["boxes"], target["boxes"], rtol=0, atol=1e-4):
         fail(where, f"boxes (xyxy px) differ by {float((t8['boxes'] - target['boxes']).abs().max())}")
@@ -203,11 +228,12 @@ def check_batch(f32, targets, block, where):
         fail(where, "ferry.pixel_mask is not RF-DETR's NestedTensor mask")
 
 
-def replay(annotations, images, options, epochs):
-    ref = rfdetr_pipeline(annotations, images, options)
+def replay(annotations, images, options, epochs, draft=False):
+    ref = rfdetr_pipeline(annotations, images, options, draft)
     block = options["patch_size"] * options["num_windows"]  # RFDETRDataModule's collate block
+    fields = ("boxes", "labels", "area", "iscrowd", "image_id", "orig_size", "size", "augment")
     common = dict(batch_size=4, workers=2, seed=11, keep_crowd=False, tensor_type="torch",
-                  fields=("boxes", "labels", "masks", "area", "iscrowd", "image_id", "size", "augment"),
+                  fields=fields + (() if draft else ("masks",)), draft_size="rfdetr" if draft else None,
                   **options)
     checked = 0
     with ferry.Loader(annotations, images, layout="uint8", box_format="xyxy", **common) as raw, \
@@ -224,7 +250,8 @@ def replay(annotations, images, options, epochs):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--set", nargs=2, action="append", required=True, metavar=("ANNOTATIONS", "IMAGES"))
+    p.add_argument("--set", nargs=2, action="append", default=[], metavar=("ANNOTATIONS", "IMAGES"))
+    p.add_argument("--draft-set", nargs=2, action="append", default=[], metavar=("ANNOTATIONS", "IMAGES"))
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--min-samples", type=int, default=1)
     args = p.parse_args()
@@ -238,6 +265,20 @@ def main():
             print(f"{os.path.basename(annotations)} {options['augment']} {options['multi_scale']}: "
                   f"{n} samples equal", flush=True)
             total += n
+    import rfdetr.datasets.io_utils as io_utils
+    simplejpeg = io_utils.simplejpeg
+    if simplejpeg is None:
+        fail("setup", "simplejpeg is not installed: RF-DETR's `train` extra brings it")
+    for annotations, images in args.draft_set:
+        for decoder in DECODERS:
+            io_utils.simplejpeg = simplejpeg if decoder == "simplejpeg" else None
+            for options in DRAFT_RECIPES:
+                n = replay(annotations, images, options, args.epochs, draft=True)
+                print(f"{os.path.basename(annotations)} reduced decode ({decoder}) {options['augment']} "
+                      f"{options['multi_scale']} scale_jitter={options.get('scale_jitter', True)}: "
+                      f"{n} samples equal", flush=True)
+                total += n
+        io_utils.simplejpeg = simplejpeg
     for name, why in sorted(REFUSED.items()):
         print(f"not compared: RF-DETR 1.11 itself cannot load {name}: {why}")
     print(f"rfdetr {version('rfdetr')}, torch {torch.__version__}: {total} samples replayed through "
