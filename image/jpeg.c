@@ -3,8 +3,8 @@
  * Owns: the TurboJPEG handle's life (open/close, called by image.c for each
  * decoder), the header walk, and the decode into the decoder's scratch: RGB8 in
  * d->pixels, with d->aux for CMYK samples on the way. A grey or YCbCr file at full
- * scale goes to jpeg_entropy.c first (the same pixels, faster), and to TurboJPEG
- * when that declines it.
+ * scale or at a draft's 1/f goes to jpeg_entropy.c first (the same pixels, faster),
+ * and to TurboJPEG when that declines it.
  * Callers: image.c, on the thread that owns the decoder (a TurboJPEG handle is not
  * shared between threads), and the header-only probe, on any thread (it needs no
  * handle).
@@ -226,14 +226,14 @@ static ferry_status decode_cmyk(ferry_decoder *d, const uint8_t *data, size_t le
   return FERRY_OK;
 }
 
-/* jpeg_entropy.c's decoder first, at full scale (it gives TurboJPEG's pixels or
- * declines the file), TurboJPEG for what it declines. */
+/* jpeg_entropy.c's decoder first, at full scale or 1/f (it gives TurboJPEG's pixels
+ * or declines the file), TurboJPEG for what it declines. */
 static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len,
                                const char *name, tjscalingfactor sf, int w, int h) {
   ferry_status st = ferry__scratch_reserve(&d->pixels, (size_t)w * (size_t)h * 3, name);
   if (st < 0) return st;
-  if (d->entropy && sf.num == sf.denom) {
-    st = ferry__jpeg_entropy_decode(d->entropy, data, len, name, d->pixels.data, w, h);
+  if (d->entropy && sf.num == 1) { /* full scale, or a draft's 1/f */
+    st = ferry__jpeg_entropy_decode(d->entropy, data, len, name, d->pixels.data, w, h, sf.denom);
     if (st != FERRY_EAGAIN) return st;
   }
   if ((st = renew_handle(d, name)) < 0) return st;

@@ -289,13 +289,13 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 /* ---- the file ---------------------------------------------------------------------- */
 
 /* A single sequential Huffman scan of 8-bit grey or YCbCr, no restart markers, every
- * component needed at full scale (the only case the hook reproduces). */
+ * component needed, the output the size asked for (the only case the hook reproduces:
+ * at any 1/f scale, libjpeg's scaled IDCT reads what it needs of the full blocks). */
 static int scan_is_plain(j_decompress_ptr c, int width, int height) {
   if (c->progressive_mode || c->arith_code || c->restart_interval || c->data_precision != 8 ||
       c->inputctl->has_multiple_scans || c->comps_in_scan != c->num_components ||
       (c->num_components != 1 && c->num_components != 3) || c->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
-      (int)c->output_width != width || (int)c->output_height != height ||
-      (int)c->output_width != (int)c->image_width || (int)c->output_height != (int)c->image_height)
+      (int)c->output_width != width || (int)c->output_height != height)
     return 0;
   for (int i = 0; i < c->comps_in_scan; i++)
     if (!c->cur_comp_info[i]->component_needed) return 0;
@@ -351,7 +351,7 @@ static void read_rows(ferry_jpeg_entropy *e, uint8_t *rgb, int width) {
  * Not inlined there, so none of its locals lives in the frame that longjmp returns to. */
 static __attribute__((noinline)) ferry_status decode_trapped(ferry_jpeg_entropy *e, const uint8_t *data,
                                                              size_t len, const char *name, uint8_t *rgb,
-                                                             int width, int height) {
+                                                             int width, int height, int scale_denom) {
   j_decompress_ptr c = &e->cinfo;
   ferry_status st = FERRY_EAGAIN;
   jpeg_mem_src(c, data, (unsigned long)len);
@@ -359,6 +359,8 @@ static __attribute__((noinline)) ferry_status decode_trapped(ferry_jpeg_entropy 
   c->out_color_space = JCS_EXT_RGB; /* as tjDecompress2 for TJPF_RGB */
   c->dct_method = JDCT_ISLOW;       /* TJFLAG_ACCURATEDCT */
   c->do_fancy_upsampling = TRUE;
+  c->scale_num = 1;                 /* TurboJPEG's 1/f, and Pillow's draft's */
+  c->scale_denom = (unsigned)scale_denom;
   jpeg_start_decompress(c);
   if (!scan_is_plain(c, width, height) || !take_scan(e, name, &st)) goto decline;
   read_rows(e, rgb, width);
@@ -374,7 +376,8 @@ decline:
  * next one (abbreviated streams), and a file without its own must fail as it does in
  * Pillow, not borrow the previous file's (jpeg.c renews TurboJPEG's handle alike). */
 ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height) {
+                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) return FERRY_EAGAIN;
   e->err.warnings = 0;
   if (setjmp(e->err.jump)) { /* a libjpeg error: TurboJPEG will say what it is */
     if (e->created) jpeg_abort_decompress(&e->cinfo);
@@ -384,7 +387,7 @@ ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *da
   e->created = 0;
   jpeg_create_decompress(&e->cinfo); /* out of memory: longjmp above */
   e->created = 1;
-  return decode_trapped(e, data, len, name, rgb, width, height);
+  return decode_trapped(e, data, len, name, rgb, width, height, scale_denom);
 }
 
 /* ---- the decompressor ------------------------------------------------------------- */
@@ -420,8 +423,8 @@ int ferry__jpeg_entropy_available(void) { return 0; }
 ferry_jpeg_entropy *ferry__jpeg_entropy_open(void) { return NULL; }
 void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e) { (void)e; }
 ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height) {
-  (void)e, (void)data, (void)len, (void)name, (void)rgb, (void)width, (void)height;
+                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
+  (void)e, (void)data, (void)len, (void)name, (void)rgb, (void)width, (void)height, (void)scale_denom;
   return FERRY_EAGAIN;
 }
 

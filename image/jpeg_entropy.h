@@ -13,8 +13,10 @@
  * the file without an error. Anything this path does not take as plainly valid, it
  * declines (FERRY_EAGAIN) before or after decoding, and jpeg.c decodes the file with
  * TurboJPEG as before: a progressive, arithmetic-coded, 12-bit, CMYK or restart-marked
- * file, a scaled decode, a Huffman code libjpeg would warn about, data that runs into
- * a marker, any libjpeg warning or error.
+ * file, a Huffman code libjpeg would warn about, data that runs into a marker, any
+ * libjpeg warning or error. A decode at 1/2, 1/4 or 1/8 scale (the loader's draft_size)
+ * is taken too: libjpeg's scaled IDCT reads the coefficients it needs from the same
+ * blocks, so the pixels are TurboJPEG's at that scale.
  */
 #ifndef FERRY_IMAGE_JPEG_ENTROPY_H
 #define FERRY_IMAGE_JPEG_ENTROPY_H
@@ -34,10 +36,11 @@ int ferry__jpeg_entropy_available(void);
 ferry_jpeg_entropy *ferry__jpeg_entropy_open(void);
 void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e);
 
-/* Decode data[0, len), a JPEG of width x height, into rgb (3 * width * height bytes).
+/* Decode data[0, len), a JPEG, at 1/scale_denom of its size (1, 2, 4 or 8; width x
+ * height must be that size: ceil(side / scale_denom)) into rgb (3 * width * height bytes).
  * FERRY_OK: done, TurboJPEG's pixels. FERRY_EAGAIN: declined, rgb's contents are
  * undefined; decode with TurboJPEG. FERRY_ENOMEM (with a message naming `name`). */
 ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height);
+                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom);
 
 #endif

@@ -36,7 +36,10 @@ int FUZZ_ENTRY(const uint8_t *data, size_t size) {
   int w, h;
   if (ferry_image_probe(data, size, "fuzz", &w, &h) != FERRY_OK) return 0;
   if (w <= 0 || h <= 0 || (uint64_t)w * (uint64_t)h > MAX_PIXELS) return 0;
-  ferry_status st = ferry__jpeg_entropy_decode(path, data, size, "fuzz", mine, w, h);
+  /* the scale from the input's last byte: full, or a draft's 1/2, 1/4, 1/8 */
+  int scale = 1 << (data[size - 1] & 3);
+  w = (w + scale - 1) / scale, h = (h + scale - 1) / scale;
+  ferry_status st = ferry__jpeg_entropy_decode(path, data, size, "fuzz", mine, w, h, scale);
   FUZZ_CHECK(st == FERRY_OK || st == FERRY_EAGAIN);
   if (st != FERRY_OK) return 0;
   /* a handle per file, as jpeg.c: a reused one keeps the last file's tables */

@@ -5,7 +5,9 @@
  * the repo, on files encoded here in every layout the path takes (libjpeg's encoder:
  * sizes, subsamplings, grey, quality 100, optimised tables), on what it must decline
  * (progressive, arithmetic, restart markers, truncation, 0xFF 0xFF in a scan), and on
- * thousands of corrupted scans, where it must either agree or decline.
+ * thousands of corrupted scans, where it must either agree or decline. The real files
+ * and the encoded layouts are also decoded at 1/2, 1/4 and 1/8 scale (the loader's
+ * draft_size), against TurboJPEG at the same scale.
  */
 #include <criterion/criterion.h>
 #include <ftw.h>
@@ -28,11 +30,15 @@ typedef struct reference {
   unsigned char *rgb;
 } reference;
 
-static reference turbojpeg_decode(const unsigned char *data, size_t len) {
+/* At 1/scale: TurboJPEG 2.x takes the largest of its factors that fits the size asked
+ * for, which for ceil(side / scale) on both sides is 1/scale. */
+static reference turbojpeg_decode(const unsigned char *data, size_t len, int scale) {
   reference r = {0};
   tjhandle tj = tjInitDecompress();
   int sub, cs;
   if (tjDecompressHeader3(tj, data, (unsigned long)len, &r.width, &r.height, &sub, &cs) == 0) {
+    r.width = (r.width + scale - 1) / scale;
+    r.height = (r.height + scale - 1) / scale;
     r.rgb = malloc((size_t)r.width * r.height * 3);
     int rc = tjDecompress2(tj, data, (unsigned long)len, r.rgb, r.width, 0, r.height, TJPF_RGB,
                            TJFLAG_ACCURATEDCT);
@@ -43,24 +49,40 @@ static reference turbojpeg_decode(const unsigned char *data, size_t len) {
   return r;
 }
 
-/* The path on data; when it says OK, TurboJPEG must agree byte for byte. Returns the
- * path's status (FERRY_OK or FERRY_EAGAIN). */
-static ferry_status check_against_turbojpeg(ferry_jpeg_entropy *e, const unsigned char *data, size_t len,
-                                            const char *what) {
-  reference r = turbojpeg_decode(data, len);
+/* The path on data at 1/scale; when it says OK, TurboJPEG must agree byte for byte.
+ * Returns the path's status (FERRY_OK or FERRY_EAGAIN). */
+static ferry_status check_scaled(ferry_jpeg_entropy *e, const unsigned char *data, size_t len, const char *what,
+                                 int scale) {
+  reference r = turbojpeg_decode(data, len, scale);
   if (!r.rgb) return FERRY_EAGAIN; /* no header TurboJPEG can read: jpeg.c never gets here */
   size_t n = (size_t)r.width * r.height * 3;
   unsigned char *mine = malloc(n);
-  ferry_status st = ferry__jpeg_entropy_decode(e, data, len, what, mine, r.width, r.height);
-  cr_assert(st == FERRY_OK || st == FERRY_EAGAIN, "%s: status %d", what, st);
+  ferry_status st = ferry__jpeg_entropy_decode(e, data, len, what, mine, r.width, r.height, scale);
+  cr_assert(st == FERRY_OK || st == FERRY_EAGAIN, "%s at 1/%d: status %d", what, scale, st);
   if (st == FERRY_OK) {
-    cr_assert(r.ok, "%s: taken, but TurboJPEG fails on it", what);
+    cr_assert(r.ok, "%s at 1/%d: taken, but TurboJPEG fails on it", what, scale);
     size_t i = 0;
     while (i < n && mine[i] == r.rgb[i]) i++;
-    cr_assert_eq(i, n, "%s: byte %zu (row %zu) differs from TurboJPEG's", what, i, i / ((size_t)r.width * 3));
+    cr_assert_eq(i, n, "%s at 1/%d: byte %zu (row %zu) differs from TurboJPEG's", what, scale, i,
+                 i / ((size_t)r.width * 3));
   }
   free(mine);
   free(r.rgb);
+  return st;
+}
+
+static ferry_status check_against_turbojpeg(ferry_jpeg_entropy *e, const unsigned char *data, size_t len,
+                                            const char *what) {
+  return check_scaled(e, data, len, what, 1);
+}
+
+/* At full scale and at every draft scale: taken at all of them, or at none. */
+static ferry_status check_every_scale(ferry_jpeg_entropy *e, const unsigned char *data, size_t len,
+                                      const char *what) {
+  ferry_status st = check_against_turbojpeg(e, data, len, what);
+  for (int scale = 2; scale <= 8; scale *= 2)
+    cr_assert_eq(check_scaled(e, data, len, what, scale), st, "%s: taken at full scale, not at 1/%d, or back",
+                 what, scale);
   return st;
 }
 
@@ -138,7 +160,7 @@ Test(jpeg_entropy, every_baseline_layout_is_taken_and_equals_turbojpeg, .timeout
           char what[128];
           snprintf(what, sizeof what, "%dx%d, %d components %dx%d, quality %d, optimize %d", enc.width,
                    enc.height, enc.components, enc.h_samp, enc.v_samp, enc.quality, opt);
-          ferry_status st = check_against_turbojpeg(e, data, len, what);
+          ferry_status st = check_every_scale(e, data, len, what);
           cr_assert_eq(st, FERRY_OK, "%s: declined a plain baseline file", what);
           taken += st == FERRY_OK;
           total++;
@@ -205,7 +227,7 @@ Test(jpeg_entropy, every_real_jpeg_agrees_with_turbojpeg, .timeout = 120) {
   for (int i = 0; i < n_real; i++) {
     size_t len;
     unsigned char *data = slurp(real_files[i], &len);
-    taken += check_against_turbojpeg(e, data, len, real_files[i]) == FERRY_OK;
+    taken += check_every_scale(e, data, len, real_files[i]) == FERRY_OK;
     free(data);
     free(real_files[i]);
   }
@@ -327,8 +349,8 @@ Test(jpeg_entropy, a_file_without_its_tables_does_not_borrow_the_previous_files)
   if (ferry__jpeg_entropy_available()) {
     ferry_jpeg_entropy *e = ferry__jpeg_entropy_open();
     unsigned char *out = malloc((size_t)w * h * 3);
-    cr_assert_eq(ferry__jpeg_entropy_decode(e, data, len, "whole.jpg", out, w, h), FERRY_OK);
-    cr_assert_eq(ferry__jpeg_entropy_decode(e, abbreviated, short_len, "abbreviated.jpg", out, w, h),
+    cr_assert_eq(ferry__jpeg_entropy_decode(e, data, len, "whole.jpg", out, w, h, 1), FERRY_OK);
+    cr_assert_eq(ferry__jpeg_entropy_decode(e, abbreviated, short_len, "abbreviated.jpg", out, w, h, 1),
                  FERRY_EAGAIN);
     free(out);
     ferry__jpeg_entropy_close(e);
