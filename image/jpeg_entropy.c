@@ -288,6 +288,16 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 
 /* ---- the file ---------------------------------------------------------------------- */
 
+/* What the header alone tells (jpeg_read_header stops at the first scan): a file this
+ * path will not take is declined before jpeg_start_decompress, which for a multi-scan
+ * file (progressive, or non-interleaved) entropy-decodes every scan into libjpeg's
+ * coefficient buffer; declining after it made TurboJPEG decode the file a second time
+ * (a progressive photo took 1.9x simplejpeg's time). */
+static int header_is_plain(j_decompress_ptr c) {
+  return !c->progressive_mode && !c->arith_code && !c->restart_interval && c->data_precision == 8 &&
+         !c->inputctl->has_multiple_scans && (c->num_components == 1 || c->num_components == 3);
+}
+
 /* A single sequential Huffman scan of 8-bit grey or YCbCr, no restart markers, every
  * component needed, the output the size asked for (the only case the hook reproduces:
  * at any 1/f scale, libjpeg's scaled IDCT reads what it needs of the full blocks). */
@@ -355,7 +365,7 @@ static __attribute__((noinline)) ferry_status decode_trapped(ferry_jpeg_entropy 
   j_decompress_ptr c = &e->cinfo;
   ferry_status st = FERRY_EAGAIN;
   jpeg_mem_src(c, data, (unsigned long)len);
-  if (jpeg_read_header(c, TRUE) != JPEG_HEADER_OK) goto decline;
+  if (jpeg_read_header(c, TRUE) != JPEG_HEADER_OK || !header_is_plain(c)) goto decline;
   c->out_color_space = JCS_EXT_RGB; /* as tjDecompress2 for TJPF_RGB */
   c->dct_method = JDCT_ISLOW;       /* TJFLAG_ACCURATEDCT */
   c->do_fancy_upsampling = TRUE;
