@@ -5,6 +5,7 @@
         [--batch 8] [--resolution 312] [--patch-size 12] [--num-windows 1]
         [--augment rfdetr-square] [--multi-scale per-sample] [--batches 40] [--rounds 3]
         [--peer restated|rfdetr] [--peer-python PYTHON] [--layout f32|u8]
+        [--detection [--ferry-full-size]]
 
 Two peers. `--peer rfdetr` is the code an RF-DETR 1.11 user trains with: its own
 CocoDetection (ConvertCoco, pycocotools masks at full size), its
@@ -32,6 +33,12 @@ $FERRY_LIB), the package from python/. --layout is ferry.Loader's (both give the
 normalised float32 images): f32 (the default) normalises in the workers, u8 in the
 transfer, which on a GPU copies a quarter of the bytes and normalises on the device and
 here, on the host backend, on the stream's thread.
+
+--detection (with --peer rfdetr) is RF-DETR's detection training instead (issue 36): no
+masks on either side, so RF-DETR's CocoDetection decodes each JPEG at the reduced scale
+its draft_size_for_transforms gives (simplejpeg, which its `train` extra installs) and
+ferry takes draft_size="rfdetr", the same rule; --ferry-full-size makes ferry decode at
+full size instead, for the ratio the reduced decode buys on large photos.
 """
 import argparse
 import json
@@ -113,14 +120,22 @@ def rfdetr_loader(args):
     from rfdetr.datasets.coco import CocoDetection, make_coco_transforms, make_coco_transforms_square_div_64
     from rfdetr.utilities.tensors import make_collate_fn
 
+    from rfdetr.datasets.coco import draft_size_for_transforms
+
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
     build = make_coco_transforms_square_div_64 if args.augment == "rfdetr-square" else make_coco_transforms
-    transforms = build("train", args.resolution, multi_scale=args.multi_scale == "per-sample",
+    multi = args.multi_scale == "per-sample"
+    transforms = build("train", args.resolution, multi_scale=multi,
                        expanded_scales=False, skip_random_resize=False, patch_size=args.patch_size,
                        num_windows=args.num_windows)
+    # what build_coco passes: a draft size for a detection set, None with masks
+    draft = draft_size_for_transforms("train", args.resolution, multi_scale=multi, expanded_scales=False,
+                                      patch_size=args.patch_size, num_windows=args.num_windows,
+                                      scale_jitter=True, include_masks=not args.detection)
     with contextlib.redirect_stdout(io.StringIO()):
-        dataset = CocoDetection(args.images, args.annotations, transforms=transforms, include_masks=True)
+        dataset = CocoDetection(args.images, args.annotations, transforms=transforms,
+                                include_masks=not args.detection, draft_size=draft)
     return torch.utils.data.DataLoader(dataset, batch_size=args.batch, shuffle=True,
                                        num_workers=args.workers,
                                        collate_fn=make_collate_fn(block_size=args.patch_size * args.num_windows),
@@ -129,10 +144,14 @@ def rfdetr_loader(args):
 
 def ferry_loader(args):
     import ferry
+    detection = {}
+    if args.detection:  # RF-DETR's detection targets, and its reduced-size decode unless told otherwise
+        detection = dict(fields=("boxes", "labels", "area", "iscrowd", "image_id", "orig_size", "size"),
+                         draft_size=None if args.ferry_full_size else "rfdetr")
     return ferry.Loader(args.annotations, args.images, batch_size=args.batch, workers=args.workers,
                         resolution=args.resolution, augment=args.augment, multi_scale=args.multi_scale,
                         patch_size=args.patch_size, num_windows=args.num_windows, tensor_type="torch",
-                        layout=args.layout)
+                        layout=args.layout, **detection)
 
 
 def cpu_seconds(loader):
@@ -215,9 +234,16 @@ def main():
                    help="the interpreter for the peer's side (e.g. a venv with torch 2 and rfdetr)")
     p.add_argument("--layout", default="f32", choices=["f32", "u8"],
                    help="ferry.Loader's layout: f32 normalised by the workers, u8 by the transfer")
+    p.add_argument("--detection", action="store_true",
+                   help="no masks, and RF-DETR's reduced-size decode on both sides (--peer rfdetr)")
+    p.add_argument("--ferry-full-size", action="store_true", help="with --detection: ferry decodes at full size")
     p.add_argument("--json", action="store_true")
     p.add_argument("--side", choices=["peer", "ferry"], help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.detection and args.peer != "rfdetr":
+        p.error("--detection compares against RF-DETR's own loader: add --peer rfdetr")
+    if args.ferry_full_size and not args.detection:
+        p.error("--ferry-full-size goes with --detection")
     if args.side:
         return child_rate(args)
     env = dict(os.environ, FERRY_LIB=os.path.join(os.path.abspath(args.build), "libferry.so"),
@@ -251,7 +277,8 @@ def main():
     names = sorted({name for t in threads for name in t})
     summary["ferry_cpu_ms_by_thread"] = {name: statistics.median(t.get(name, 0.0) for t in threads) for name in names}
     summary.update(peer=args.peer, workers=args.workers, batch=args.batch, resolution=args.resolution,
-                   augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds, layout=args.layout)
+                   augment=args.augment, multi_scale=args.multi_scale, rounds=args.rounds, layout=args.layout,
+                   detection=args.detection, ferry_full_size=args.ferry_full_size)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -226,6 +226,15 @@ class Loader:
     loader stands: the rest of the epoch, or the next epoch (reshuffled from seed +
     epoch). docs/python.md.
 
+    Labels: categories="raw" (the default: category ids, RF-DETR's `coco` layout),
+    "remap" (0..C-1 in the file's order; remap_categories=True says the same) or "rfdetr"
+    (RF-DETR's rule for a Roboflow export: unannotated grouping categories take no label,
+    the rest 0..C-1 by id), with categories_from naming the train split's annotations for
+    the valid and test splits. draft_size="rfdetr" (or a size) decodes large JPEGs at
+    RF-DETR's reduced DCT scale, boxes, areas and orig_size moved with them. images may
+    be None when annotations is a shard spec (the shards hold the images). ferry.rfdetr
+    sets all of these from RF-DETR's own configs.
+
     Not DataLoader's options: workers=0 (the default) is one decoding thread per core,
     not torch's num_workers=0 (no worker); num_workers and pin_memory are refused with
     what to use. box_format is "cxcywh" (DETR's), where the C library's default is

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Large real photos for the reduced-size decode (issue 36): real ones, upscaled.
 
-    large_photos.py SOURCE_ANNOTATIONS SOURCE_IMAGES OUT [--images N]
+    large_photos.py SOURCE_ANNOTATIONS SOURCE_IMAGES OUT [--count N]
 
 RF-DETR 1.11 decodes a training JPEG at 1/2, 1/4 or 1/8 scale when it is at least twice
 the size its transforms need (600 with scale jitter), which the photos under
@@ -61,9 +61,9 @@ def main():
     p.add_argument("annotations")
     p.add_argument("images")
     p.add_argument("out")
-    p.add_argument("--images", type=int, default=12)
+    p.add_argument("--count", type=int, default=12, help="how many JPEGs (one PNG is added)")
     args = p.parse_args()
-    print(*make(args.annotations, args.images, args.out, args.images), sep="\n")
+    print(*make(args.annotations, args.images, args.out, args.count), sep="\n")
 
 
 if __name__ == "__main__":

@@ -778,7 +778,7 @@ static void truncate_header(index_bytes *b) { b->len = sizeof(index_header) / 2;
 static void truncate_data(index_bytes *b) { b->len -= 64; }
 static void extend(index_bytes *b) { b->len += 1; }  /* the buffer has room: read_whole adds one */
 static void wrong_magic(index_bytes *b) { b->data[7] = 'Y'; }
-static void wrong_version(index_bytes *b) { header_of(b)->version = 2, reseal(b); }
+static void wrong_version(index_bytes *b) { header_of(b)->version = FERRY_INDEX_VERSION + 1, reseal(b); }
 static void header_damaged(index_bytes *b) { header_of(b)->num_keypoints ^= 1; }
 static void anns_damaged(index_bytes *b) { first_ann(b)->pub.bbox[0] += 1; }
 static void coords_damaged(index_bytes *b) { *(double *)section_of(b, SEC_COORDS) += 1; }
@@ -835,7 +835,7 @@ static const index_case index_cases[] = {
   {"index truncated inside the data", truncate_data, INDEX_OPEN, FERRY_EFORMAT, "truncated or extended"},
   {"index with a byte appended", extend, INDEX_OPEN, FERRY_EFORMAT, "truncated or extended"},
   {"index with a wrong magic (verify)", wrong_magic, INDEX_VERIFY, FERRY_EFORMAT, "wrong magic"},
-  {"index version 2", wrong_version, INDEX_OPEN, FERRY_EFORMAT, "version 2, this ferry reads version 1"},
+  {"index of the next version", wrong_version, INDEX_OPEN, FERRY_EFORMAT, "version 3, this ferry reads version 2"},
   {"index header changed (checksum)", header_damaged, INDEX_OPEN, FERRY_EFORMAT, "header checksum mismatch"},
   {"index annotation changed (checksum)", anns_damaged, INDEX_OPEN, FERRY_EFORMAT, "section 2 checksum mismatch"},
   {"index vertex changed: open (not checksummed at open)", coords_damaged, INDEX_OPEN, FERRY_OK, ""},
