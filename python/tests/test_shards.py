@@ -162,7 +162,7 @@ def test_remap_labels_are_rfdetrs_with_a_grouping_category(tmp_path):
     assert root not in cat2label and sorted(cat2label.values()) == list(range(len(cat2label)))
     common = dict(batch_size=4, workers=2, resolution=32, shuffle=False, load_images=False, tensor_type="numpy")
     raw = labels_of(ferry.Loader(regrouped, images, **common))
-    shards = labels_of(ferry.Loader(index, images, **common))
+    shards = labels_of(ferry.Loader(index, **common))  # the shards hold the images: no folder
     assert raw and shards == [cat2label[c] for c in raw]
 
 

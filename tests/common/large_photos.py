@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Large real photos for the reduced-size decode (issue 36): real ones, upscaled.
 
-    large_photos.py SOURCE_ANNOTATIONS SOURCE_IMAGES OUT [--count N]
+    large_photos.py SOURCE_ANNOTATIONS SOURCE_IMAGES OUT [--count N] [--baseline]
 
 RF-DETR 1.11 decodes a training JPEG at 1/2, 1/4 or 1/8 scale when it is at least twice
 the size its transforms need (600 with scale jitter), which the photos under
 shared/realdata (at most 1280 px) never are. This writes the first N JPEGs of a real
 set and one of its PNGs, upscaled by 1.5, 2.5 and 3.125 in turn (1920 to 4000 px: each
 reduction factor 2 and 4 occurs), baseline and progressive JPEGs alternating (quality
-90), with their annotations scaled to match (bbox, area, polygons; RLE is left out),
-into OUT/instances.json and OUT/images/. Pillow's BILINEAR makes the pixels: the test
+90; with --baseline all baseline, as cameras write them), with their annotations
+scaled to match (bbox, area, polygons; RLE is left out), into OUT/instances.json and
+OUT/images/. Pillow's BILINEAR makes the pixels: the test
 needs photos of that size, not any particular ones.
 """
 import argparse
@@ -31,7 +32,7 @@ def scaled_annotation(a, sx, sy):
     return a
 
 
-def make(annotations, images, out, count):
+def make(annotations, images, out, count, baseline=False):
     with open(annotations) as f:
         doc = json.load(f)
     os.makedirs(os.path.join(out, "images"), exist_ok=True)
@@ -47,7 +48,7 @@ def make(annotations, images, out, count):
         if info in pngs:
             big.save(os.path.join(out, "images", name))
         else:
-            big.save(os.path.join(out, "images", name), quality=90, progressive=k % 2 == 1)
+            big.save(os.path.join(out, "images", name), quality=90, progressive=not baseline and k % 2 == 1)
         kept.append(dict(info, width=w, height=h))
         sx, sy = w / info["width"], h / info["height"]
         anns += [scaled_annotation(a, sx, sy) for a in doc["annotations"] if a["image_id"] == info["id"]]
@@ -62,8 +63,9 @@ def main():
     p.add_argument("images")
     p.add_argument("out")
     p.add_argument("--count", type=int, default=12, help="how many JPEGs (one PNG is added)")
+    p.add_argument("--baseline", action="store_true", help="no progressive JPEG")
     args = p.parse_args()
-    print(*make(args.annotations, args.images, args.out, args.count), sep="\n")
+    print(*make(args.annotations, args.images, args.out, args.count, args.baseline), sep="\n")
 
 
 if __name__ == "__main__":
