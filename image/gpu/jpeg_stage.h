@@ -10,8 +10,8 @@
  * (image/resize.c), and the normalisation kernel, for the fallbacks' u8 pixels too.
  * No decoded pixel of an nvJPEG sample touches host memory.
  */
-#ifndef FERRY_LIB_TRANSFER_JPEG_STAGE_H
-#define FERRY_LIB_TRANSFER_JPEG_STAGE_H
+#ifndef FERRY_IMAGE_GPU_JPEG_STAGE_H
+#define FERRY_IMAGE_GPU_JPEG_STAGE_H
 
 #include "ferry/batch.h"
 #include "ferry/image.h"
