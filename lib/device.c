@@ -51,6 +51,7 @@
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "lib/status.h"
+#include "lib/struct_size.h"
 
 /* "host", "cuda" or "cuda:N" -> backend and index. N <= 1023 keeps "cuda:N" inside
  * the device's 16-byte name. */
@@ -368,25 +369,32 @@ void ferry_device_host_free(ferry_device *device, void *ptr) {
   if (account_free(device, ptr, 1)) device->ops->host_free(device, ptr);
 }
 
+/* The figures are gathered in this library's own layout, then copied out as far as the
+ * caller's struct_size reaches (device.h, above ferry_memory_stats). */
 ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out) {
   if (!device || !out) return ferry__fail(FERRY_EINVAL, "ferry_device_memory_stats: device and out are required");
-  memset(out, 0, sizeof *out);
+  ferry_status st = ferry__struct_size_check(out, offsetof(ferry_memory_stats, live_bytes) + sizeof out->live_bytes,
+                                             "ferry_device_memory_stats", "ferry_memory_stats_init");
+  if (st != FERRY_OK) return st;
+  ferry_memory_stats s;
+  memset(&s, 0, sizeof s);
   pthread_mutex_lock(&device->accounting_lock);
-  out->live_bytes = device->live_bytes;
-  out->peak_bytes = device->peak_bytes;
-  out->allocations = device->allocations;
-  out->live_allocations = device->live_allocations;
-  out->pinned_live_bytes = device->pinned_live_bytes;
-  out->pinned_peak_bytes = device->pinned_peak_bytes;
+  s.live_bytes = device->live_bytes;
+  s.peak_bytes = device->peak_bytes;
+  s.allocations = device->allocations;
+  s.live_allocations = device->live_allocations;
+  s.pinned_live_bytes = device->pinned_live_bytes;
+  s.pinned_peak_bytes = device->pinned_peak_bytes;
   pthread_mutex_unlock(&device->accounting_lock);
   /* One lock after the other, never both: the figures are each exact, not one
    * snapshot. */
   pthread_mutex_lock(&device->init_lock);
-  out->initializations = device->initializations;
+  s.initializations = device->initializations;
   pthread_mutex_unlock(&device->init_lock);
   if (device->ops->pool_high && atomic_load(&device->initialized) &&
-      device->ops->pool_high(device, &out->pool_used_high) == FERRY_OK)
-    out->pool_witness = 1;
+      device->ops->pool_high(device, &s.pool_used_high) == FERRY_OK)
+    s.pool_witness = 1;
+  ferry__struct_copy_out(out, &s, sizeof s);
   return FERRY_OK;
 }
 

@@ -33,6 +33,7 @@
 #include "ferry/pool.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
+#include "lib/struct_size.h"
 
 enum { GROW_QUANTUM = 64 * 1024 };
 
@@ -262,11 +263,16 @@ void ferry_pool_cancel(ferry_pool *pool) {
   pthread_mutex_unlock(&pool->lock);
 }
 
+/* pool->stats is in this library's layout; the caller's struct gets as much of it as its
+ * struct_size reaches (device.h, above ferry_memory_stats). */
 ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out) {
   if (!pool || !out) return ferry__fail(FERRY_EINVAL, "ferry_pool_stats_get: pool and out are required");
+  ferry_status st = ferry__struct_size_check(out, offsetof(ferry_pool_stats, arenas) + sizeof out->arenas,
+                                             "ferry_pool_stats_get", "ferry_pool_stats_init");
+  if (st != FERRY_OK) return st;
   pthread_mutex_lock(&pool->lock);
   reap_completed(pool);
-  *out = pool->stats;
+  ferry__struct_copy_out(out, &pool->stats, sizeof pool->stats);
   pthread_mutex_unlock(&pool->lock);
   return FERRY_OK;
 }

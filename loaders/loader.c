@@ -45,6 +45,7 @@
 
 #include "lib/alloc.h"
 #include "image/gpu/nvjpeg_api.h"
+#include "lib/struct_size.h"
 #include "lib/thread.h"
 #include "image/gpu/jpeg_stage.h"
 #include "coco/shards.h"
@@ -771,17 +772,28 @@ static uint64_t coordinator_cpu_ns(const ferry_loader *l) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The counters are gathered in this library's layout, then copied out as far as the
+ * caller's struct_size reaches (loader.h, ferry_loader_stats; lib/struct_size.h): the
+ * caller's struct is written once, at the end, and not at all on failure. The embedded
+ * pool stats' struct_size is the part of them the caller's struct covers. */
 ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   if (!l || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_stats_get: loader and out are required");
-  ferry_status st = enter(l, "ferry_loader_stats_get");
+  ferry_status st = ferry__struct_size_check(out, offsetof(ferry_loader_stats, samples_decoded) +
+                                                      sizeof out->samples_decoded,
+                                             "ferry_loader_stats_get", "ferry_loader_stats_init");
+  if (st == FERRY_OK) st = enter(l, "ferry_loader_stats_get");
   if (st != FERRY_OK) return st;
-  *out = l->stats;
+  ferry_loader_stats s = l->stats;
   ferry__loader_unlock(l);
-  out->samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
-  out->coordinator_cpu_ns = coordinator_cpu_ns(l);
-  if (l->pool) st = ferry_pool_stats_get(l->pool, &out->pool);
+  s.samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
+  s.coordinator_cpu_ns = coordinator_cpu_ns(l);
+  ferry_pool_stats_init(&s.pool);
+  if (l->pool) st = ferry_pool_stats_get(l->pool, &s.pool);
   leave(l);
-  return st;
+  if (st != FERRY_OK) return st;
+  s.pool.struct_size = ferry__struct_nested_size(out->struct_size, offsetof(ferry_loader_stats, pool), sizeof s.pool);
+  ferry__struct_copy_out(out, &s, sizeof s);
+  return FERRY_OK;
 }
 
 uint64_t ferry_loader_samples_per_epoch(const ferry_loader *l) { return l->sampler.per_rank; }

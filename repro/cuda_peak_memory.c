@@ -81,6 +81,7 @@ static int make_batch(ferry_pool *pool, const mask_size *size, ferry_batch **out
 static int run_once(ferry_device *d, ferry_stream *s, ferry_batch *b, ferry__transfer_path mode,
                     uint64_t *extra, double *ms) {
   ferry_memory_stats st;
+  ferry_memory_stats_init(&st);
   ferry_device_batch *db = NULL;
   if (ferry_device_synchronize(d) != FERRY_OK || ferry_device_reset_peak(d) != FERRY_OK)
     return fail("synchronising the device");

@@ -358,6 +358,7 @@ static uint64_t settled_entries(const char *folder, uint64_t enough) {
 /* `enough`: the baseline once known (zeros during the warm-up: every reading taken). */
 static gauges read_gauges(ferry_device *dev, const gauges *enough) {
   ferry_memory_stats m = {0};
+  ferry_memory_stats_init(&m);
   ferry_device_memory_stats(dev, &m);
   return (gauges){resident_bytes(), m.pinned_live_bytes, m.live_bytes,
                   settled_entries("/proc/self/fd", enough->fds), settled_entries("/proc/self/task", enough->threads)};
@@ -376,6 +377,7 @@ static void gauges_max(gauges *into, const gauges *g) {
  * quarter more than the batch it is given. */
 static uint64_t pinned_bound(ferry_loader *l, const tally *t) {
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   if (ferry_loader_stats_get(l, &s) != FERRY_OK) return 0;
   return (uint64_t)s.arenas * (t->largest_batch + t->largest_batch / 4 + 65536);
 }

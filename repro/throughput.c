@@ -127,6 +127,7 @@ static double layout_bytes(const ferry_batch *b) {
 
 static double device_live_bytes(ferry_device *dev) {
   ferry_memory_stats m;
+  ferry_memory_stats_init(&m);
   return ferry_device_memory_stats(dev, &m) == FERRY_OK ? (double)m.live_bytes : 0;
 }
 
@@ -164,6 +165,7 @@ static ferry_status step(ferry_loader *l, ferry_device *dev, ferry_stream *s, co
 static void serial_ns(ferry_loader *l, double ns[2]) {
   ferry_loader_stats st;
   memset(&st, 0, sizeof st);
+  ferry_loader_stats_init(&st);
   ferry_loader_stats_get(l, &st);
   ns[0] = (double)st.coordinator_cpu_ns;
   ns[1] = (double)(st.coordinator_idle_cpu_ns + st.consumer_idle_cpu_ns);
@@ -202,6 +204,7 @@ static int measure_path(void *arg, double *out) {
   out[SERIAL_US] = total_ns / 1e3 / o->batches;
   out[WORK_US] = (total_ns - (after[1] - before[1])) / 1e3 / o->batches;
   ferry_loader_stats st;
+  ferry_loader_stats_init(&st);
   int got = ferry_loader_stats_get(l, &st) == FERRY_OK;
   out[DEPTH] = got ? (double)st.prefetch : 0;
   out[DECODER] = got ? (double)st.decoder : -1;
@@ -348,6 +351,7 @@ static int preflight(options *o) {
   ferry_loader *l;
   int failed = ferry_loader_open(&c, &l) != FERRY_OK;
   ferry_loader_stats st;
+  ferry_loader_stats_init(&st);
   if (failed) fprintf(stderr, "throughput: --decode %s: %s\n", ferry_decode_mode_name(o->decode), ferry_last_error());
   else if (ferry_loader_stats_get(l, &st) == FERRY_OK) o->gpu_decoder = st.decoder == FERRY_DECODE_GPU;
   if (!failed) ferry_loader_close(l);

@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   ferry_loader_stats_get(loader, &stats);
   printf("ferry demo: %llu images per epoch on rank %d of %d, batch %zu, %zu workers, %dx%d\n",
          (unsigned long long)ferry_loader_samples_per_epoch(loader), stats.rank, stats.world_size,

@@ -449,6 +449,7 @@ static int close_trainer(trainer *t) {
     if (t->streams[i]) ferry_stream_close(t->streams[i]);
   if (t->device) {
     ferry_memory_stats m;
+    ferry_memory_stats_init(&m);
     ferry_device_synchronize(t->device);
     if (ferry_device_memory_stats(t->device, &m) == FERRY_OK && m.live_bytes != 0) {
       fprintf(stderr, "train_loop: %" PRIu64 " device bytes still allocated\n", m.live_bytes);
@@ -465,6 +466,7 @@ static int close_trainer(trainer *t) {
 /* The loader's skipped samples, and the policy that skipped them, after a run. */
 static void print_skipped(const trainer *t, ferry_loader *loader) {
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   ferry_loader_stats_get(loader, &stats);
   printf("train_loop: %" PRIu64 " samples skipped (--on-error %s)\n", stats.samples_skipped,
          t->opt->common.on_error == FERRY_ON_ERROR_SKIP ? "skip" : "fail");

@@ -43,7 +43,29 @@ typedef enum ferry_copy_kind {
   FERRY_COPY_H2H = 3
 } ferry_copy_kind;
 
+/* Statistics structs grow: a counter added later is appended at the end. Each of them
+ * (ferry_memory_stats, ferry_pool_stats, ferry_loader_stats) starts with struct_size,
+ * which the caller sets to the size of its struct with the struct's init macro
+ * (ferry_memory_stats_init and the others) before calling the getter:
+ *     ferry_memory_stats m;
+ *     ferry_memory_stats_init(&m);
+ *     ferry_device_memory_stats(device, &m);
+ * The getter writes at most struct_size bytes: the counters the caller's struct and
+ * this library share, then zeros over any part of it past this library's own struct
+ * (counters this library lacks), and sets struct_size to the bytes of counters it
+ * wrote, the smaller of the two sizes. So a program built against an older header
+ * (a smaller struct) is never written past its struct, and one built against a newer
+ * header finds the counters this library lacks at zero, and struct_size says where
+ * they begin. The struct that comes back may be passed again as it is. A struct_size
+ * that does not cover the first counter (0: a struct never initialised) is
+ * FERRY_EINVAL, naming the call and the macro, and nothing is written.
+ * A stats struct embedded in another (ferry_loader_stats.pool) gets as its own
+ * struct_size the number of its bytes written: its full size when the outer
+ * struct_size covers it entirely, the covered part when that ends inside it. Its size
+ * is part of the outer layout, so ferry_pool_stats keeps its size while
+ * ferry_loader_stats embeds it: a counter added to it would move every later field. */
 typedef struct ferry_memory_stats {
+  size_t struct_size;         /* sizeof(ferry_memory_stats), set by ferry_memory_stats_init */
   uint64_t live_bytes;        /* device bytes allocated through ferry and not yet freed */
   uint64_t peak_bytes;        /* max of live_bytes since open or the last reset_peak */
   uint64_t allocations;       /* allocations made since open */
@@ -54,10 +76,13 @@ typedef struct ferry_memory_stats {
   uint64_t pool_used_high;    /* CUDA: cudaMemPoolAttrUsedMemHigh of the device's pool */
   uint64_t initializations;   /* times lazy initialisation ran: 0 before first use, then 1 */
 } ferry_memory_stats;
+/* Set stats->struct_size to the size this header gives, before ferry_device_memory_stats. */
+#define ferry_memory_stats_init(stats) ((void)((stats)->struct_size = sizeof *(stats)))
 
 /* A pinned pool's counts and byte totals (ferry_pool_stats_get, ferry/pool.h, in the
  * advanced API; a loader reports its own pool's in ferry_loader_stats.pool). */
 typedef struct ferry_pool_stats {
+  size_t struct_size;       /* sizeof(ferry_pool_stats), set by ferry_pool_stats_init */
   size_t arenas;            /* fixed number of arenas */
   size_t in_use;            /* acquired and not released */
   size_t pending;           /* released, waiting for their events */
@@ -68,6 +93,8 @@ typedef struct ferry_pool_stats {
   uint64_t in_use_bytes;    /* capacities of arenas acquired or pending */
   uint64_t peak_in_use_bytes;
 } ferry_pool_stats;
+/* Set stats->struct_size to the size this header gives, before ferry_pool_stats_get. */
+#define ferry_pool_stats_init(stats) ((void)((stats)->struct_size = sizeof *(stats)))
 
 /* Open a device by name. Never initialises a CUDA context: that waits for first use. */
 FERRY_API ferry_status ferry_device_open(const char *name, ferry_device **out);
@@ -135,7 +162,8 @@ FERRY_API ferry_status ferry_event_synchronize(ferry_event *event);
 FERRY_API void ferry_event_destroy(ferry_event *event);
 
 /* The device's accounting now: live and peak device bytes, allocation counts, pinned
- * host bytes, and under CUDA the memory pool's own high watermark (ferry_memory_stats). */
+ * host bytes, and under CUDA the memory pool's own high watermark (ferry_memory_stats).
+ * out->struct_size must be set first (ferry_memory_stats_init; the rule above it). */
 FERRY_API ferry_status ferry_device_memory_stats(ferry_device *device, ferry_memory_stats *out);
 /* Set the peak to the live bytes now (and reset the CUDA pool's own watermark). */
 FERRY_API ferry_status ferry_device_reset_peak(ferry_device *device);

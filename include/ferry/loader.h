@@ -225,7 +225,12 @@ typedef struct ferry_loader_state {
   uint64_t seed;
 } ferry_loader_state;
 
+/* Counters that grow: struct_size first, set with ferry_loader_stats_init, honoured as
+ * ferry/device.h says above ferry_memory_stats (at most struct_size bytes written,
+ * struct_size set to the bytes written; `pool`, embedded, gets its own struct_size:
+ * sizeof(ferry_pool_stats) when the caller's struct covers it entirely). */
 typedef struct ferry_loader_stats {
+  size_t struct_size;         /* sizeof(ferry_loader_stats), set by ferry_loader_stats_init */
   uint64_t samples_decoded;   /* since open, including re-planned ones */
   uint64_t samples_skipped;   /* since open; when an epoch ends the loader lays out the
                                * next at once, so this may already count that epoch's
@@ -255,6 +260,8 @@ typedef struct ferry_loader_stats {
                                  set_epoch to the epoch the loader stands at the start
                                  of drops none */
 } ferry_loader_stats;
+/* Set stats->struct_size to the size this header gives, before ferry_loader_stats_get. */
+#define ferry_loader_stats_init(stats) ((void)((stats)->struct_size = sizeof *(stats)))
 
 /* Fill the first `size` bytes of *config with the documented defaults (options this
  * library does not know, past its own size, with zeros) and set struct_size to `size`.
@@ -294,7 +301,8 @@ FERRY_API ferry_status ferry_loader_state_get(ferry_loader *loader, ferry_loader
 FERRY_API ferry_status ferry_loader_state_set(ferry_loader *loader, const ferry_loader_state *state);
 
 /* Counters since open (samples decoded and skipped, batches, re-plans), the worker and
- * arena counts, and the pinned pool's statistics. */
+ * arena counts, and the pinned pool's statistics. out->struct_size must be set first
+ * (ferry_loader_stats_init); FERRY_EINVAL when it is not, and nothing is written. */
 FERRY_API ferry_status ferry_loader_stats_get(ferry_loader *loader, ferry_loader_stats *out);
 /* Why the loader decodes where it does (config.image.decode): "" when it runs what was
  * asked; under FERRY_DECODE_AUTO on the CPU, the reason the GPU decoder did not open

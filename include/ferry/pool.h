@@ -45,7 +45,9 @@ FERRY_API ferry_status ferry_pool_try_acquire(ferry_pool *pool, size_t bytes, fe
 /* Wake every waiter with FERRY_ECANCELED; later acquires fail the same way. */
 FERRY_API void ferry_pool_cancel(ferry_pool *pool);
 
-/* The pool's counts and byte totals now (see ferry_pool_stats). */
+/* The pool's counts and byte totals now (see ferry_pool_stats). out->struct_size must be
+ * set first (ferry_pool_stats_init; the rule is in ferry/device.h, above
+ * ferry_memory_stats). */
 FERRY_API ferry_status ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out);
 /* The device the arenas are pinned for. */
 FERRY_API ferry_device *ferry_pool_device(const ferry_pool *pool);

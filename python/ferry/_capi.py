@@ -79,17 +79,19 @@ class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h
                 ("seed", c_uint64)]
 
 
+# The stats structs grow: struct_size first, set with sized() (include/ferry/device.h,
+# above ferry_memory_stats, says how the library honours it).
 class PoolStats(Structure):  # ferry_pool_stats, include/ferry/device.h
-    _fields_ = [("arenas", c_size_t), ("in_use", c_size_t), ("pending", c_size_t),
-                ("acquisitions", c_uint64), ("growths", c_uint64), ("reserved_bytes", c_uint64),
-                ("peak_reserved_bytes", c_uint64), ("in_use_bytes", c_uint64),
-                ("peak_in_use_bytes", c_uint64)]
+    _fields_ = [("struct_size", c_size_t), ("arenas", c_size_t), ("in_use", c_size_t),
+                ("pending", c_size_t), ("acquisitions", c_uint64), ("growths", c_uint64),
+                ("reserved_bytes", c_uint64), ("peak_reserved_bytes", c_uint64),
+                ("in_use_bytes", c_uint64), ("peak_in_use_bytes", c_uint64)]
 
 
 class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
-    _fields_ = [("samples_decoded", c_uint64), ("samples_skipped", c_uint64),
-                ("batches_delivered", c_uint64), ("replans", c_uint64), ("workers", c_size_t),
-                ("arenas", c_size_t), ("rank", c_int), ("world_size", c_int), ("pool", PoolStats),
+    _fields_ = [("struct_size", c_size_t), ("samples_decoded", c_uint64),
+                ("samples_skipped", c_uint64), ("batches_delivered", c_uint64),
+                ("replans", c_uint64), ("workers", c_size_t), ("arenas", c_size_t), ("rank", c_int), ("world_size", c_int), ("pool", PoolStats),
                 ("prefetch", c_size_t), ("coordinator_cpu_ns", c_uint64),
                 ("coordinator_idle_cpu_ns", c_uint64), ("consumer_idle_cpu_ns", c_uint64),
                 ("peak_busy_workers", c_size_t), ("decoder", c_int),
@@ -99,10 +101,17 @@ class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
 
 
 class MemoryStats(Structure):  # ferry_memory_stats, include/ferry/device.h
-    _fields_ = [("live_bytes", c_uint64), ("peak_bytes", c_uint64), ("allocations", c_uint64),
-                ("live_allocations", c_uint64), ("pinned_live_bytes", c_uint64),
-                ("pinned_peak_bytes", c_uint64), ("pool_witness", c_int),
+    _fields_ = [("struct_size", c_size_t), ("live_bytes", c_uint64), ("peak_bytes", c_uint64),
+                ("allocations", c_uint64), ("live_allocations", c_uint64),
+                ("pinned_live_bytes", c_uint64), ("pinned_peak_bytes", c_uint64),
+                ("pool_witness", c_int),
                 ("pool_used_high", c_uint64), ("initializations", c_uint64)]
+
+
+def sized(cls):
+    """A stats mirror to pass to its getter: struct_size set to this mirror's size, as the
+    header's init macro (ferry_loader_stats_init, ...) sets it to the header's."""
+    return cls(struct_size=ctypes.sizeof(cls))
 
 
 class TransferOptions(Structure):  # ferry_transfer_options, include/ferry/transfer.h

@@ -130,14 +130,19 @@ def memory_stats(device="cpu"):
     ordered, so the device is synchronised first."""
     handle = _open_device(device)
     check(lib.ferry_device_synchronize(handle))
-    stats = _capi.MemoryStats()
+    stats = _capi.sized(_capi.MemoryStats)
     check(lib.ferry_device_memory_stats(handle, byref(stats)))
     return _struct_dict(stats)
 
 
 def _struct_dict(struct):
+    """A mirror's fields as a dict, nested structs and arrays included. struct_size is left
+    out: it is the C ABI's bookkeeping (how far the library wrote), not a figure, and the
+    dicts keep the keys they had before the stats structs had it."""
     out = {}
     for name, _ in struct._fields_:
+        if name == "struct_size":
+            continue
         value = getattr(struct, name)
         if hasattr(value, "_fields_"):
             value = _struct_dict(value)
@@ -537,12 +542,12 @@ class Loader:
     def stats(self):
         """Counters since open (samples decoded and skipped, batches, re-plans), the
         worker count, the pinned pool's use, and the device's memory accounting."""
-        stats = _capi.LoaderStats()
+        stats = _capi.sized(_capi.LoaderStats)
         with self._call() as loader:
             check(lib.ferry_loader_stats_get(loader, byref(stats)))
         out = _struct_dict(stats)
         out["decoder"] = lib.ferry_decode_mode_name(stats.decoder).decode()
-        memory = _capi.MemoryStats()
+        memory = _capi.sized(_capi.MemoryStats)
         check(lib.ferry_device_memory_stats(self._device, byref(memory)))
         out["device_memory"] = _struct_dict(memory)
         return out

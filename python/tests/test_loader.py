@@ -160,6 +160,20 @@ def test_rank_and_world_size_from_the_launcher(synth, monkeypatch):
         assert len(loader) == 2  # 24 images / 3 ranks / batch 4
 
 
+def test_stats_are_the_counters_without_struct_size(synth):
+    """The stats structs start with struct_size (include/ferry/device.h), which the
+    package sets to its mirror's size and leaves out of the dicts: the keys are the
+    counters, nested pool and device memory included."""
+    with open_loader(synth, "numpy") as loader:
+        next(iter(loader))
+        stats = loader.stats()
+    assert "struct_size" not in stats
+    assert "struct_size" not in stats["pool"] and "struct_size" not in stats["device_memory"]
+    assert stats["pool"]["arenas"] == stats["arenas"] > 0
+    assert stats["samples_decoded"] >= 4 and stats["batches_dropped"] >= 0
+    assert "struct_size" not in ferry.memory_stats("cpu")
+
+
 def test_every_tensor_is_freed_after_the_loader_and_tensors_are_dropped(synth, tensor_type):
     gc.collect()
     before = ferry.memory_stats("cpu")

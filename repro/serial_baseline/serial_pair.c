@@ -35,6 +35,7 @@ static void serial(ferry_loader *l, double out[3]) {
   pthread_mutex_unlock(&l->lock);
 #else
   ferry_loader_stats st;
+  ferry_loader_stats_init(&st);
   ferry_loader_stats_get(l, &st);
   out[0] = (double)st.coordinator_cpu_ns;
   out[1] = (double)st.coordinator_idle_cpu_ns;

@@ -112,6 +112,7 @@ Test(worker_failure, skip_policy_completes_the_epoch, .timeout = 300) {
     cr_assert_eq(st, FERRY_EEND, "round %d: %s", round, ferry_last_error());
     cr_assert_eq(samples, (size_t)IMAGES - 1, "round %d: %zu samples", round, samples);
     ferry_loader_stats stats;
+    ferry_loader_stats_init(&stats);
     cr_assert_eq(ferry_loader_stats_get(loader, &stats), FERRY_OK);
     cr_assert_geq(stats.samples_skipped, 1);
     ferry_loader_close(loader);

@@ -30,6 +30,7 @@ int main(void) {
   int64_t shape[2] = {2, 3};
   if (ferry_tensor_alloc(&t, d, NULL, FERRY_F32, 2, shape) != FERRY_OK) return 2;
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   ferry_device_memory_stats(d, &s);
   ferry_tensor_free(&t);
   ferry_device_close(d);

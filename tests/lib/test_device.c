@@ -6,11 +6,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/canary.h"
 #include "backends.h"
 #include "lib/device_internal.h"
 
 static ferry_memory_stats stats_of(ferry_device *d) {
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   return s;
 }
@@ -220,4 +222,83 @@ Test(device, names) {
   ferry_device_close(d);
   cr_assert_eq(ferry_device_open("host:1", &d), FERRY_EINVAL);
   cr_assert_eq(ferry_device_open("cuda:-1", &d), FERRY_EINVAL);
+}
+
+/* struct_size (device.h, above ferry_memory_stats). A program built against an older
+ * header: its ferry_memory_stats lacked the last three counters. */
+typedef struct memory_stats_older {
+  size_t struct_size;
+  uint64_t live_bytes, peak_bytes, allocations, live_allocations, pinned_live_bytes, pinned_peak_bytes;
+} memory_stats_older;
+_Static_assert(sizeof(memory_stats_older) == offsetof(ferry_memory_stats, pool_witness),
+               "the older layout is a prefix of today's");
+
+/* One built against a newer header, which appended counters this library lacks. */
+typedef struct memory_stats_newer {
+  ferry_memory_stats today;
+  uint64_t counted_later[3];
+} memory_stats_newer;
+
+/* A device holding 1000 bytes, for the counters to have something to say. */
+static ferry_device *device_holding_1000_bytes(void **p) {
+  ferry_device *d = open_device("host");
+  cr_assert_eq(ferry_device_malloc(d, NULL, 1000, p), FERRY_OK);
+  return d;
+}
+
+static void close_holding(ferry_device *d, void *p) {
+  cr_assert_eq(ferry_device_free(d, NULL, p), FERRY_OK);
+  ferry_device_close(d);
+}
+
+Test(device, memory_stats_of_an_older_layout_are_written_no_further) {
+  void *p;
+  ferry_device *d = device_holding_1000_bytes(&p);
+  union {
+    memory_stats_older stats;
+    unsigned char bytes[sizeof(ferry_memory_stats) + 32];
+  } older;
+  canary_struct(&older, sizeof older, sizeof older.stats);
+  cr_assert_eq(ferry_device_memory_stats(d, (ferry_memory_stats *)&older), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(older.stats.struct_size, sizeof older.stats, "struct_size: the bytes written");
+  cr_assert_eq(older.stats.live_bytes, 1000);
+  cr_assert_eq(older.stats.live_allocations, 1);
+  cr_assert_eq(older.stats.pinned_live_bytes, 0);
+  expect_canary(&older, sizeof older.stats, sizeof older, "an older ferry_memory_stats");
+  close_holding(d, p);
+}
+
+Test(device, memory_stats_of_a_newer_layout_get_their_unknown_counters_zeroed) {
+  void *p;
+  ferry_device *d = device_holding_1000_bytes(&p);
+  union {
+    memory_stats_newer stats;
+    unsigned char bytes[sizeof(memory_stats_newer) + 32];
+  } newer;
+  canary_struct(&newer, sizeof newer, sizeof newer.stats);
+  cr_assert_eq(ferry_device_memory_stats(d, &newer.stats.today), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(newer.stats.today.struct_size, sizeof(ferry_memory_stats), "struct_size: this library's size");
+  cr_assert_eq(newer.stats.today.live_bytes, 1000);
+  cr_assert_eq(newer.stats.today.initializations, 1);
+  expect_zeros(&newer, sizeof(ferry_memory_stats), sizeof newer.stats, "a newer ferry_memory_stats");
+  expect_canary(&newer, sizeof newer.stats, sizeof newer, "a newer ferry_memory_stats");
+  /* What came back may be passed again as it is. */
+  cr_assert_eq(ferry_device_memory_stats(d, &newer.stats.today), FERRY_OK);
+  cr_assert_eq(newer.stats.today.struct_size, sizeof(ferry_memory_stats));
+  close_holding(d, p);
+}
+
+Test(device, memory_stats_never_initialised_are_refused) {
+  ferry_device *d = open_device("host");
+  union {
+    ferry_memory_stats stats;
+    unsigned char bytes[sizeof(ferry_memory_stats)];
+  } unset;
+  canary_struct(&unset, sizeof unset, 0);
+  cr_assert_eq(ferry_device_memory_stats(d, &unset.stats), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "ferry_device_memory_stats") && strstr(ferry_last_error(), "ferry_memory_stats_init"),
+            "%s", ferry_last_error());
+  cr_assert_eq(struct_size_in(&unset), 0);
+  expect_canary(&unset, sizeof(size_t), sizeof unset, "a refused ferry_memory_stats");
+  ferry_device_close(d);
 }

@@ -4,11 +4,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/canary.h"
 #include "backends.h"
 #include "ferry/advanced.h"
 
 static ferry_pool_stats stats(ferry_pool *p) {
   ferry_pool_stats s;
+  ferry_pool_stats_init(&s);
   cr_assert_eq(ferry_pool_stats_get(p, &s), FERRY_OK);
   return s;
 }
@@ -18,6 +20,7 @@ Test(pool, reuse_without_growth_across_1000_batches) {
   ferry_pool *p;
   cr_assert_eq(ferry_pool_open(d, 3, 1 << 20, &p), FERRY_OK);
   ferry_memory_stats before;
+  ferry_memory_stats_init(&before);
   ferry_device_memory_stats(d, &before);
   ferry_arena *held[2];
   for (int i = 0; i < 1000; i++) {
@@ -37,6 +40,7 @@ Test(pool, reuse_without_growth_across_1000_batches) {
   cr_assert_eq(s.reserved_bytes, 3u << 20);
   cr_assert_eq(s.peak_reserved_bytes, 3u << 20, "the pool never held more than its arenas");
   ferry_memory_stats after;
+  ferry_memory_stats_init(&after);
   ferry_device_memory_stats(d, &after);
   cr_assert_eq(after.pinned_live_bytes, before.pinned_live_bytes, "no pinned growth");
   ferry_pool_close(p);
@@ -191,5 +195,87 @@ Test(pool, an_arena_returns_only_after_its_event, .timeout = 10) {
   ferry_arena_release(again);
   ferry_pool_close(p);
   ferry_stream_close(s);
+  ferry_device_close(d);
+}
+
+/* struct_size (device.h, above ferry_memory_stats). A program built against an older
+ * header: its ferry_pool_stats lacked peak_in_use_bytes. */
+typedef struct pool_stats_older {
+  size_t struct_size;
+  size_t arenas, in_use, pending;
+  uint64_t acquisitions, growths, reserved_bytes, peak_reserved_bytes, in_use_bytes;
+} pool_stats_older;
+_Static_assert(sizeof(pool_stats_older) == offsetof(ferry_pool_stats, peak_in_use_bytes),
+               "the older layout is a prefix of today's");
+
+/* One built against a newer header, which appended counters this library lacks. */
+typedef struct pool_stats_newer {
+  ferry_pool_stats today;
+  uint64_t counted_later[2];
+} pool_stats_newer;
+
+/* A pool of 2 arenas of 4096 bytes, one of them acquired (returned in *held). */
+static ferry_pool *pool_with_one_arena_held(ferry_device *d, ferry_arena **held) {
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 2, 4096, &p), FERRY_OK);
+  cr_assert_eq(ferry_pool_acquire(p, 100, held), FERRY_OK);
+  return p;
+}
+
+Test(pool, stats_of_an_older_layout_are_written_no_further) {
+  ferry_device *d = open_device("host");
+  ferry_arena *a;
+  ferry_pool *p = pool_with_one_arena_held(d, &a);
+  union {
+    pool_stats_older stats;
+    unsigned char bytes[sizeof(ferry_pool_stats) + 32];
+  } older;
+  canary_struct(&older, sizeof older, sizeof older.stats);
+  cr_assert_eq(ferry_pool_stats_get(p, (ferry_pool_stats *)&older), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(older.stats.struct_size, sizeof older.stats, "struct_size: the bytes written");
+  cr_assert_eq(older.stats.arenas, 2);
+  cr_assert_eq(older.stats.in_use, 1);
+  cr_assert_eq(older.stats.in_use_bytes, 4096);
+  expect_canary(&older, sizeof older.stats, sizeof older, "an older ferry_pool_stats");
+  ferry_arena_release(a);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+Test(pool, stats_of_a_newer_layout_get_their_unknown_counters_zeroed) {
+  ferry_device *d = open_device("host");
+  ferry_arena *a;
+  ferry_pool *p = pool_with_one_arena_held(d, &a);
+  union {
+    pool_stats_newer stats;
+    unsigned char bytes[sizeof(pool_stats_newer) + 32];
+  } newer;
+  canary_struct(&newer, sizeof newer, sizeof newer.stats);
+  cr_assert_eq(ferry_pool_stats_get(p, &newer.stats.today), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(newer.stats.today.struct_size, sizeof(ferry_pool_stats), "struct_size: this library's size");
+  cr_assert_eq(newer.stats.today.in_use, 1);
+  cr_assert_eq(newer.stats.today.peak_in_use_bytes, 4096);
+  expect_zeros(&newer, sizeof(ferry_pool_stats), sizeof newer.stats, "a newer ferry_pool_stats");
+  expect_canary(&newer, sizeof newer.stats, sizeof newer, "a newer ferry_pool_stats");
+  ferry_arena_release(a);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
+Test(pool, stats_never_initialised_are_refused) {
+  ferry_device *d = open_device("host");
+  ferry_pool *p;
+  cr_assert_eq(ferry_pool_open(d, 1, 0, &p), FERRY_OK);
+  union {
+    ferry_pool_stats stats;
+    unsigned char bytes[sizeof(ferry_pool_stats)];
+  } unset;
+  canary_struct(&unset, sizeof unset, 0);
+  cr_assert_eq(ferry_pool_stats_get(p, &unset.stats), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "ferry_pool_stats_get") && strstr(ferry_last_error(), "ferry_pool_stats_init"),
+            "%s", ferry_last_error());
+  cr_assert_eq(struct_size_in(&unset), 0);
+  expect_canary(&unset, sizeof(size_t), sizeof unset, "a refused ferry_pool_stats");
+  ferry_pool_close(p);
   ferry_device_close(d);
 }

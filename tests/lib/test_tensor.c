@@ -5,6 +5,7 @@
 
 static uint64_t live(ferry_device *d) {
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   ferry_device_memory_stats(d, &s);
   return s.live_bytes;
 }

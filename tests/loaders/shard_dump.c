@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   ferry_loader_stats_get(l, &stats);
   char path[4096];
   snprintf(path, sizeof path, "%s.%d", argv[3], stats.rank);

@@ -295,6 +295,7 @@ Test(augment, the_pixel_limit_applies_to_the_recipes_sizes, .timeout = 120) {
   }
   cr_assert_eq(st, FERRY_EEND, "%s", ferry_last_error());
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   ferry_loader_stats_get(l, &stats);
   cr_assert_eq(branches, 0, "every branch B sample is over the limit");
   cr_assert(skipped > 0 && skipped != UINT64_MAX, "skipped %llu", (unsigned long long)skipped);

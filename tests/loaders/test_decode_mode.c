@@ -51,6 +51,7 @@ Test(decode_mode, an_unknown_mode_is_refused) {
 
 static void expect_decoder(ferry_loader *l, ferry_decode_mode want) {
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
   cr_expect_eq(s.decoder, want);
 }

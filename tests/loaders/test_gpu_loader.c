@@ -138,6 +138,7 @@ static void close_pair(pair *p) {
 
 static ferry_loader_stats stats_of(ferry_loader *l) {
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
   return s;
 }
@@ -145,6 +146,7 @@ static ferry_loader_stats stats_of(ferry_loader *l) {
 static ferry_memory_stats stats_of_device(ferry_device *d) {
   ferry_device_synchronize(d);
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   return s;
 }
@@ -368,6 +370,7 @@ Test(jpeg_stage, nvjpeg_out_of_memory_fails_the_transfer_cleanly_for_a_retry, .t
   cr_expect_eq(fake_nvjpeg.decodes, 1, "no sample is decoded again alone: memory is not a sample's fault");
   ferry_device_synchronize(g.host);
   ferry_memory_stats m;
+  ferry_memory_stats_init(&m);
   cr_assert_eq(ferry_device_memory_stats(g.host, &m), FERRY_OK);
   cr_expect_eq(m.live_bytes, 0, "the failed transfer left device memory");
   fake_nvjpeg.fail_decode = 0;

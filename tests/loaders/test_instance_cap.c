@@ -149,6 +149,7 @@ static void skip_case(ferry_augment recipe) {
     if (recipe == FERRY_AUGMENT_NONE) cr_assert_eq(boxes, CAP + 1, "%zu boxes", boxes);
   }
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   cr_assert_eq(ferry_loader_stats_get(l, &stats), FERRY_OK);
   /* counted since open: the workers may have met image 0 of epoch 2 already */
   cr_assert(stats.samples_skipped == 2 || stats.samples_skipped == 3, "%llu skipped",

@@ -52,6 +52,7 @@ static void stall_begin(stall *s) {
   c.device = s->device;
   s->loader = open_loader(&c);
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   cr_assert_eq(ferry_loader_stats_get(s->loader, &stats), FERRY_OK);
   cr_assert_eq(stats.arenas, 3);
   for (; s->taken < stats.arenas; s->taken++) {
@@ -248,6 +249,7 @@ static int child_touches_loader(ferry_loader *l) {
   ferry_batch *b = NULL;
   ferry_loader_state state;
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   if (ferry_loader_next(l, &b) != FERRY_EUNSUPPORTED || b) return 1;
   if (!strstr(ferry_last_error(), "fork")) return 2;
   if (ferry_loader_set_epoch(l, 3) != FERRY_EUNSUPPORTED) return 3;
@@ -287,6 +289,7 @@ Test(lifetime, a_fork_child_gets_an_error_not_a_hang, .timeout = 120) {
 
 static uint64_t wait_decoded(ferry_loader *l, uint64_t at_least) {
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   do {
     pause_briefly();
     cr_assert_eq(ferry_loader_stats_get(l, &stats), FERRY_OK);
@@ -315,6 +318,7 @@ Test(lifetime, set_epoch_where_the_loader_stands_keeps_the_prefetch, .timeout = 
   cr_assert_eq(epoch_digests(l, got, 16), n1);
   cr_assert_arr_eq(got, want[1], n1 * sizeof *got);
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   cr_assert_eq(ferry_loader_stats_get(l, &stats), FERRY_OK);
   cr_assert_eq(stats.batches_dropped, 0, "set_epoch to the current epoch dropped %llu batches",
                (unsigned long long)stats.batches_dropped);

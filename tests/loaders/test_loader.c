@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "ferry/coco.h"
+#include "../common/canary.h"
 #include "loader_fixture.h"
 #include "loaders/baseline.h"
 #include "loaders/sampler.h"
@@ -346,11 +347,13 @@ Test(loader, a_slow_consumer_keeps_memory_bounded, .timeout = 120) {
     usleep(30000); /* a slow training step */
     ferry_batch_release(b);
     ferry_loader_stats s;
+    ferry_loader_stats_init(&s);
     ferry_loader_stats_get(l, &s);
     cr_assert_leq(s.pool.in_use + s.pool.pending, s.arenas);
     cr_assert_leq(s.pool.peak_in_use_bytes, s.pool.peak_reserved_bytes);
   }
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   ferry_loader_stats_get(l, &s);
   cr_assert_eq(s.arenas, 3);
   cr_assert_eq(s.pool.arenas, 3, "the pool is fixed: prefetch + max_outstanding");
@@ -445,6 +448,7 @@ Test(loader, the_config_grows_by_struct_size) {
   ferry_batch *b;
   cr_assert_eq(ferry_loader_next(l, &b), FERRY_OK, "%s", ferry_last_error());
   ferry_loader_stats st;
+  ferry_loader_stats_init(&st);
   ferry_loader_stats_get(l, &st);
   cr_assert_gt(st.prefetch, 1, "the default pinned budget, not 1 byte, sized the depth");
   ferry_batch_release(b);
@@ -477,6 +481,121 @@ Test(loader, the_config_grows_by_struct_size) {
   char want[64];
   snprintf(want, sizeof want, "byte %zu", sizeof c + 3);
   cr_assert(strstr(ferry_last_error(), want), "%s", ferry_last_error());
+}
+
+/* struct_size of the stats (loader.h, ferry_loader_stats; device.h states the rule).
+ * A program built against an older header: its ferry_loader_stats ended at `decoder`,
+ * before the GPU decoder's counters and batches_dropped were added. */
+typedef struct loader_stats_older {
+  size_t struct_size;
+  uint64_t samples_decoded, samples_skipped, batches_delivered, replans;
+  size_t workers, arenas;
+  int rank, world_size;
+  ferry_pool_stats pool;
+  size_t prefetch;
+  uint64_t coordinator_cpu_ns, coordinator_idle_cpu_ns, consumer_idle_cpu_ns;
+  size_t peak_busy_workers;
+  ferry_decode_mode decoder;
+} loader_stats_older;
+_Static_assert(sizeof(loader_stats_older) == offsetof(ferry_loader_stats, samples_gpu_decode),
+               "the older layout is a prefix of today's");
+
+/* One older still, that ended with the embedded pool stats. */
+typedef struct loader_stats_up_to_pool {
+  size_t struct_size;
+  uint64_t samples_decoded, samples_skipped, batches_delivered, replans;
+  size_t workers, arenas;
+  int rank, world_size;
+  ferry_pool_stats pool;
+} loader_stats_up_to_pool;
+_Static_assert(sizeof(loader_stats_up_to_pool) == offsetof(ferry_loader_stats, prefetch),
+               "the older layout is a prefix of today's");
+
+/* One built against a newer header, which appended counters this library lacks. */
+typedef struct loader_stats_newer {
+  ferry_loader_stats today;
+  uint64_t counted_later[3];
+} loader_stats_newer;
+
+/* Room for any of them and 32 canary bytes past the largest. */
+typedef union loader_stats_buffer {
+  loader_stats_newer stats;
+  unsigned char bytes[sizeof(loader_stats_newer) + 32];
+} loader_stats_buffer;
+
+/* The stats the caller's struct of `struct_size` bytes (in `buf`, canary past it) gets. */
+static ferry_status stats_into(ferry_loader *l, loader_stats_buffer *buf, size_t struct_size) {
+  canary_struct(buf, sizeof *buf, struct_size);
+  return ferry_loader_stats_get(l, &buf->stats.today);
+}
+
+/* A loader on the synthetic set (3 arenas, none of the counters still moving apart
+ * from the workers'). */
+static ferry_loader *loader_for_stats(void) {
+  ferry_loader_config c;
+  test_config(&c);
+  c.prefetch = 1;
+  c.max_outstanding = 2;
+  return open_loader(&c);
+}
+
+Test(loader, stats_of_an_older_layout_are_written_no_further) {
+  ferry_loader *l = loader_for_stats();
+  loader_stats_buffer buf;
+  cr_assert_eq(stats_into(l, &buf, sizeof(loader_stats_older)), FERRY_OK, "%s", ferry_last_error());
+  const loader_stats_older *older = (const loader_stats_older *)&buf;
+  cr_assert_eq(older->struct_size, sizeof *older, "struct_size: the bytes written");
+  cr_assert_eq(older->arenas, 3);
+  cr_assert_eq(older->prefetch, 1);
+  cr_assert_eq(older->decoder, FERRY_DECODE_CPU);
+  cr_assert_eq(older->pool.struct_size, sizeof(ferry_pool_stats), "the pool stats lie within it");
+  cr_assert_eq(older->pool.arenas, 3);
+  expect_canary(&buf, sizeof *older, sizeof buf, "an older ferry_loader_stats");
+  ferry_loader_close(l);
+}
+
+/* The embedded pool stats' struct_size is the part of them the caller's struct covers:
+ * all of them for a struct that ends with them, what is left when it ends inside. */
+Test(loader, stats_embedded_pool_stats_get_the_size_their_caller_covers) {
+  ferry_loader *l = loader_for_stats();
+  loader_stats_buffer buf;
+  cr_assert_eq(stats_into(l, &buf, sizeof(loader_stats_up_to_pool)), FERRY_OK, "%s", ferry_last_error());
+  const loader_stats_up_to_pool *up_to_pool = (const loader_stats_up_to_pool *)&buf;
+  cr_assert_eq(up_to_pool->struct_size, sizeof *up_to_pool);
+  cr_assert_eq(up_to_pool->pool.struct_size, sizeof(ferry_pool_stats));
+  cr_assert_eq(up_to_pool->pool.arenas, 3);
+  expect_canary(&buf, sizeof *up_to_pool, sizeof buf, "a ferry_loader_stats ending with its pool");
+  size_t cut = offsetof(ferry_loader_stats, pool) + offsetof(ferry_pool_stats, in_use);
+  cr_assert_eq(stats_into(l, &buf, cut), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(buf.stats.today.struct_size, cut);
+  cr_assert_eq(buf.stats.today.pool.struct_size, offsetof(ferry_pool_stats, in_use), "the covered part");
+  cr_assert_eq(buf.stats.today.pool.arenas, 3);
+  expect_canary(&buf, cut, sizeof buf, "a ferry_loader_stats ending inside its pool");
+  ferry_loader_close(l);
+}
+
+Test(loader, stats_of_a_newer_layout_get_their_unknown_counters_zeroed) {
+  ferry_loader *l = loader_for_stats();
+  loader_stats_buffer buf;
+  cr_assert_eq(stats_into(l, &buf, sizeof buf.stats), FERRY_OK, "%s", ferry_last_error());
+  cr_assert_eq(buf.stats.today.struct_size, sizeof(ferry_loader_stats), "struct_size: this library's size");
+  cr_assert_eq(buf.stats.today.pool.struct_size, sizeof(ferry_pool_stats));
+  cr_assert_eq(buf.stats.today.arenas, 3);
+  cr_assert_eq(buf.stats.today.batches_dropped, 0);
+  expect_zeros(&buf, sizeof(ferry_loader_stats), sizeof buf.stats, "a newer ferry_loader_stats");
+  expect_canary(&buf, sizeof buf.stats, sizeof buf, "a newer ferry_loader_stats");
+  ferry_loader_close(l);
+}
+
+Test(loader, stats_never_initialised_are_refused) {
+  ferry_loader *l = loader_for_stats();
+  loader_stats_buffer buf;
+  cr_assert_eq(stats_into(l, &buf, 0), FERRY_EINVAL);
+  cr_assert(strstr(ferry_last_error(), "ferry_loader_stats_get") && strstr(ferry_last_error(), "ferry_loader_stats_init"),
+            "%s", ferry_last_error());
+  cr_assert_eq(struct_size_in(&buf), 0);
+  expect_canary(&buf, sizeof(size_t), sizeof buf, "a refused ferry_loader_stats");
+  ferry_loader_close(l);
 }
 
 static void count_progress(const ferry_loader_progress *p, void *user) {

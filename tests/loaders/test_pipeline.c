@@ -14,6 +14,7 @@ enum { MAXB = 64 };
 static ferry_loader_stats stats_after_open(ferry_loader_config *c) {
   ferry_loader *l = open_loader(c);
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
   ferry_loader_close(l);
   return s;
@@ -85,6 +86,7 @@ Test(pipeline, a_budgeted_pool_stays_near_its_budget, .timeout = 120) {
   uint64_t d[MAXB];
   epoch_digests(l, d, MAXB);
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
   cr_assert_lt(s.prefetch, documented_depth(64, 4));
   /* The depth is sized for batches of mean instance counts; an arena grows to the
@@ -169,6 +171,7 @@ Test(pipeline, no_more_workers_fill_at_once_than_there_are_cores, .timeout = 120
   uint64_t d[MAXB];
   epoch_digests(l, d, MAXB);
   ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
   cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK);
   cr_assert_eq(s.workers, 4 * cores);
   cr_assert_geq(s.peak_busy_workers, 1);
@@ -182,6 +185,8 @@ Test(pipeline, the_coordinators_cpu_time_is_reported) {
   c.workers = 2;
   ferry_loader *l = open_loader(&c);
   ferry_loader_stats before, after;
+  ferry_loader_stats_init(&before);
+  ferry_loader_stats_init(&after);
   cr_assert_eq(ferry_loader_stats_get(l, &before), FERRY_OK);
   uint64_t d[MAXB];
   size_t n = epoch_digests(l, d, MAXB);

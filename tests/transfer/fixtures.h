@@ -237,6 +237,7 @@ static inline rig rig_open(const char *name, size_t arenas) {
 
 static inline ferry_memory_stats stats_of(ferry_device *d) {
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   return s;
 }

@@ -6,6 +6,7 @@
 static uint64_t live_bytes(ferry_device *d) {
   ferry_device_synchronize(d);
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   return s.live_bytes;
 }

@@ -122,6 +122,7 @@ Test(gpu_decode, images_within_the_bound_and_targets_bit_exact_cuda, .timeout = 
     cr_expect_leq(mean, GPU_DECODE_MEAN_ABS_DIFF, "channel %d", ch);
   }
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   cr_assert_eq(ferry_loader_stats_get(gpu, &stats), FERRY_OK);
   cr_expect_eq(stats.decoder, FERRY_DECODE_GPU);
   cr_expect_gt(stats.samples_gpu_decode, 0, "nvJPEG decoded nothing");
@@ -138,6 +139,7 @@ Test(gpu_decode, auto_picks_the_gpu_where_there_is_one_cuda, .timeout = 120) {
   ferry_loader *l;
   cr_assert_eq(ferry_loader_open(&c, &l), FERRY_OK, "%s", ferry_last_error());
   ferry_loader_stats stats;
+  ferry_loader_stats_init(&stats);
   cr_assert_eq(ferry_loader_stats_get(l, &stats), FERRY_OK);
   if (cuda_is_required()) cr_expect_eq(stats.decoder, FERRY_DECODE_GPU, "a GPU node has nvJPEG");
   ferry_batch *b;

@@ -54,6 +54,7 @@ static void real_batches_transfer_exactly(const char *name) {
   ferry_loader_close(loader);
   ferry_stream_close(stream);
   ferry_memory_stats ms;
+  ferry_memory_stats_init(&ms);
   cr_assert_eq(ferry_device_memory_stats(d, &ms), FERRY_OK);
   cr_assert_eq(ms.live_bytes, 0, "every output was freed");
   ferry_device_close(d);

@@ -61,6 +61,7 @@ static void four_threads_transfer_on_one_device(const char *name) {
   pthread_barrier_destroy(&start);
   for (int i = 0; i < 4; i++) cr_assert_eq(workers[i].ok_batches, ROUNDS, "thread %d", i);
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   cr_assert_eq(s.initializations, 1);
   cr_assert_eq(s.live_bytes, 0);
@@ -83,6 +84,7 @@ static void *init_device(void *arg) {
   t->status = ferry_device_init(t->device);
   /* Whoever returns must find the device initialised. */
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   ferry_device_memory_stats(t->device, &s);
   t->initializations_seen = s.initializations;
   return NULL;
@@ -91,6 +93,7 @@ static void *init_device(void *arg) {
 static void eight_threads_race_on_lazy_init(const char *name) {
   ferry_device *d = open_device(name);
   ferry_memory_stats s;
+  ferry_memory_stats_init(&s);
   cr_assert_eq(ferry_device_memory_stats(d, &s), FERRY_OK);
   cr_assert_eq(s.initializations, 0, "open does not initialise");
   pthread_barrier_t start;
