@@ -7,6 +7,7 @@ Environment:
 The package under test is the installed one (`import ferry`), or $FERRY_LIB's library.
 """
 import importlib.util
+import json
 import os
 import shutil
 import struct
@@ -111,3 +112,33 @@ def c_batches(program, tmp_path, annotations, images, *, batch_size, resolution,
         batches[k].setdefault(name, []).append(data[pos:pos + nbytes])
         pos += nbytes
     return batches
+
+
+# dali_coco's 61 real photos, 17 categories with ids 0..16 (../shared/realdata/README)
+REAL_DALI = os.path.join(os.environ.get("FERRY_SHARED", os.path.join(ROOT, "..", "shared")),
+                         "realdata", "dali_coco", "coco")
+
+
+def roboflow_export(out, splits):
+    """A Roboflow COCO export of dali_coco's real photos in `out`: splits = {"train":
+    [image ids], ...}, each SPLIT/_annotations.coco.json beside links to its images; a
+    root category "objects" (id 0, supercategory "none", no annotation) grouping the 17
+    real classes, whose ids move up by one, as Roboflow exports them."""
+    with open(os.path.join(REAL_DALI, "instances.json"), encoding="utf-8") as f:
+        coco = json.load(f)
+    categories = [{"id": 0, "name": "objects", "supercategory": "none"}] + [
+        {"id": c["id"] + 1, "name": c["name"], "supercategory": "objects"} for c in coco["categories"]]
+    images = {i["id"]: i for i in coco["images"]}
+    for split, ids in splits.items():
+        folder = os.path.join(out, split)
+        os.makedirs(folder)
+        for i in ids:
+            name = images[i]["file_name"]
+            os.symlink(os.path.join(REAL_DALI, "images", name), os.path.join(folder, name))
+        keep = set(ids)
+        annotations = [dict(a, category_id=a["category_id"] + 1) for a in coco["annotations"]
+                       if a["image_id"] in keep]
+        with open(os.path.join(folder, "_annotations.coco.json"), "w", encoding="utf-8") as f:
+            json.dump({"images": [images[i] for i in ids], "categories": categories,
+                       "annotations": annotations}, f)
+    return out

@@ -15,10 +15,8 @@ import os
 import pytest
 
 import ferry
-from conftest import ROOT, skip_or_fail
+from conftest import REAL_DALI as DALI, ROOT, roboflow_export, skip_or_fail
 
-SHARED = os.environ.get("FERRY_SHARED", os.path.join(ROOT, "..", "shared"))
-DALI = os.path.join(SHARED, "realdata", "dali_coco", "coco")
 
 
 def need_dali():
@@ -26,26 +24,11 @@ def need_dali():
         skip_or_fail(f"no real data at {DALI}", "FERRY_REQUIRE_TORCH")
 
 
-def roboflow_export(root, splits=(("train", 41), ("valid", 10), ("test", 10))):
-    """dali_coco as a Roboflow COCO export: SPLIT/_annotations.coco.json beside its images,
-    a root category "objects" at id 0 (supercategory "none") grouping every class, the
-    classes at ids 1..17."""
+def export(root):
+    """dali_coco as a Roboflow export, its 61 images split 41/10/10 in id order."""
     with open(os.path.join(DALI, "instances.json")) as f:
-        doc = json.load(f)
-    cats = [{"id": 0, "name": "objects", "supercategory": "none"}]
-    cats += [dict(c, id=c["id"] + 1, supercategory="objects") for c in doc["categories"]]
-    start = 0
-    for split, count in splits:
-        images = doc["images"][start:start + count]
-        start += count
-        os.makedirs(os.path.join(root, split))
-        ids = {i["id"] for i in images}
-        anns = [dict(a, category_id=a["category_id"] + 1) for a in doc["annotations"] if a["image_id"] in ids]
-        for i in images:
-            os.symlink(os.path.join(DALI, "images", i["file_name"]), os.path.join(root, split, i["file_name"]))
-        with open(os.path.join(root, split, "_annotations.coco.json"), "w") as f:
-            json.dump({"images": images, "annotations": anns, "categories": cats}, f)
-    return root
+        ids = sorted(i["id"] for i in json.load(f)["images"])
+    return roboflow_export(root, {"train": ids[:41], "valid": ids[41:51], "test": ids[51:]})
 
 
 def labels_by_image(annotations, images, **options):
@@ -60,7 +43,7 @@ def labels_by_image(annotations, images, **options):
 
 def test_rfdetr_labels_drop_the_exports_root_and_follow_the_train_split(tmp_path):
     need_dali()
-    root = roboflow_export(str(tmp_path / "export"))
+    root = export(str(tmp_path / "export"))
     train = (os.path.join(root, "train", "_annotations.coco.json"), os.path.join(root, "train"))
     raw = labels_by_image(*train)
     ours = labels_by_image(*train, categories="rfdetr")
@@ -84,7 +67,7 @@ def test_the_label_keywords_refuse_what_they_cannot_mean(tmp_path, synth):
         pass
     # a valid split with a category its train split does not label fails the open
     need_dali()
-    root = roboflow_export(str(tmp_path / "export"))
+    root = export(str(tmp_path / "export"))
     valid = os.path.join(root, "valid", "_annotations.coco.json")
     with open(valid) as f:
         doc = json.load(f)
