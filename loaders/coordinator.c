@@ -2,7 +2,8 @@
  * in order (see loader_internal.h for the plan protocol).
  *
  * Owns loader->coord (loader_internal.h) and the coordinator thread (started and
- * joined through ferry__coordinator_start/_join by loader.c), `stopping` and the
+ * joined through ferry__coordinator_start/_join by loader_open.c and loader.c's
+ * close), `stopping` and the
  * generation (ferry__coordinator_restart and _stop, called by the consumer's
  * set_epoch, state_set and close), and, on the thread alone: the epoch being laid out
  * (epoch_run: its generation, the next cursor position, the positions known to fail),

@@ -8,7 +8,7 @@
  * on the same terms, and its stat threads at open (ferry__loader_image_file only).
  *
  * Invariants:
- *   - the fill context is read-only here (fixed at open, loader.c), and the batch is
+ *   - the fill context is read-only here (fixed at open, loader_open.c), and the batch is
  *     touched only through this slot's slices, so two fills never share a byte;
  *   - the rows written for a field are the ones the layout reserved: the coordinator
  *     counted them with the same target options (ctx->target) at open;
@@ -27,7 +27,7 @@
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"
-#include "loaders/loader_internal.h"
+#include "loaders/fill.h"
 
 /* "..", or an absolute name, would let an annotation file read outside the folder: the
  * rule a tar member's name follows too (coco/tar.h). Empty names are refused before. */
@@ -150,7 +150,7 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
     memset(record, 0, FERRY_AUGMENT_RECORD_LEN * sizeof *record);
     record[FERRY_AUGMENT_OUT_H] = record[FERRY_AUGMENT_OUT_W] = ctx->resolution;
   }
-  /* Always defined (loader.c define_fields), so never NULL. */
+  /* Always defined (loader_open.c define_fields), so never NULL. */
   *(int64_t *)ferry__loader_slice(batch, f->sample_index, slot) = (int64_t)index;
   return FERRY_OK;
 }

@@ -8,7 +8,7 @@
  * the transfer stage, for an image nvJPEG failed to decode) has recorded a CPU route;
  * a slot is filled by its layout, never by a route recorded since; a route only ever
  * goes from 0 to a CPU route, so a sample is laid out again at most once per loader
- * (FERRY_EAGAIN, see loader_internal.h). No
+ * (FERRY_EAGAIN, see fill.h). No
  * pixel of a sample nvJPEG takes is decoded here: the transfer stage decodes the
  * jpeg rows on the device. Masks, boxes and every other target are written by the
  * CPU path's code (fill.c), so they are the CPU decoder's bit for bit.

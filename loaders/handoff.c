@@ -5,7 +5,7 @@
  * Owns loader->hand (loader_internal.h): only this file writes it. The consumer
  * (loader.c), the coordinator (coordinator.c) and the workers (workers.c) all call in
  * here; nothing here calls back into them, so the folder's dependencies stay one-way:
- * loader.c starts the coordinator and the workers, the coordinator hands plans to the
+ * loader_open.c starts the coordinator and the workers, the coordinator hands plans to the
  * workers, and all three meet here.
  *
  * Invariants, all under loader->lock (every function here expects it held, except

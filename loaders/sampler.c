@@ -4,8 +4,8 @@
  *
  * Owns: the sampler's `order`, this rank's per_rank dataset indices for one epoch,
  * drawn again when the epoch changes, and the shard order's copy of the shard sizes.
- * Callers: loader.c opens it (rank and world size from the config or the launcher's
- * environment) and destroys it on close; after open only the coordinator thread
+ * Callers: loader_open.c opens it (rank and world size from the config or the launcher's
+ * environment) and loader.c destroys it on close; after open only the coordinator thread
  * draws an epoch (begin_epoch, under the loader's lock) and reads `order` (laying
  * out plans, without the lock, which it alone may do). per_rank is read anywhere.
  *

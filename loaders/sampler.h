@@ -16,7 +16,7 @@
  * The permutations are ferry's own (SplitMix64 and Fisher-Yates with unbiased
  * bounded draws), not torch.randperm's.
  *
- * Internal to loaders/: the loader opens and closes one (loader.c), its coordinator
+ * Internal to loaders/: the loader opens one (loader_open.c) and closes it (loader.c), its coordinator
  * draws each epoch (coordinator.c), tests call the permutation and the environment
  * reader directly. A sampler has no lock: one thread at a time draws an epoch and
  * reads `order`.

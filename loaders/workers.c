@@ -7,9 +7,9 @@
  * it without the lock, then retakes the lock once to record the result and claim its
  * next slot. Of the plans it writes only the claim (claimed, pending) and its own
  * slot's result; of the counters samples_decoded and peak_busy_workers.
- * Callers: loader.c starts the workers at open and stops them at close, after the
- * coordinator has been joined; the coordinator dispatches and withdraws plans, under
- * the loader's lock; the `workers` threads run worker_main.
+ * Callers: loader_open.c starts the workers at open and loader.c stops them at
+ * close, after the coordinator has been joined; the coordinator dispatches and
+ * withdraws plans, under the loader's lock; the `workers` threads run worker_main.
  *
  * Invariants, under loader->lock:
  *   - a slot is claimed by exactly one worker; a plan leaves the queue when its last
