@@ -436,13 +436,14 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
     return ferry__fail(FERRY_EINVAL, "loader: config.image.decode %d is not CPU, GPU or AUTO", (int)want);
   if (!api && want == FERRY_DECODE_CPU) return FERRY_OK;
   /* AUTO takes the CPU where the GPU decoder cannot do what is asked: a recipe
-   * (check_augment refuses GPU with one), no images at all, or tar shards (open_data
-   * refuses GPU with them). */
+   * (check_augment refuses GPU with one), a reduced-size decode (check_draft refuses
+   * GPU with it: nvJPEG decodes at full size), no images at all, or tar shards
+   * (open_data refuses GPU with them). */
   if (!api && want == FERRY_DECODE_AUTO &&
-      (l->config.augment.recipe != FERRY_AUGMENT_NONE || (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) ||
-       ferry__shards_recognise(l->annotations_path))) {
-    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments, skips images "
-                                           "nor reads tar shards"));
+      (l->config.augment.recipe != FERRY_AUGMENT_NONE || l->config.image.draft_size != 0 ||
+       (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) || ferry__shards_recognise(l->annotations_path))) {
+    ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments, decodes at a "
+                                           "reduced size, skips images nor reads tar shards"));
     return FERRY_OK;
   }
   ferry_status st = FERRY_OK;

@@ -140,6 +140,21 @@ Test(draft, what_it_cannot_take_is_refused_naming_it) {
   expect_refused(&c, FERRY_EUNSUPPORTED, "draft_size");
 }
 
+Test(draft, auto_decodes_on_the_cpu_saying_why) {
+  /* nvJPEG decodes at full size: AUTO must not pick it for a reduced decode (checked
+   * before nvJPEG is even looked for, so the answer is the same on a GPU node) */
+  ferry_loader_config c;
+  draft_config(&c, 100);
+  c.image.decode = FERRY_DECODE_AUTO;
+  ferry_loader *l = open_loader(&c);
+  ferry_loader_stats s;
+  ferry_loader_stats_init(&s);
+  cr_assert_eq(ferry_loader_stats_get(l, &s), FERRY_OK, "%s", ferry_last_error());
+  cr_expect_eq(s.decoder, FERRY_DECODE_CPU);
+  cr_expect(strstr(ferry_loader_decoder_note(l), "reduced size"), "%s", ferry_loader_decoder_note(l));
+  ferry_loader_close(l);
+}
+
 Test(draft, a_jpeg_under_another_name_fails_as_its_sample_saying_why) {
   char dir[] = "/tmp/ferry-draft-XXXXXX", src[8192], dst[8192], ann[8192];
   cr_assert_not_null(mkdtemp(dir));
