@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "coco/tar.h"
+#include "source/tar.h"
 #include "coco/target_at.h"
 #include "image/augment.h"
 #include "image/geometry.h"

@@ -27,7 +27,7 @@
 #include "ferry/loader.h"
 #include "image/augment.h"
 #include "lib/status.h"
-#include "loaders/image_source.h"
+#include "source/image_source.h"
 
 /* Where each requested field sits in a batch (-1 when absent). */
 typedef struct field_slots {

@@ -51,8 +51,9 @@
 #include "lib/cond.h"
 #include "lib/status.h"
 #include "loaders/fill.h"
-#include "loaders/image_source.h"
 #include "loaders/sampler.h"
+#include "source/image_source.h"
+#include "source/shards.h"
 
 struct ready_item;
 
@@ -173,8 +174,9 @@ struct ferry_loader {
   /* Fixed at open (loader_open.c), read without the lock. */
   ferry_loader_config config;
   char *annotations_path, *images_dir;
+  ferry__source_desc source_desc; /* what annotations_path names, resolved once at open (source/shards.h) */
   ferry_coco *coco;
-  ferry__image_source *source; /* NULL: config.images; else the shards' (image_source.h) */
+  ferry__image_source *source; /* NULL: config.images; else the shards' (source/image_source.h) */
   ferry_device *device;        /* for pinned memory */
   int owns_device;
   int packed;                  /* 0: unpacked batches, the baseline (loaders/baseline.h) */

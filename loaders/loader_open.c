@@ -38,9 +38,9 @@
 
 #include "lib/alloc.h"
 #include "image/gpu/nvjpeg_api.h"
-#include "coco/shards.h"
 #include "loaders/baseline.h"
 #include "loaders/loader_internal.h"
+#include "loaders/shard_open.h"
 #include "ferry/advanced.h"
 
 /* The defaults of every option this library knows. */
@@ -101,7 +101,7 @@ static ferry_status check_augment(const ferry_loader_config *c) {
 }
 
 /* The label policy, and the other split whose labels RF-DETR's may take. */
-static ferry_status check_labels(const ferry_loader_config *c) {
+static ferry_status check_labels(const ferry_loader_config *c, const ferry__source_desc *src) {
   if ((unsigned)c->remap_categories > (unsigned)FERRY_CATEGORIES_RFDETR)
     return ferry__fail(FERRY_EINVAL, "loader: config.remap_categories %d is not a ferry_category_labels (0 raw, 1 "
                        "remap, 2 rfdetr)", c->remap_categories);
@@ -109,7 +109,7 @@ static ferry_status check_labels(const ferry_loader_config *c) {
   if (c->remap_categories != FERRY_CATEGORIES_RFDETR)
     return ferry__fail(FERRY_EINVAL, "loader: config.categories_from (%s) takes RF-DETR's labels from another split: "
                        "it needs remap_categories = FERRY_CATEGORIES_RFDETR", c->categories_from);
-  if (ferry__shards_recognise(c->annotations))
+  if (ferry__source_is_shards(src))
     return ferry__fail(FERRY_EINVAL, "loader: config.categories_from (%s) with shards (%s): a shard index carries its "
                        "own label policy", c->categories_from, c->annotations);
   return FERRY_OK;
@@ -139,10 +139,10 @@ static ferry_status check_draft(const ferry_loader_config *c) {
 
 /* The config's bounds, checked before anything is allocated or parsed, so a wrong
  * argument costs no annotation parse. */
-static ferry_status check_config(const ferry_loader_config *c) {
+static ferry_status check_config(const ferry_loader_config *c, const ferry__source_desc *src) {
   /* A split packed as shards holds its images: config.images may then be NULL. */
   if (!c->annotations) return ferry__fail(FERRY_EINVAL, "loader: config.annotations is required");
-  if (!c->images && !ferry__shards_recognise(c->annotations))
+  if (!c->images && !ferry__source_is_shards(src))
     return ferry__fail(FERRY_EINVAL, "loader: config.images, the folder of the images, is required for %s (only a "
                        "split packed as shards holds its images)", c->annotations);
   if (c->batch_size == 0 || c->max_outstanding == 0)
@@ -169,13 +169,13 @@ static ferry_status check_config(const ferry_loader_config *c) {
     return ferry__fail(FERRY_EINVAL, "loader: config.box_format %d is not a ferry_box_format", (int)c->box_format);
   if ((unsigned)c->order > (unsigned)FERRY_ORDER_SHARDS)
     return ferry__fail(FERRY_EINVAL, "loader: config.order %d is not a ferry_sample_order", (int)c->order);
-  if (c->order == FERRY_ORDER_SHARDS && !ferry__shards_recognise(c->annotations))
+  if (c->order == FERRY_ORDER_SHARDS && !ferry__source_is_shards(src))
     return ferry__fail(FERRY_EINVAL, "loader: config.order SHARDS needs a split packed as shards, and %s is not "
                        "a shard spec (docs/shards.md)", c->annotations);
   if ((c->rank < 0) != (c->world_size < 0))
     return ferry__fail(FERRY_EINVAL, "loader: give both rank and world_size, or neither (-1) to read the launcher's");
   ferry_status st = check_augment(c);
-  if (st == FERRY_OK) st = check_labels(c);
+  if (st == FERRY_OK) st = check_labels(c, src);
   if (st == FERRY_OK) st = check_draft(c);
   return st == FERRY_OK && c->images ? check_images_folder(c->images) : st;
 }
@@ -256,13 +256,13 @@ static ferry_status open_annotations(ferry_loader *l) {
     if (st != FERRY_OK) return ferry__error_prefix(st, "loader: config.categories_from: ");
     co.labels_from = labels;
   }
-  ferry_status st = ferry__loader_open_annotations(l->annotations_path, &co, &l->coco, &l->source);
+  ferry_status st = ferry__loader_open_annotations(&l->source_desc, &co, &l->coco, &l->source);
   ferry_coco_close(labels);
   return st;
 }
 
 static ferry_status open_data(ferry_loader *l) {
-  if (l->fill.gpu.api && ferry__shards_recognise(l->annotations_path)) /* before the walk: fail fast */
+  if (l->fill.gpu.api && ferry__source_is_shards(&l->source_desc)) /* before the walk: fail fast */
     return ferry__fail(FERRY_EUNSUPPORTED, "loader: %s: the GPU decoder reads image files, not shards; decode on "
                        "the CPU (FERRY_DECODE_CPU)", l->annotations_path);
   ferry_status st = open_annotations(l);
@@ -441,7 +441,7 @@ static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_a
    * (open_data refuses GPU with them). */
   if (!api && want == FERRY_DECODE_AUTO &&
       (l->config.augment.recipe != FERRY_AUGMENT_NONE || l->config.image.draft_size != 0 ||
-       (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) || ferry__shards_recognise(l->annotations_path))) {
+       (l->config.fields & FERRY_LOADER_FIELD_NO_IMAGES) || ferry__source_is_shards(&l->source_desc))) {
     ferry__gpu_decoder_note(l, ferry__fail(FERRY_EUNSUPPORTED, "the GPU decoder neither augments, decodes at a "
                                            "reduced size, skips images nor reads tar shards"));
     return FERRY_OK;
@@ -491,8 +491,10 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
   ferry_loader_config adopted;
+  ferry__source_desc src;
   ferry_status st = adopt_config(config, &adopted);
-  if (st == FERRY_OK) st = check_config(&adopted);
+  if (st == FERRY_OK) ferry__source_resolve(adopted.annotations, &src); /* once: every later question asks src */
+  if (st == FERRY_OK) st = check_config(&adopted, &src);
   if (st != FERRY_OK) return st;
   ferry_loader *l = ferry__calloc(1, sizeof *l);
   if (!l) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
@@ -502,6 +504,7 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   l->workers = l->stats.workers = resolve_workers(config);
   pthread_mutex_init(&l->lock, NULL);
   l->annotations_path = ferry__strdup(config->annotations);
+  l->source_desc = (ferry__source_desc){src.kind, l->annotations_path};
   l->images_dir = ferry__strdup(config->images ? config->images : "");
   l->view.state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");

@@ -14,7 +14,7 @@ import sys
 
 # A "folder/**" entry is the folder with its subfolders, as one: image/gpu may call
 # image/ (the resize's filter tables), never the other way round.
-FOLDERS = ["lib", "lib/transfer", "coco", "image", "image/gpu", "image/**", "loaders"]
+FOLDERS = ["lib", "lib/transfer", "source", "coco", "image", "image/gpu", "image/**", "loaders"]
 DEFINITION = re.compile(r"^[A-Za-z][^;{()]*?\b(ferry_\w+)\s*\([^;]*?\)\s*\{", re.M | re.S)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 

@@ -23,7 +23,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "coco/tar.h"
+#include "source/tar.h"
 #include "tools/pack.h"
 
 static const char *const image_extensions[] = {"jpg", "jpeg", "png", "webp", "bmp"};

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coco/tar.h"
+#include "source/tar.h"
 #include "ferry/ferry.h"
 #include "tests/fuzz/fuzz_check.h"
 

@@ -1,9 +1,9 @@
-/* coco/tar.c - the tar members of a shard: the forward reader and the ustar header
- * writer (coco/tar.h says what is accepted and what is refused).
+/* source/tar.c - the tar members of a shard: the forward reader and the ustar header
+ * writer (source/tar.h says what is accepted and what is refused).
  *
  * Owns nothing but the caller's ferry__tar: no allocation, every buffer on the stack
  * (a pax header or a GNU long name is at most FERRY__TAR_MAX_EXTENSION bytes, read
- * in block-sized pieces). Callers: coco/shards.c on the opening thread, the fuzzer
+ * in block-sized pieces). Callers: source/shard_walk.c on the opening thread, the fuzzer
  * (tests/fuzz/fuzz_tar.c) and `ferry-coco pack` (headers).
  * Invariants: t->pos is always a block boundary and only grows; a member returned has
  * offset + size <= t->end and size <= t->max_member; its name passed ferry__tar_name_refused().
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/tar.h"
+#include "source/tar.h"
 #include "lib/status.h"
 
 enum {

@@ -1,5 +1,7 @@
-/* lib/remote.h - bytes of an object named by an http(s):// or s3:// URL, read with
- * ranged GETs through libcurl (internal; used by coco/shards.c and loaders/shard_source.c).
+/* source/remote.h - bytes of an object named by an http(s):// or s3:// URL, read with
+ * ranged GETs through libcurl (internal; used by source/reader.c, the one door the
+ * open-time walk and the workers read through, and source/shard_spec.c for an index
+ * at a URL).
  *
  * A client (ferry__remote) holds the settings read once from the environment, the S3
  * credentials, and a pool of idle curl handles (each keeps its connections alive), so
@@ -21,8 +23,8 @@
  * body has one. Messages name the URL as given, less any user:password part;
  * credentials are never put in a message, and curl's verbose output is never enabled.
  */
-#ifndef FERRY_LIB_REMOTE_H
-#define FERRY_LIB_REMOTE_H
+#ifndef FERRY_SOURCE_REMOTE_H
+#define FERRY_SOURCE_REMOTE_H
 
 #include <stddef.h>
 #include <stdint.h>

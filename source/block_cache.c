@@ -1,4 +1,4 @@
-/* loaders/block_cache.c - the shared block cache of remote shards (block_cache.h says
+/* source/block_cache.c - the shared block cache of remote shards (block_cache.h says
  * what it promises).
  *
  * Owns the blocks: a slot per block number (NULL when not resident), the resident ones
@@ -32,7 +32,7 @@
 #include "lib/alloc.h"
 #include "lib/status.h"
 #include "lib/thread.h"
-#include "loaders/block_cache.h"
+#include "source/block_cache.h"
 
 /* Buffers kept beyond the cap for the next blocks: a fresh 4 MiB buffer is a thousand
  * page faults, each page zeroed, for every block fetched. */

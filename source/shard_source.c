@@ -1,45 +1,40 @@
-/* loaders/shard_source.c - the image source of a split packed as tar shards, local or
- * at URLs, and the choice, at open, between it and the images folder.
+/* source/shard_source.c - the image source of a split packed as tar shards, local or
+ * at URLs (source/image_source.h).
  *
- * Owns the shard set (coco/shards.h), for local shards one read-only descriptor per
- * shard (opened at open, closed at close), and for URLs the block layout and block
- * cache (block_cache.h). Workers read local members with pread at the member's
- * offset. A member of a shard at a URL is copied out of the shard's blocks (fixed-size
- * byte ranges, aligned at multiples of the block size, shared by the workers, freed once
+ * Owns the shard set (source/shards.h), one ranged reader per shard (source/reader.h:
+ * opened at open, closed at close), and for URLs the block layout and block cache
+ * (block_cache.h). A member is read through its shard's reader at the member's offset
+ * (a local file: pread; a URL: one ranged GET through the set's client, remote.h: a
+ * handle per request from its pool, retried from the byte it stopped at), except that
+ * a member of a shard at a URL is copied out of the shard's blocks (fixed-size byte
+ * ranges, aligned at multiples of the block size, shared by the workers, freed once
  * their members are read; blocks are read ahead in the order the epoch's samples first
  * need them, by one ranged GET from a block to its shard's end, cut where the cache's
  * room ends, and a block a worker needs before that is one ranged GET: block_cache.h)
  * when the loader reads neighbours together (plan_reads: the shard order, or shuffle
- * off on one rank); otherwise, or when the member is larger than a block, or the cache
- * has no room, it is one ranged GET of the member's bytes through the set's client
- * (lib/remote.h: a handle per request from its pool, retried from the byte it stopped
- * at). Sizes are learnt at open from each image's header (ferry_image_probe), which is
- * why the loader, not coco/, opens shards.
- * Invariants: fds[i] is shard i of the set (fds is NULL for URLs); a sample with a
- * problem is never read, its problem is returned instead, so the loader's error policy
- * decides (fail or skip); shard i's blocks are numbers first_block[i] ..
- * first_block[i + 1] - 1 and cover the members read through blocks, which are the
- * readable ones of 1 .. block_bytes bytes, each counted in every block it overlaps.
+ * off on one rank), unless the member is larger than a block or the cache has no room.
+ * Invariants: readers[i] is shard i of the set; a sample with a problem is never read,
+ * its problem is returned instead, so the loader's error policy decides (fail or
+ * skip); shard i's blocks are numbers first_block[i] .. first_block[i + 1] - 1 and
+ * cover the members read through blocks, which are the readable ones of 1 ..
+ * block_bytes bytes, each counted in every block it overlaps.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "coco/shards.h"
-#include "ferry/image.h"
 #include "lib/alloc.h"
-#include "lib/remote.h"
 #include "lib/status.h"
-#include "loaders/block_cache.h"
-#include "loaders/image_source.h"
+#include "source/block_cache.h"
+#include "source/image_source.h"
+#include "source/reader.h"
+#include "source/remote.h"
+#include "source/shards.h"
 
 typedef struct shard_source {
   ferry__image_source base;  /* first: the source is handed around as its base */
   ferry__shard_set *set;
-  int *fds;
+  ferry__reader **readers;   /* [num_shards] */
   size_t *shard_samples;     /* base.shard_samples */
   /* URLs read through blocks (plan_reads); cache NULL: one GET per member */
   ferry__block_cache *cache;
@@ -78,11 +73,12 @@ static void describe(const ferry__image_source *self, size_t index, char *name, 
   snprintf(name, size, "%s: member '%s'", s->set->paths[r->shard], r->member);
 }
 
-/* Bytes [at, at + len) of the sample's shard at its URL, one ranged GET. */
-static ferry_status read_remote(const shard_source *s, const ferry__shard_sample *r, uint64_t at, uint8_t *dst,
-                                size_t len) {
+/* Bytes [at, at + len) of the sample's shard, through its reader (a pread, or one
+ * ranged GET). */
+static ferry_status read_at(const shard_source *s, const ferry__shard_sample *r, uint64_t at, uint8_t *dst,
+                            size_t len) {
   size_t got = 0;
-  ferry_status st = ferry__remote_read(s->set->remote, s->set->paths[r->shard], at, dst, len, &got);
+  ferry_status st = ferry__reader_read(s->readers[r->shard], at, dst, len, &got);
   if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
   if (got < len)
     return ferry__fail(FERRY_EFORMAT, "%s: member '%s': the shard ends inside it (it changed since the open)",
@@ -110,7 +106,7 @@ static ferry_status read_through_blocks(const shard_source *s, const ferry__shar
     uint64_t k = at / s->block_bytes, start = k * s->block_bytes;
     size_t n = (size_t)((end < start + s->block_bytes ? end : start + s->block_bytes) - at);
     ferry_status st = ferry__block_cache_copy(s->cache, first + k, (size_t)(at - start), n, dst + (at - r->offset));
-    if (st == FERRY_EAGAIN) return read_remote(s, r, at, dst + (at - r->offset), (size_t)(end - at));
+    if (st == FERRY_EAGAIN) return read_at(s, r, at, dst + (at - r->offset), (size_t)(end - at));
     if (st < 0) return ferry__error_prefix(st, "member '%s' of ", r->member);
     at += n;
   }
@@ -131,25 +127,14 @@ static ferry_status read_member(const ferry__image_source *self, size_t index, u
   }
   *len = want;
   if (s->cache && through_blocks(s, r)) return read_through_blocks(s, r, *buf);
-  if (s->set->remote) return read_remote(s, r, r->offset, *buf, want);
-  size_t got = 0;
-  while (got < want) {
-    ssize_t n = pread(s->fds[r->shard], *buf + got, want - got, (off_t)(r->offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return ferry__fail(n < 0 ? FERRY_EIO : FERRY_EFORMAT, "%s: member '%s': %s", s->set->paths[r->shard], r->member,
-                         n < 0 ? strerror(errno) : "the shard ends inside it (it changed since the open)");
-    got += (size_t)n;
-  }
-  return FERRY_OK;
+  return read_at(s, r, r->offset, *buf, want);
 }
 
 static void close_source(ferry__image_source *self) {
   shard_source *s = (shard_source *)self;
   if (!s) return;
-  for (size_t i = 0; s->fds && i < s->set->num_shards; i++)
-    if (s->fds[i] >= 0) close(s->fds[i]);
-  ferry__free(s->fds);
+  for (size_t i = 0; s->readers && i < s->set->num_shards; i++) ferry__reader_close(s->readers[i]);
+  ferry__free(s->readers);
   ferry__free(s->shard_samples);
   ferry__block_cache_close(s->cache);
   ferry__free(s->first_block);
@@ -159,23 +144,16 @@ static void close_source(ferry__image_source *self) {
   ferry__free(s);
 }
 
-static ferry_status probe(const void *data, size_t len, const char *name, int *width, int *height) {
-  return ferry_image_probe(data, len, name, width, height);
+static ferry_status open_readers(shard_source *s) {
+  s->readers = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, sizeof *s->readers);
+  if (!s->readers) return ferry__fail(FERRY_ENOMEM, "shards: out of memory");
+  ferry_status st = FERRY_OK;
+  for (size_t i = 0; st == FERRY_OK && i < s->set->num_shards; i++)
+    st = ferry__reader_open(s->set->remote, s->set->paths[i], FERRY__READER_RANGED, &s->readers[i]);
+  return st;
 }
 
-static ferry_status open_fds(shard_source *s) {
-  if (s->set->remote) return FERRY_OK;
-  s->fds = ferry__malloc((s->set->num_shards ? s->set->num_shards : 1) * sizeof *s->fds);
-  if (!s->fds) return ferry__fail(FERRY_ENOMEM, "shards: out of memory");
-  for (size_t i = 0; i < s->set->num_shards; i++) s->fds[i] = -1;
-  for (size_t i = 0; i < s->set->num_shards; i++) {
-    s->fds[i] = open(s->set->paths[i], O_RDONLY | O_CLOEXEC);
-    if (s->fds[i] < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", s->set->paths[i], strerror(errno));
-  }
-  return FERRY_OK;
-}
-
-/* Samples per shard. The set's samples are in shard order (coco/shards.h), which is
+/* Samples per shard. The set's samples are in shard order (source/shards.h), which is
  * what lets a count stand for a run of dataset indices: checked, not assumed. */
 static ferry_status count_shard_samples(shard_source *s) {
   s->shard_samples = ferry__calloc(s->set->num_shards ? s->set->num_shards : 1, sizeof *s->shard_samples);
@@ -215,7 +193,7 @@ static ferry_status fetch_blocks(void *ctx, size_t first, size_t len, ferry__blo
   uint64_t start = (uint64_t)(first - s->first_block[lo]) * s->block_bytes;
   size_t got = 0;
   sink_call call = {sink, sink_ctx, 0};
-  ferry_status st = ferry__remote_read_into(s->set->remote, s->set->paths[lo], start, len, through_sink, &call, &got);
+  ferry_status st = ferry__reader_read_into(s->readers[lo], start, len, through_sink, &call, &got);
   if (st == FERRY_OK && got < len && !call.ended)
     return ferry__fail(FERRY_EFORMAT, "%s: bytes %llu-%llu: the shard ends inside them (it changed since the open)",
                        s->set->paths[lo], (unsigned long long)(start + got), (unsigned long long)(start + len - 1));
@@ -340,22 +318,21 @@ static void plan_epoch(ferry__image_source *self, const size_t *order, size_t n)
   (void)ferry__block_cache_begin_pass(s->cache, s->plan, planned);  /* advice: the blocks are the cache's */
 }
 
-ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,
-                                           ferry_coco **coco, ferry__image_source **source) {
-  *source = NULL;
-  if (!ferry__shards_recognise(annotations)) return ferry_coco_open(annotations, opts, coco);
+ferry_status ferry__shard_source_open(ferry__shard_set *set, ferry__image_source **out) {
+  *out = NULL;
   shard_source *s = ferry__calloc(1, sizeof *s);
-  if (!s) return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  if (!s) {
+    ferry__shard_set_free(set);
+    return ferry__fail(FERRY_ENOMEM, "loader: out of memory");
+  }
   s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0, plan_reads, plan_epoch};
-  ferry_status st = ferry__shards_open(annotations, opts, probe, coco, &s->set);
-  if (st == FERRY_OK) st = open_fds(s);
+  s->set = set;
+  ferry_status st = open_readers(s);
   if (st == FERRY_OK) st = count_shard_samples(s);
   if (st < 0) {
-    ferry_coco_close(*coco);
-    *coco = NULL;
     close_source(&s->base);
     return st;
   }
-  *source = &s->base;
+  *out = &s->base;
   return FERRY_OK;
 }

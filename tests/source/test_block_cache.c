@@ -1,5 +1,5 @@
-/* tests/loaders/test_block_cache.c - the block cache of remote shards
- * (loaders/block_cache.c) on its own, with a fetch function that makes each block's
+/* tests/source/test_block_cache.c - the block cache of remote shards
+ * (source/block_cache.c) on its own, with a fetch function that makes each block's
  * bytes from its number, hands them in small pieces as a network would, and counts
  * requests (by the block they start at, and in which order) and blocks filled: a block
  * is fetched once while its members are read, freed when the last is, fetched again
@@ -23,9 +23,9 @@
 #include <time.h>
 
 #include "ferry_config.h"
-#include "loader_fixture.h"
+#include <criterion/criterion.h>
 #include "lib/status.h"
-#include "loaders/block_cache.h"
+#include "source/block_cache.h"
 
 #define MAX_BLOCKS 64
 #define PIECE 37  /* bytes handed at a time: pieces straddle blocks */

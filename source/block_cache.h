@@ -1,8 +1,8 @@
-/* loaders/block_cache.h - blocks of remote shards shared by the workers, each fetched
+/* source/block_cache.h - blocks of remote shards shared by the workers, each fetched
  * once and freed when its last member has been read (or kept, when all of them fit),
  * read ahead in the order the readers will need them, in runs of one request
  * (internal; used by shard_source.c, tested on its own by
- * tests/loaders/test_block_cache.c).
+ * tests/source/test_block_cache.c).
  *
  * A block is a numbered byte range the caller knows how to fetch (shard_source.c: a
  * ranged GET of a shard at a URL). The cache knows no shard, URL or tar: it is given,
@@ -66,8 +66,8 @@
  * only when nobody copies from it; every wait is for a fetch in progress, which ends, or
  * (the run's wait for room) bounded by room_wait_ms and ended by close.
  */
-#ifndef FERRY_LOADERS_BLOCK_CACHE_H
-#define FERRY_LOADERS_BLOCK_CACHE_H
+#ifndef FERRY_SOURCE_BLOCK_CACHE_H
+#define FERRY_SOURCE_BLOCK_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
-/* coco/tar.h - reading and writing the tar members of a WebDataset shard (internal).
+/* source/tar.h - reading and writing the tar members of a WebDataset shard (internal;
+ * used by source/shard_walk.c, loaders/fill.c for the name rule, and tools/pack.c).
  *
  * The reader walks an archive forward only, through a read-at callback whose offsets
  * never go back: a local file serves it with pread, and a stream (HTTP, S3) can serve
@@ -17,8 +18,8 @@
  * The writer makes ustar headers as Python's tarfile does for RF-DETR's packer (mode
  * 0644, owner 0, time 0, no user or group name).
  */
-#ifndef FERRY_COCO_TAR_H
-#define FERRY_COCO_TAR_H
+#ifndef FERRY_SOURCE_TAR_H
+#define FERRY_SOURCE_TAR_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* loaders/image_source.h - where a sample's image bytes come from when they are not a
- * file of config.images (internal).
+/* source/image_source.h - where a sample's image bytes come from when they are not a
+ * file of config.images (internal; used by the loader's fill and open).
  *
  * The fill asks the source for the bytes of dataset image `index` and decodes them
  * from memory; the targets come from the coco as for a folder, so nothing downstream
@@ -10,13 +10,13 @@
  * Contract: read is called by many workers at once, each with its own buffer; it
  * writes nothing shared. Every error names where the bytes are (shard and member).
  */
-#ifndef FERRY_LOADERS_IMAGE_SOURCE_H
-#define FERRY_LOADERS_IMAGE_SOURCE_H
+#ifndef FERRY_SOURCE_IMAGE_SOURCE_H
+#define FERRY_SOURCE_IMAGE_SOURCE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ferry/coco.h"
+#include "ferry/error.h"
 
 typedef struct ferry__image_source ferry__image_source;
 struct ferry__image_source {
@@ -43,10 +43,11 @@ struct ferry__image_source {
   void (*plan_epoch)(ferry__image_source *self, const size_t *order, size_t n);
 };
 
-/* Open the loader's annotations: a shard spec (coco/shards.h) gives its coco and a
- * source of its images; anything else is ferry_coco_open's, with *source NULL (the
- * images folder). */
-ferry_status ferry__loader_open_annotations(const char *annotations, const ferry_coco_options *opts,
-                                           ferry_coco **coco, ferry__image_source **source);
+typedef struct ferry__shard_set ferry__shard_set;
+
+/* The source of a walked shard set's images (source/shards.h), which it takes: freed
+ * with the source, or here when the open fails. Opens a ranged reader per shard
+ * (source/reader.h). */
+ferry_status ferry__shard_source_open(ferry__shard_set *set, ferry__image_source **out);
 
 #endif

@@ -1,5 +1,5 @@
-/* lib/remote.c - ranged GETs of http(s):// and s3:// objects through libcurl, retried
- * from the byte they stopped at (lib/remote.h says what is retried and what is not).
+/* source/remote.c - ranged GETs of http(s):// and s3:// objects through libcurl, retried
+ * from the byte they stopped at (source/remote.h says what is retried and what is not).
  *
  * Owns the client: its settings, credentials (copied from the environment at open,
  * wiped at close) and a stack of idle curl handles under one mutex, taken only to push
@@ -21,7 +21,7 @@
 #include <curl/curl.h>
 
 #include "lib/alloc.h"
-#include "lib/remote.h"
+#include "source/remote.h"
 #include "lib/status.h"
 
 #define MAX_IDLE_HANDLES 64
