@@ -117,7 +117,7 @@ ferry_status ferry_coco_open_buffer(const char *json, size_t len, const char *na
 }
 
 /* The head the caller built (categories, images), then its annotations one by one as
- * `next` yields them, each freed once added: coco/shards.c, whose sidecars are read
+ * `next` yields them, each freed once added: coco/sidecars.c, whose sidecars are read
  * again one at a time, so that no tree of every annotation is ever built. */
 ferry_status ferry__coco_open_stepwise(json_t *head, const json_t *annotated_ids, const char *name,
                                        const ferry_coco_options *opts, ferry__coco_annotation_fn next, void *user,

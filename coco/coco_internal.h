@@ -84,7 +84,7 @@ struct ferry_coco {
   /* FERRY_CATEGORIES_RFDETR: the label of each category (categories order), -1 for
    * one the rule drops; set last by every open (coco/categories.c). NULL otherwise. */
   int64_t *category_labels;
-  /* While a stepwise open runs (coco/shards.c): the ids a shard index says are
+  /* While a stepwise open runs (coco/sidecars.c): the ids a shard index says are
    * annotated, which RF-DETR's rule then reads instead of the annotations. Borrowed. */
   const json_t *annotated_ids;
 };

@@ -30,7 +30,7 @@
 #include "loaders/fill.h"
 
 /* "..", or an absolute name, would let an annotation file read outside the folder: the
- * rule a tar member's name follows too (coco/tar.h). Empty names are refused before. */
+ * rule a tar member's name follows too (source/tar.h). Empty names are refused before. */
 static int escapes(const char *name) { return ferry__tar_name_refused(name) != NULL; }
 
 /* The file of image `img`: file_name under the images folder, or as it is when it is

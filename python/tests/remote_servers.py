@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-CHUNK = 8 << 20  # lib/remote.h's FERRY__REMOTE_CHUNK: the open's stream reads
+CHUNK = 8 << 20  # source/remote.h's FERRY__REMOTE_CHUNK: the open's stream reads
 
 
 class _Quiet(http.server.BaseHTTPRequestHandler):

@@ -351,7 +351,7 @@ def test_faults_past_the_retries_fail_named(packed, upstream, proxy_to, fault):
 # ---- blocks (issue 26's remote speed) -------------------------------------------------
 # In the shard order (coco_parity's default for shards) a shard at a URL is read in
 # blocks shared by the workers: one GET per block, not per image. The open's own reads
-# (the index and each shard's headers, through lib/remote.c's stream) are 8 MiB chunks;
+# (the index and each shard's headers, through source/remote.c's stream) are 8 MiB chunks;
 # every other GET of a shard is the epoch's: an image, or a block.
 
 BLOCK = 4 << 20  # FERRY_REMOTE_BLOCK_BYTES's default

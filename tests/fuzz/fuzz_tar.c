@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_tar.c - the tar reader of shards (coco/tar.c).
+/* tests/fuzz/fuzz_tar.c - the tar reader of shards (source/tar.c).
  *
  * Input: the bytes of a tar archive (seeds: small shards written by Python's tarfile in
  * the formats RF-DETR's packer and other writers use, ustar, pax and GNU, long names,
