@@ -493,7 +493,7 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   ferry_loader_config adopted;
   ferry__source_desc src;
   ferry_status st = adopt_config(config, &adopted);
-  if (st == FERRY_OK) ferry__source_resolve(adopted.annotations, &src); /* once: every later question asks src */
+  if (st == FERRY_OK) st = ferry__source_resolve(adopted.annotations, &adopted.source, &src); /* once: every later question asks src */
   if (st == FERRY_OK) st = check_config(&adopted, &src);
   if (st != FERRY_OK) return st;
   ferry_loader *l = ferry__calloc(1, sizeof *l);
@@ -504,7 +504,8 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   l->workers = l->stats.workers = resolve_workers(config);
   pthread_mutex_init(&l->lock, NULL);
   l->annotations_path = ferry__strdup(config->annotations);
-  l->source_desc = (ferry__source_desc){src.kind, l->annotations_path};
+  l->source_desc = src;
+  l->source_desc.annotations = l->annotations_path;
   l->images_dir = ferry__strdup(config->images ? config->images : "");
   l->view.state.seed = config->seed;
   if (!l->annotations_path || !l->images_dir) st = ferry__fail(FERRY_ENOMEM, "loader: out of memory");

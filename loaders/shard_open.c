@@ -78,10 +78,12 @@ static void name_sample(void *user, size_t sample, const char **shard, const cha
 }
 
 /* The spec walked and its coco built; g->set then holds where each image is. */
-static ferry_status build(shard_open *g, const char *spec, const ferry_coco_options *opts, ferry_coco **coco) {
+static ferry_status build(shard_open *g, const ferry__source_desc *desc, const ferry_coco_options *opts,
+                          ferry_coco **coco) {
+  const char *spec = desc->annotations;
   ferry__shard_index ix;
   ferry_status st = ferry__sidecars_new(spec, &g->sidecars);  /* first: it installs jansson's allocator */
-  if (st == FERRY_OK) st = ferry__shard_spec_open(spec, &g->set, &ix);
+  if (st == FERRY_OK) st = ferry__shard_spec_open(spec, &desc->settings, &g->set, &ix);
   if (st < 0) return st;
   st = ferry__shard_walk_open(g->set, &ix, spec, &g->walk);
   if (st == FERRY_OK) st = ferry__shard_walk_run(g->walk, on_sample, g);
@@ -97,10 +99,10 @@ ferry_status ferry__loader_open_annotations(const ferry__source_desc *desc, cons
   *coco = NULL;
   if (!ferry__source_is_shards(desc)) return ferry_coco_open(desc->annotations, opts, coco);
   shard_open g = {0};
-  ferry_status st = build(&g, desc->annotations, opts, coco);
+  ferry_status st = build(&g, desc, opts, coco);
   ferry__shard_walk_close(g.walk);
   ferry__sidecars_free(g.sidecars);
-  if (st == FERRY_OK) st = ferry__shard_source_open(g.set, source);  /* takes the set, even when it fails */
+  if (st == FERRY_OK) st = ferry__shard_source_open(g.set, &desc->settings, source);  /* takes the set, even when it fails */
   else ferry__shard_set_free(g.set);
   if (st < 0) {
     ferry_coco_close(*coco);

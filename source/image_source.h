@@ -44,10 +44,12 @@ struct ferry__image_source {
 };
 
 typedef struct ferry__shard_set ferry__shard_set;
+typedef struct ferry__source_settings ferry__source_settings;
 
 /* The source of a walked shard set's images (source/shards.h), which it takes: freed
  * with the source, or here when the open fails. Opens a ranged reader per shard
- * (source/reader.h). */
-ferry_status ferry__shard_source_open(ferry__shard_set *set, ferry__image_source **out);
+ * (source/reader.h); `settings` (copied): its blocks' (source/settings.h). */
+ferry_status ferry__shard_source_open(ferry__shard_set *set, const ferry__source_settings *settings,
+                                      ferry__image_source **out);
 
 #endif

@@ -1,7 +1,7 @@
 /* source/remote.c - ranged GETs of http(s):// and s3:// objects through libcurl, retried
  * from the byte they stopped at (source/remote.h says what is retried and what is not).
  *
- * Owns the client: its settings, credentials (copied from the environment at open,
+ * Owns the client: its settings (source/settings.h, resolved by the caller), credentials (copied from the environment at open,
  * wiped at close) and a stack of idle curl handles under one mutex, taken only to push
  * or pop a handle; a request runs on the caller's thread with a handle no other thread
  * holds. A stream is one thread's and owns its chunk.
@@ -22,6 +22,7 @@
 
 #include "lib/alloc.h"
 #include "source/remote.h"
+#include "source/settings.h"
 #include "lib/status.h"
 
 #define MAX_IDLE_HANDLES 64
@@ -80,7 +81,7 @@ static void wipe(char *s) {
   ferry__free(s);
 }
 
-ferry_status ferry__remote_open(ferry__remote **out) {
+ferry_status ferry__remote_open(const ferry__source_settings *settings, ferry__remote **out) {
   *out = NULL;
   pthread_once(&curl_once, init_curl);
   if (curl_init_result != CURLE_OK)
@@ -88,11 +89,10 @@ ferry_status ferry__remote_open(ferry__remote **out) {
   ferry__remote *r = ferry__calloc(1, sizeof *r);
   if (!r) return ferry__fail(FERRY_ENOMEM, "remote: out of memory");
   pthread_mutex_init(&r->lock, NULL);
-  r->retries = ferry__remote_env_long("FERRY_REMOTE_RETRIES", FERRY__REMOTE_RETRIES, 0, 1000);
-  r->backoff_ms = ferry__remote_env_long("FERRY_REMOTE_BACKOFF_MS", FERRY__REMOTE_BACKOFF_MS, 0, 60000);
-  r->stall_s = ferry__remote_env_long("FERRY_REMOTE_STALL_S", FERRY__REMOTE_STALL_S, 1, 3600);
-  r->connect_ms =
-      ferry__remote_env_long("FERRY_REMOTE_CONNECT_TIMEOUT_MS", FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000);
+  r->retries = settings->retries;
+  r->backoff_ms = settings->backoff_ms;
+  r->stall_s = settings->stall_s;
+  r->connect_ms = settings->connect_timeout_ms;
   int oom = 0;
   r->access_key = env_copy("AWS_ACCESS_KEY_ID", &oom);
   r->secret_key = env_copy("AWS_SECRET_ACCESS_KEY", &oom);

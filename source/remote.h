@@ -3,8 +3,9 @@
  * open-time walk and the workers read through, and source/shard_spec.c for an index
  * at a URL).
  *
- * A client (ferry__remote) holds the settings read once from the environment, the S3
- * credentials, and a pool of idle curl handles (each keeps its connections alive), so
+ * A client (ferry__remote) holds its settings (retries, backoff, stall, connect
+ * timeout: source/settings.h, from the loader's options and FERRY_REMOTE_*), the S3
+ * credentials read once from the environment, and a pool of idle curl handles (each keeps its connections alive), so
  * that many threads read at once, each through its own handle. Knows nothing of tar or
  * COCO: an object is a byte range to read.
  *
@@ -14,10 +15,10 @@
  * BUCKET/KEY (path style) when that is set, else to https://BUCKET.s3.REGION.amazonaws.com/KEY.
  *
  * Faults: a connection refused or reset, a connection not made within
- * FERRY_REMOTE_CONNECT_TIMEOUT_MS, no byte for FERRY_REMOTE_STALL_S seconds (a stall), a
- * body cut short, or an HTTP 5xx, 429 or 408 is retried after a backoff
- * (FERRY_REMOTE_BACKOFF_MS, doubled each time, at most 5 s) from the first byte not yet
- * received (HTTP Range), at most FERRY_REMOTE_RETRIES times per read; then the read
+ * connect_timeout_ms, no byte for stall_s seconds (a stall), a body cut short, or an
+ * HTTP 5xx, 429 or 408 is retried after a backoff (backoff_ms, doubled each time, at
+ * most 5 s) from the first byte not yet received (HTTP Range), at most `retries` times
+ * per read; then the read
  * fails with FERRY_EIO naming the URL, the bytes and the last HTTP status or transport
  * error. Other 4xx fail at once (404: FERRY_ENOTFOUND), with S3's error code when the
  * body has one. Messages name the URL as given, less any user:password part;
@@ -33,21 +34,22 @@
 
 typedef struct ferry__remote ferry__remote;
 
-/* Defaults of the settings the environment may change. */
+/* Defaults of the client's settings (source/settings.c). */
 #define FERRY__REMOTE_RETRIES 5
 #define FERRY__REMOTE_BACKOFF_MS 100
 #define FERRY__REMOTE_STALL_S 30
 #define FERRY__REMOTE_CONNECT_TIMEOUT_MS 10000
 
-/* An integer setting from the environment (FERRY_REMOTE_*: these and the shard
- * source's block cache's), or `fallback` when unset or not a number in [lo, hi]. */
+/* An integer setting from the environment (FERRY_REMOTE_*: source/settings.c), or
+ * `fallback` when unset or not a number in [lo, hi]. */
 long ferry__remote_env_long(const char *name, long fallback, long lo, long hi);
 
 /* 1 when `path` is a URL this file reads: http://, https:// or s3://. */
 int ferry__remote_is_url(const char *path);
 
-/* A client with the environment's settings and credentials as they are now. */
-ferry_status ferry__remote_open(ferry__remote **out);
+typedef struct ferry__source_settings ferry__source_settings;
+/* A client with `settings` (copied) and the environment's credentials as they are now. */
+ferry_status ferry__remote_open(const ferry__source_settings *settings, ferry__remote **out);
 void ferry__remote_close(ferry__remote *r);
 
 /* Bytes [offset, offset + len) of `url` into buf; *got < len only where the object

@@ -34,6 +34,7 @@
 typedef struct shard_source {
   ferry__image_source base;  /* first: the source is handed around as its base */
   ferry__shard_set *set;
+  ferry__source_settings settings; /* the blocks' sizes, cap and wait (settings.h) */
   ferry__reader **readers;   /* [num_shards] */
   size_t *shard_samples;     /* base.shard_samples */
   /* URLs read through blocks (plan_reads); cache NULL: one GET per member */
@@ -44,9 +45,10 @@ typedef struct shard_source {
   uint8_t *block_seen;       /* [blocks]: the same */
 } shard_source;
 
-/* Blocks: 4 MiB by default (FERRY_REMOTE_BLOCK_BYTES): a ranged GET's latency on an
+/* Blocks: 4 MiB by default (settings.h's FERRY__BLOCK_BYTES_DEFAULT; block_bytes, or
+ * FERRY_REMOTE_BLOCK_BYTES, ferry/source.h): a ranged GET's latency on an
  * object store (30-100 ms) amortised over ~25 COCO images, and few blocks per worker in
- * memory. The cache's cap when FERRY_REMOTE_CACHE_BYTES does not give one: the readers'
+ * memory. The cache's cap when cache_bytes (or FERRY_REMOTE_CACHE_BYTES) does not give one: the readers'
  * window (twice the shuffle buffer's samples at the mean member size, as a sample is
  * read up to buffer - 1 positions either side of its place), two blocks per worker
  * (the block it reads and the next, partly read), and READ_AHEAD_BLOCKS for the
@@ -56,16 +58,13 @@ typedef struct shard_source {
  * fetched again for its next member (a cap 4 blocks over the window: 85 evictions in
  * 3,160 images of a 5,000-image split, and 0 with 8 blocks more). */
 #define READ_AHEAD_BLOCKS 8
-#define BLOCK_BYTES_DEFAULT ((long)4 << 20)
-#define BLOCK_BYTES_MIN ((long)64 << 10)
-#define BLOCK_BYTES_MAX ((long)256 << 20)
 #define CACHE_BYTES_MIN ((size_t)16 << 20)
 #define CACHE_BYTES_MAX ((size_t)1 << 30)
 /* How long a run of read-ahead waits for the readers to free room for its next block
- * before it ends its request (FERRY_REMOTE_ROOM_WAIT_MS): a training step's worth, so
- * that a reader a little slower than the network keeps one request per shard, while a
- * request held open much longer would meet servers' idle timeouts (nginx: 60 s). */
-#define ROOM_WAIT_MS_DEFAULT 2000
+ * before it ends its request (room_wait_ms, 2 s by default: settings.h's
+ * FERRY__ROOM_WAIT_MS_DEFAULT): a training step's worth, so that a reader a little
+ * slower than the network keeps one request per shard, while a request held open much
+ * longer would meet servers' idle timeouts (nginx: 60 s). */
 
 static void describe(const ferry__image_source *self, size_t index, char *name, size_t size) {
   const shard_source *s = (const shard_source *)self;
@@ -243,7 +242,7 @@ static ferry_status lay_out_blocks(shard_source *s, ferry__block_info **info) {
   return st;
 }
 
-/* The cache's cap: FERRY_REMOTE_CACHE_BYTES, else the readers' window and the blocks
+/* The cache's cap: the settings' cache_bytes, else the readers' window and the blocks
  * beyond it (see READ_AHEAD_BLOCKS). */
 static size_t cache_cap(const shard_source *s, size_t buffer, int workers) {
   uint64_t bytes = 0, count = 0;
@@ -256,7 +255,7 @@ static size_t cache_cap(const shard_source *s, size_t buffer, int workers) {
                   (2.0 * workers + READ_AHEAD_BLOCKS) * (double)s->block_bytes;
   size_t derived = window < (double)CACHE_BYTES_MIN ? CACHE_BYTES_MIN
                  : window > (double)CACHE_BYTES_MAX ? CACHE_BYTES_MAX : (size_t)window;
-  return (size_t)ferry__remote_env_long("FERRY_REMOTE_CACHE_BYTES", (long)derived, 0, LONG_MAX);
+  return s->settings.cache_bytes == FERRY__CACHE_DERIVED ? derived : (size_t)s->settings.cache_bytes;
 }
 
 /* What the read-ahead may fill of `cap`: all but two blocks per worker, kept for the
@@ -270,8 +269,7 @@ static size_t ahead_cap(const shard_source *s, size_t cap, int workers) {
 static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t buffer, int workers) {
   shard_source *s = (shard_source *)self;
   if (!s->set->remote || !neighbours || s->cache) return FERRY_OK;
-  s->block_bytes = (size_t)ferry__remote_env_long("FERRY_REMOTE_BLOCK_BYTES", BLOCK_BYTES_DEFAULT, BLOCK_BYTES_MIN,
-                                                  BLOCK_BYTES_MAX);
+  s->block_bytes = (size_t)s->settings.block_bytes;
   size_t cap = cache_cap(s, buffer, workers);
   if (cap < s->block_bytes) return FERRY_OK;  /* blocks turned off (0), or none fits: a GET per member */
   ferry__block_info *info = NULL;
@@ -280,7 +278,7 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
       .num_blocks = s->first_block ? s->first_block[s->set->num_shards] : 0,
       .blocks = info,
       .cap_bytes = cap,
-      .room_wait_ms = ferry__remote_env_long("FERRY_REMOTE_ROOM_WAIT_MS", ROOM_WAIT_MS_DEFAULT, 0, 3600000),
+      .room_wait_ms = s->settings.room_wait_ms,
       .fetch = fetch_blocks,
       .ctx = s,
       .ahead_cap_bytes = ahead_cap(s, cap, workers),
@@ -318,7 +316,8 @@ static void plan_epoch(ferry__image_source *self, const size_t *order, size_t n)
   (void)ferry__block_cache_begin_pass(s->cache, s->plan, planned);  /* advice: the blocks are the cache's */
 }
 
-ferry_status ferry__shard_source_open(ferry__shard_set *set, ferry__image_source **out) {
+ferry_status ferry__shard_source_open(ferry__shard_set *set, const ferry__source_settings *settings,
+                                      ferry__image_source **out) {
   *out = NULL;
   shard_source *s = ferry__calloc(1, sizeof *s);
   if (!s) {
@@ -327,6 +326,7 @@ ferry_status ferry__shard_source_open(ferry__shard_set *set, ferry__image_source
   }
   s->base = (ferry__image_source){read_member, describe, close_source, NULL, 0, plan_reads, plan_epoch};
   s->set = set;
+  s->settings = *settings;
   ferry_status st = open_readers(s);
   if (st == FERRY_OK) st = count_shard_samples(s);
   if (st < 0) {

@@ -190,12 +190,16 @@ static int is_index(const char *path) {
   return !strncmp(p, "\"version\"", 9) || !strncmp(p, "\"shards\"", 8);
 }
 
-void ferry__source_resolve(const char *annotations, ferry__source_desc *out) {
-  *out = (ferry__source_desc){FERRY__SOURCE_JSON, annotations};
-  if (!annotations) return;
-  if (ferry__remote_is_url(annotations)) out->kind = FERRY__SOURCE_SHARDS_URL;  /* ferry reads only shards from a URL */
-  else if (is_pattern(annotations) || ends_with(annotations, ".tar") || is_index(annotations))
+ferry_status ferry__source_resolve(const char *annotations, const ferry_source_options *options,
+                                   ferry__source_desc *out) {
+  *out = (ferry__source_desc){.kind = FERRY__SOURCE_JSON, .annotations = annotations};
+  if (!annotations) {
+  } else if (ferry__remote_is_url(annotations)) {
+    out->kind = FERRY__SOURCE_SHARDS_URL;  /* ferry reads only shards from a URL */
+  } else if (is_pattern(annotations) || ends_with(annotations, ".tar") || is_index(annotations)) {
     out->kind = FERRY__SOURCE_SHARDS_LOCAL;
+  }
+  return ferry__source_settings_resolve(options, &out->settings);
 }
 
 void ferry__shard_set_free(ferry__shard_set *set) {
@@ -219,22 +223,23 @@ void ferry__shard_index_free(ferry__shard_index *index) {
 /* A URL's client. A query string (a presigned URL) would not survive the shard names
  * being made from the index's URL, and a user:password would be in every message that
  * names a shard: both are refused. */
-static ferry_status open_remote(const char *spec, ferry__shard_set *set) {
+static ferry_status open_remote(const char *spec, const ferry__source_settings *settings, ferry__shard_set *set) {
   char shown[2048];
   ferry__remote_display(spec, shown, sizeof shown);
   if (strpbrk(spec, "?#"))
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: a shard URL with a query or fragment is not supported", shown);
   if (strcmp(shown, spec) != 0)  /* shard URLs appear in messages: they must hold no password */
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: a user name or password in a shard URL is not supported", shown);
-  return ferry__remote_open(&set->remote);
+  return ferry__remote_open(settings, &set->remote);
 }
 
-ferry_status ferry__shard_spec_open(const char *spec, ferry__shard_set **out, ferry__shard_index *ix) {
+ferry_status ferry__shard_spec_open(const char *spec, const ferry__source_settings *settings, ferry__shard_set **out,
+                                    ferry__shard_index *ix) {
   *out = NULL;
   *ix = (ferry__shard_index){0};
   ferry__shard_set *set = ferry__calloc(1, sizeof *set);
   ferry_status st = set ? FERRY_OK : ferry__fail(FERRY_ENOMEM, "%s: out of memory", spec);
-  if (st == FERRY_OK && ferry__remote_is_url(spec)) st = open_remote(spec, set);
+  if (st == FERRY_OK && ferry__remote_is_url(spec)) st = open_remote(spec, settings, set);
   if (st == FERRY_OK && is_pattern(spec)) st = expand_pattern(spec, set);
   else if (st == FERRY_OK && ends_with(spec, ".tar")) st = add_path(set, ferry__strdup(spec));
   else if (st == FERRY_OK) st = read_index(spec, ix, set);

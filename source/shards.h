@@ -30,6 +30,8 @@
 #include <stdint.h>
 
 #include "ferry/error.h"
+#include "ferry/source.h"
+#include "source/settings.h"
 
 /* What the loader's annotations name, resolved once at open (ferry__source_resolve)
  * and kept: every later question (are images in a folder? may the shard order be
@@ -43,12 +45,15 @@ typedef enum ferry__source_kind {
 typedef struct ferry__source_desc {
   ferry__source_kind kind;
   const char *annotations;     /* the JSON or the spec, borrowed */
+  ferry__source_settings settings; /* how a URL is read (source/settings.h) */
 } ferry__source_desc;
 
 /* Which kind `annotations` is: a URL, a brace pattern, a ".tar", or a file whose JSON
  * starts with the key "version" or "shards" is a shard spec; anything else (NULL too)
- * is a JSON. Reads at most the file's first 64 bytes. */
-void ferry__source_resolve(const char *annotations, ferry__source_desc *out);
+ * is a JSON. Reads at most the file's first 64 bytes. With the settings of `options`
+ * (NULL: the defaults) and the environment: FERRY_EINVAL for an option out of range. */
+ferry_status ferry__source_resolve(const char *annotations, const ferry_source_options *options,
+                                   ferry__source_desc *out);
 
 static inline int ferry__source_is_shards(const ferry__source_desc *d) { return d->kind != FERRY__SOURCE_JSON; }
 
@@ -81,11 +86,13 @@ typedef struct ferry__shard_index {
 } ferry__shard_index;
 
 /* The spec's shards into a new set with no samples (*set), and an index's fields
- * (*index; doc NULL for a pattern or a tar). For a URL the set gets its client, after
+ * (*index; doc NULL for a pattern or a tar). For a URL the set gets its client (with
+ * `settings`), after
  * refusing a URL with a query, fragment or user:password. Errors name the spec.
  * Call coco/'s ferry__coco_json_use_ferry_allocator first: the index is parsed with
  * jansson. Free with ferry__shard_set_free and ferry__shard_index_free. */
-ferry_status ferry__shard_spec_open(const char *spec, ferry__shard_set **set, ferry__shard_index *index);
+ferry_status ferry__shard_spec_open(const char *spec, const ferry__source_settings *settings, ferry__shard_set **set,
+                                    ferry__shard_index *index);
 void ferry__shard_index_free(ferry__shard_index *index);
 
 void ferry__shard_set_free(ferry__shard_set *set);

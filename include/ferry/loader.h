@@ -46,6 +46,7 @@
 
 #include "ferry/batch.h"
 #include "ferry/image.h"
+#include "ferry/source.h"
 #include "ferry/export.h"
 
 #ifdef __cplusplus
@@ -214,6 +215,10 @@ typedef struct ferry_loader_config {
    * label there fails the open, naming it (ferry/coco.h, labels_from). Refused with
    * another policy, and with a shard spec (its index carries its own policy). */
   const char *categories_from;
+  /* How shards at an http(s):// or s3:// URL are read (ferry/source.h): retries,
+   * timeouts, the blocks the workers share. Zeroed: every default; FERRY_REMOTE_*
+   * environment variables override it field by field. */
+  ferry_source_options source;
 } ferry_loader_config;
 
 /* Where an epoch stands, to save and restore: the batches after a restore are

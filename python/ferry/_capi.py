@@ -60,6 +60,12 @@ class AugmentOptions(Structure):  # ferry_augment_options, include/ferry/image.h
                 ("crop_max", c_int), ("resize_b", c_int * 3), ("reserved", ctypes.c_uint32 * 8)]
 
 
+class SourceOptions(Structure):  # ferry_source_options, include/ferry/source.h
+    _fields_ = [("retries", c_int), ("backoff_ms", c_int), ("stall_s", c_int),
+                ("connect_timeout_ms", c_int), ("block_bytes", c_int64), ("cache_bytes", c_int64),
+                ("room_wait_ms", c_int)]
+
+
 class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
     _fields_ = [("struct_size", c_size_t), ("annotations", c_char_p), ("images", c_char_p),
                 ("batch_size", c_size_t), ("workers", c_size_t), ("prefetch", c_size_t),
@@ -71,7 +77,7 @@ class LoaderConfig(Structure):  # ferry_loader_config, include/ferry/loader.h
                 ("device", c_void_p), ("progress", c_void_p), ("progress_user", c_void_p),
                 ("max_pinned_bytes", c_size_t), ("augment", AugmentOptions),
                 ("max_instances", c_size_t), ("order", c_int), ("shuffle_buffer", c_size_t),
-                ("categories_from", c_char_p)]
+                ("categories_from", c_char_p), ("source", SourceOptions)]
 
 
 class LoaderState(Structure):  # ferry_loader_state, include/ferry/loader.h
@@ -140,7 +146,7 @@ class DLManagedTensor(Structure):  # DLManagedTensor
 
 # C type name of each mirror, for the layout test (and the headers declaring them).
 MIRRORS = {Tensor: "ferry_tensor", ImageOptions: "ferry_image_options",
-           AugmentOptions: "ferry_augment_options",
+           AugmentOptions: "ferry_augment_options", SourceOptions: "ferry_source_options",
            LoaderConfig: "ferry_loader_config", LoaderState: "ferry_loader_state",
            PoolStats: "ferry_pool_stats", LoaderStats: "ferry_loader_stats",
            MemoryStats: "ferry_memory_stats", TransferOptions: "ferry_transfer_options",

@@ -202,6 +202,22 @@ def _choice(table, value, what):
     return table[value]
 
 
+# The remote keywords whose 0 is a setting of its own (none): C's -1 (ferry/source.h,
+# where 0 is the default).
+_ZERO_IS_NONE = ("retries", "backoff_ms", "cache_bytes", "room_wait_ms")
+
+
+def _remote_options(options, **values):
+    """The remote_* keywords into a ferry_source_options: None stays the default (0)."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and name not in _ZERO_IS_NONE):
+            least = 0 if name in _ZERO_IS_NONE else 1
+            raise ValueError(f"remote_{name} must be an integer >= {least} (or None for the default), not {value!r}")
+        setattr(options, name, -1 if value == 0 else value)
+
+
 def pixel_mask(images, targets):
     """DETR's padding mask of a batch: bool [B, H, W], True where a pixel is padding
     (outside the sample's content, targets[i]["size"] = (h, w))."""
@@ -240,6 +256,12 @@ class Loader:
     be None when annotations is a shard spec (the shards hold the images). ferry.rfdetr
     sets all of these from RF-DETR's own configs.
 
+    Shards at a URL: remote_retries, remote_backoff_ms, remote_stall_s,
+    remote_connect_timeout_ms, remote_block_bytes, remote_cache_bytes and
+    remote_room_wait_ms tune the client and the shared blocks (include/ferry/source.h;
+    None: the default, 0 where it means none: no retry, no backoff, no blocks, no
+    wait). The FERRY_REMOTE_* environment variables, when set, override them.
+
     Not DataLoader's options: workers=0 (the default) is one decoding thread per core,
     not torch's num_workers=0 (no worker); num_workers and pin_memory are refused with
     what to use. box_format is "cxcywh" (DETR's), where the C library's default is
@@ -261,7 +283,9 @@ class Loader:
                  augment="none", multi_scale="off", expanded_scales=False, patch_size=16,
                  num_windows=4, scale_jitter=True, hflip=0.5, max_size=1333,
                  size_divisibility=1, load_images=True, max_instances=None, order="auto",
-                 shuffle_buffer=None, **dataloader_options):
+                 shuffle_buffer=None, remote_retries=None, remote_backoff_ms=None,
+                 remote_stall_s=None, remote_connect_timeout_ms=None, remote_block_bytes=None,
+                 remote_cache_bytes=None, remote_room_wait_ms=None, **dataloader_options):
         _refuse_dataloader_options(dataloader_options)
         self._guard = threading.Condition(threading.RLock())  # reentrant: signal handlers
         self._inside = {}   # thread ident -> calls of that thread into the C loader
@@ -325,6 +349,10 @@ class Loader:
             config.max_instances = max_instances
         config.order = _choice(ORDERS, order, "order")
         config.shuffle_buffer = shuffle_buffer or 0
+        _remote_options(config.source, retries=remote_retries, backoff_ms=remote_backoff_ms,
+                        stall_s=remote_stall_s, connect_timeout_ms=remote_connect_timeout_ms,
+                        block_bytes=remote_block_bytes, cache_bytes=remote_cache_bytes,
+                        room_wait_ms=remote_room_wait_ms)
         decode_mode = c_int()
         check(lib.ferry_decode_mode_parse(str(decode).encode(), byref(decode_mode)), "decode")
         config.image.decode = decode_mode.value

@@ -297,6 +297,38 @@ def test_faults_retried_give_the_folders_digest(packed, upstream, proxy_to, faul
     assert got["digest"] == packed[2] and got["images"] == 24 and got["mismatches"] == 0
 
 
+def test_remote_options_reach_the_client_and_the_environment_wins(http_base, proxy_to, monkeypatch):
+    """ferry.Loader's remote_retries is the client's (include/ferry/source.h): every GET
+    answered 503, the index is asked for 1 + retries times and the message says how many
+    retries; 0 is none; FERRY_REMOTE_RETRIES, when set, wins over the keyword; a keyword
+    out of its range is refused before anything is read."""
+    import ferry
+    for name in [k for k in os.environ if k.startswith("FERRY_REMOTE_")]:
+        monkeypatch.delenv(name)
+    proxy = proxy_to(http_base)
+    proxy.every(1, "503")
+    spec = f"{proxy.url}/val-index.json"
+
+    def refused(**keywords):
+        before = proxy.faults.get("503", 0)
+        with pytest.raises(ferry.FerryError) as failure:
+            ferry.Loader(spec, None, batch_size=4, workers=1, resolution=64, remote_backoff_ms=0, **keywords)
+        return str(failure.value), proxy.faults.get("503", 0) - before
+
+    message, gets = refused(remote_retries=2)
+    assert "HTTP 503" in message and "after 2 retries" in message and gets == 3, (message, gets)
+    message, gets = refused(remote_retries=0)
+    assert "HTTP 503" in message and "retr" not in message and gets == 1, (message, gets)
+    monkeypatch.setenv("FERRY_REMOTE_RETRIES", "1")
+    message, gets = refused(remote_retries=3)
+    assert "after 1 retry" in message and gets == 2, (message, gets)
+    before = proxy.faults.get("503", 0)
+    for bad in (dict(remote_stall_s=0), dict(remote_retries=-1), dict(remote_block_bytes=1024)):
+        with pytest.raises((ValueError, ferry.FerryError)):
+            ferry.Loader(spec, None, **bad)
+    assert proxy.faults.get("503", 0) == before  # refused at the config: no GET made
+
+
 def last_image(packed):
     """(URL path of the last shard, its last image member's first and last byte, the
     member's name): a range the open never asks for (it reads 8 MiB chunks and 64 KiB
