@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ctypes_layout import compare  # noqa: E402
 
 STRUCTS = {"Tensor": "ferry_tensor", "ImageOptions": "ferry_image_options",
-           "AugmentOptions": "ferry_augment_options", "LoaderConfig": "ferry_loader_config",
+           "AugmentOptions": "ferry_augment_options", "SourceOptions": "ferry_source_options",
+           "LoaderConfig": "ferry_loader_config",
            "MemoryStats": "ferry_memory_stats"}
 
 # The ferry package's own numpy path (python/ferry/_convert.py) consumes the capsule.
