@@ -19,7 +19,6 @@
  * cover the members read through blocks, which are the readable ones of 1 ..
  * block_bytes bytes, each counted in every block it overlaps.
  */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +27,7 @@
 #include "source/block_cache.h"
 #include "source/image_source.h"
 #include "source/reader.h"
-#include "source/remote.h"
+#include "source/settings.h"
 #include "source/shards.h"
 
 typedef struct shard_source {
