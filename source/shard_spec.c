@@ -5,8 +5,9 @@
  * Owns the set it returns until the caller takes it (paths, client) and the index's
  * parsed document. Runs on the opening thread.
  * Invariants: a returned set has at most FERRY__SHARD_MAX_SHARDS paths and no samples;
- * every path of an index is inside the index's folder (tar.h's name rule); a URL spec has a client and no query, fragment or user:password, so that
- * the shard URLs made from it are what messages show.
+ * every path of an index is inside the index's folder (tar.h's name rule); a URL spec
+ * has a client and no query, fragment or user:password, so that the shard URLs made
+ * from it are what messages show.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,8 +36,7 @@ static ferry_status add_path(ferry__shard_set *set, char *path) {
   return FERRY_OK;
 }
 
-static char *format_path(const char *fmt, ...) FERRY_PRINTF(1, 2);
-static char *format_path(const char *fmt, ...) {
+char *ferry__shard_format(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
@@ -74,7 +74,7 @@ static ferry_status expand_pattern(const char *spec, ferry__shard_set *set) {
   int padded = open[1] == '0' || dots[2] == '0';
   int width = padded ? (int)((dots - open - 1) > (close - dots - 2) ? dots - open - 1 : close - dots - 2) : 0;
   for (uint64_t i = a; i <= b; i++) {
-    ferry_status st = add_path(set, format_path("%.*s%0*llu%s", (int)(open - spec), spec, width, (unsigned long long)i,
+    ferry_status st = add_path(set, ferry__shard_format("%.*s%0*llu%s", (int)(open - spec), spec, width, (unsigned long long)i,
                                                 close + 1));
     if (st < 0) return st;
   }
@@ -96,7 +96,8 @@ static ferry_status read_local(const char *spec, char **text, size_t *len) {
   ferry_status st = ferry__reader_open(NULL, spec, FERRY__READER_RANGED, &r);
   if (st < 0) return st;
   uint64_t size = ferry__reader_size(r);
-  if (size >= SIZE_MAX || !(*text = ferry__malloc((size_t)size + 1))) st = ferry__fail(FERRY_ENOMEM, "%s: out of memory reading the file", spec);
+  if (size >= SIZE_MAX || !(*text = ferry__malloc((size_t)size + 1)))
+    st = ferry__fail(FERRY_ENOMEM, "%s: out of memory reading the file", spec);
   if (st == FERRY_OK) st = ferry__reader_read(r, 0, *text, (size_t)size, len);
   if (st == FERRY_OK) (*text)[*len] = '\0';
   ferry__reader_close(r);
@@ -160,7 +161,7 @@ static ferry_status read_index(const char *spec, ferry__shard_index *ix, ferry__
     const json_t *name = json_array_get(shards, i);
     const char *why = json_is_string(name) ? ferry__tar_name_refused(json_string_value(name)) : "not a string";
     if (why) return ferry__fail(FERRY_EFORMAT, "%s: shards[%zu]: %s (a shard must be inside the index's folder)", spec, i, why);
-    st = add_path(set, format_path("%.*s/%s", dir_len, dir, json_string_value(name)));
+    st = add_path(set, ferry__shard_format("%.*s/%s", dir_len, dir, json_string_value(name)));
   }
   return st;
 }

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,20 +64,6 @@ struct ferry__shard_walk {
   int spilling;             /* copying into it: 0 once a write has failed (the copies made stay) */
   uint64_t spill_end;
 };
-
-static char *format(const char *fmt, ...) FERRY_PRINTF(1, 2);
-static char *format(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *s = n >= 0 ? ferry__malloc((size_t)n + 1) : NULL;
-  if (!s) return NULL;
-  va_start(ap, fmt);
-  vsnprintf(s, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  return s;
-}
 
 /* The spill of a split at URLs: an unnamed file (O_TMPFILE) in $TMPDIR, else /tmp,
  * gone when closed; none, and the second pass fetches the sidecars from their shards
@@ -238,9 +223,11 @@ static void gather(sample_members *s, const ferry__tar_member *m, const char *ex
 
 /* Why a gathered sample cannot be used, or NULL. */
 static char *missing_member(const char *path, const sample_members *s) {
-  if (s->duplicate[0]) return format("%s: sample '%s': two members with extension '%s'", path, s->key, s->duplicate);
-  if (!s->has_json) return format("%s: sample '%s': no .json sidecar", path, s->key);
-  if (!s->has_image) return format("%s: sample '%s': no image member (jpg, jpeg, png, webp, bmp)", path, s->key);
+  if (s->duplicate[0])
+    return ferry__shard_format("%s: sample '%s': two members with extension '%s'", path, s->key, s->duplicate);
+  if (!s->has_json) return ferry__shard_format("%s: sample '%s': no .json sidecar", path, s->key);
+  if (!s->has_image)
+    return ferry__shard_format("%s: sample '%s': no image member (jpg, jpeg, png, webp, bmp)", path, s->key);
   return NULL;
 }
 

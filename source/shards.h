@@ -97,6 +97,10 @@ void ferry__shard_index_free(ferry__shard_index *index);
 
 void ferry__shard_set_free(ferry__shard_set *set);
 
+/* A new string (ferry__malloc'd; NULL when out of memory) formatted as printf does:
+ * the shard paths and the samples' problems. */
+char *ferry__shard_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Limits: the largest member read (an image or a sidecar), and the most shards a
  * pattern expands to. */
 #define FERRY__SHARD_MAX_MEMBER ((uint64_t)1 << 30)
