@@ -94,8 +94,9 @@ static void image_size(uint64_t seed, uint64_t i, uint32_t *w, uint32_t *h) {
 }
 
 static void write_body(FILE *f, uint64_t images, uint64_t instances, uint64_t seed) {
+  /* "repro/": where synth_coco lived when these bytes were fixed; same arguments, same bytes. */
   fputs("{\"info\":{\"description\":\"Synthetic COCO train2017-shaped annotations\",\"contributor\":\"ferry "
-        "synth/synth_coco --annotations-only\"},\"licenses\":[],\"images\":[", f);
+        "repro/synth_coco --annotations-only\"},\"licenses\":[],\"images\":[", f);
   for (uint64_t i = 0; i < images; i++) {
     uint32_t w, h;
     image_size(seed, i, &w, &h);

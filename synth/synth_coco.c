@@ -544,7 +544,8 @@ static int write_annotations(const job *jb, const char *ann_dir) {
   char contributor[128], tiny[48] = "";
   if (jb->opt->max_side) /* said only when given, so the default file stays as it was */
     snprintf(tiny, sizeof tiny, ", longer side <= %llu", (unsigned long long)jb->opt->max_side);
-  snprintf(contributor, sizeof contributor, "ferry synth/synth_coco, seed %llu, %llu images%s",
+  /* "repro/": where synth_coco lived when these bytes were fixed; same arguments, same bytes. */
+  snprintf(contributor, sizeof contributor, "ferry repro/synth_coco, seed %llu, %llu images%s",
            (unsigned long long)jb->opt->seed, (unsigned long long)jb->opt->images, tiny);
   json_t *info = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s}", "description",
                            "Synthetic COCO val2017-shaped data set", "url", "", "version", "1.0",
