@@ -84,8 +84,13 @@ int bench_dataset(const char *argv0, const char *dir, int images, const char **a
   char *slash = strrchr(exe, '/');
   if (slash) slash[1] = '\0';
   else exe[0] = '\0';
+  /* The build tree's layout: BUILD/repro/<program> beside BUILD/synth/synth_coco (and,
+   * for a copy that put them side by side, the program's own folder). */
+  char synth[4200];
+  snprintf(synth, sizeof synth, "%s../synth/synth_coco", exe);
+  if (access(synth, X_OK) != 0) snprintf(synth, sizeof synth, "%ssynth_coco", exe);
   char cmd[12288];
-  snprintf(cmd, sizeof cmd, "'%ssynth_coco' --out '%s' --images %d --seed 0 >&2", exe, dir, images);
+  snprintf(cmd, sizeof cmd, "'%s' --out '%s' --images %d --seed 0 >&2", synth, dir, images);
   fprintf(stderr, "generating a %d-image synthetic set in %s\n", images, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "synth_coco failed (%s)\n", cmd);

@@ -55,7 +55,8 @@ typedef int (*bench_child_fn)(void *arg, double *out);
 int bench_in_processes(int processes, bench_child_fn fn, void *arg, size_t nvalues, double *results);
 
 /* The dataset a program should use: --annotations/--images when given, else a
- * synthetic set of `images` images made by synth_coco (found beside argv0) in
+ * synthetic set of `images` images made by synth_coco (../synth/synth_coco from
+ * argv0's folder, as in the build tree, else beside argv0) in
  * DIR (created once and reused). Returns 0, or -1 with a message on stderr. */
 int bench_dataset(const char *argv0, const char *dir, int images, const char **annotations,
                   const char **images_dir);

@@ -17,8 +17,8 @@
 #     LD_LIBRARY_PATH=DIR/lib that every binary resolves each library to DIR or to
 #     glibc, and prints the bundle's size (it fails over 64 MiB: it must be carried).
 #     The Python package's sources and tests go to DIR/pkg (python/, include/,
-#     tools/ctypes_layout.py, tests/common's Python modules and docs/python.md, as
-#     python/tests expects them).
+#     tests/common's Python modules, ctypes_layout.py among them, and docs/python.md,
+#     as python/tests expects them).
 #
 #   repro/gpu_check.sh run DIR [LOG]     (there, from any path, any working directory)
 #     with LD_LIBRARY_PATH=DIR/lib, and FERRY_REQUIRE_CUDA=1 when nvidia-smi sees a
@@ -119,7 +119,7 @@ bundle_binaries() {
   find "$build/tests/image" -maxdepth 1 -type f -perm -u+x \( -name 'test_resize_gpu' -o -name 'test_nvjpeg' \)
   local p
   # coco_parity and ferry-coco: the Python tests' shard cases run them (step 1b)
-  for p in repro/cuda_peak_memory repro/synth_coco repro/throughput repro/coco_parity tools/ferry-coco \
+  for p in repro/cuda_peak_memory synth/synth_coco repro/throughput repro/coco_parity tools/ferry-coco \
     docs/examples/train_loop; do
     echo "$build/$p"
   done
@@ -195,10 +195,10 @@ check_self_contained() {
 copy_python_package() {
   local dir=$1
   rm -rf "$dir/pkg"
-  mkdir -p "$dir/pkg/tools" "$dir/pkg/docs" "$dir/pkg/tests/common"
+  mkdir -p "$dir/pkg/docs" "$dir/pkg/tests/common"
   cp -r "$root/python" "$root/include" "$dir/pkg/"
-  cp "$root/tools/ctypes_layout.py" "$dir/pkg/tools/"
-  cp "$root"/tests/common/*.py "$dir/pkg/tests/common/" # the RF-DETR reference test_augment replays
+  # the RF-DETR reference test_augment replays, and ctypes_layout.py test_loader compares with
+  cp "$root"/tests/common/*.py "$dir/pkg/tests/common/"
   cp "$root/docs/python.md" "$dir/pkg/docs/" # its training loop is one of the tests
   # the layout test compiles ferry/dlpack.h, and the node has no libdlpack-dev
   if [ -d /usr/include/dlpack ]; then cp -r /usr/include/dlpack "$dir/pkg/include/"; fi
@@ -331,7 +331,7 @@ python_tests() {
   fi
   lib=$(find "$dir/build/" -maxdepth 1 -name 'libferry.so*' -type f | head -n 1)
   step "python tests" env FERRY_LIB="$lib" PYTHONPATH="$dir/pkg/python" \
-    FERRY_SYNTH_COCO="$dir/build/repro/synth_coco" \
+    FERRY_SYNTH_COCO="$dir/build/synth/synth_coco" \
     timeout "$(time_left)" python3 -m pytest -q -rs -p no:cacheprovider "$dir/pkg/python/tests"
 }
 
@@ -370,7 +370,7 @@ run() {
   peak_memory "$dir" "$gpu"
   local images=20
   [ "$gpu" -eq 1 ] && images=1000
-  if step synth_coco timeout 120 "$dir/build/repro/synth_coco" --out "$work/synth" \
+  if step synth_coco timeout 120 "$dir/build/synth/synth_coco" --out "$work/synth" \
     --images "$images" --seed 0 && [ "$gpu" -eq 1 ]; then
     step train_loop timeout "$(time_left)" "$dir/build/docs/examples/train_loop" --device cuda \
       --epochs 3 --resume-test --annotations "$work/synth/annotations/instances_val2017.json" \

@@ -8,6 +8,6 @@ build=${1:?usage: tiny_set.sh BUILD}
 tiny=$build/bench-tiny
 # synth_coco writes the JSON last (by rename), so its presence means a whole set
 if [ ! -f "$tiny/annotations/instances_val2017.json" ]; then
-  "$build/repro/synth_coco" --out "$tiny" --images 600 --max-side 80 --seed 0 > /dev/null
+  "$build/synth/synth_coco" --out "$tiny" --images 600 --max-side 80 --seed 0 > /dev/null
 fi
 echo "$tiny"

@@ -1,7 +1,7 @@
 """Fixtures for the ferry package's tests: synthetic COCO sets, the C reference dumper.
 
 Environment:
-  FERRY_SYNTH_COCO     the synth_coco program (default: build/repro/synth_coco)
+  FERRY_SYNTH_COCO     the synth_coco program (default: build/synth/synth_coco)
   FERRY_REQUIRE_TORCH  1: a torch variant that would be skipped fails instead (CI)
   FERRY_REQUIRE_CUDA   1: a CUDA variant that would be skipped fails instead (GPU nodes)
 The package under test is the installed one (`import ferry`), or $FERRY_LIB's library.
@@ -46,7 +46,7 @@ def cuda_device():
 
 
 def make_synth(out, images, seed):
-    program = os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "repro", "synth_coco"))
+    program = os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "synth", "synth_coco"))
     if not os.access(program, os.X_OK):
         pytest.fail(f"synth_coco not found at {program} (build it, or set FERRY_SYNTH_COCO)")
     subprocess.run([program, "--out", out, "--images", str(images), "--seed", str(seed)],

@@ -12,7 +12,7 @@ import ferry
 from ferry import _capi
 from conftest import HAVE_TORCH, ROOT, c_batches, skip_or_fail
 
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 from ctypes_layout import compare  # noqa: E402
 
 R = 48  # small images keep the tests fast

@@ -32,7 +32,7 @@ import remote_servers
 from conftest import make_synth, skip_or_fail
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "repro",
+BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "synth",
                                                                                          "synth_coco"))))
 COCO_PARITY = os.path.join(BUILD, "repro", "coco_parity")
 FERRY_COCO = os.path.join(BUILD, "tools", "ferry-coco")

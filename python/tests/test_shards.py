@@ -33,7 +33,7 @@ from conftest import make_synth, skip_or_fail
 
 RFDETR = importlib.util.find_spec("rfdetr")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "repro",
+BUILD = os.path.dirname(os.path.dirname(os.environ.get("FERRY_SYNTH_COCO", os.path.join(ROOT, "build", "synth",
                                                                                          "synth_coco"))))
 COCO_PARITY = os.path.join(BUILD, "repro", "coco_parity")
 REAL = os.path.join(os.environ.get("FERRY_SHARED", os.path.join(ROOT, "..", "shared")), "realdata")
@@ -104,7 +104,7 @@ def rfdetr_pack(images, annotations, out, policy, max_bytes):
 
 def digest(annotations, images, remap):
     if not os.access(COCO_PARITY, os.X_OK):
-        pytest.fail(f"coco_parity not found at {COCO_PARITY} (set FERRY_SYNTH_COCO to build/repro/synth_coco)")
+        pytest.fail(f"coco_parity not found at {COCO_PARITY} (set FERRY_SYNTH_COCO to build/synth/synth_coco)")
     done = subprocess.run([COCO_PARITY, "--annotations", annotations, "--images", images, "--workers", "2",
                            "--batch", "4", "--resolution", "96", "--remap-categories", str(remap), "--shuffle", "0",
                            "--json"],

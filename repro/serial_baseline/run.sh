@@ -53,6 +53,23 @@ edit("loaders/loader.c", "pthread_cond_wait(&l->changed, &l->lock);",
      "ferry_bench_wait(&l->changed, &l->lock, 1);")
 edit("loaders/loader.c", '#include "loaders/loader_internal.h"',
      '#include "loaders/loader_internal.h"\n\nuint64_t ferry_bench_idle_ns[2];', 1)
+# What serial_pair.c reads of this tree's internals, read here, inside its loader, so
+# that serial_pair.c includes only the public API.
+with open(f"{old}/loaders/loader.c", "a") as f:
+    f.write('''
+void ferry_bench_serial(ferry_loader *l, double out[3]);
+void ferry_bench_serial(ferry_loader *l, double out[3]) {
+  clockid_t c;
+  struct timespec ts;
+  pthread_getcpuclockid(l->coordinator, &c);
+  pthread_mutex_lock(&l->lock);
+  clock_gettime(c, &ts);
+  out[0] = ts.tv_sec * 1e9 + ts.tv_nsec;
+  out[1] = (double)ferry_bench_idle_ns[0];
+  out[2] = (double)ferry_bench_idle_ns[1];
+  pthread_mutex_unlock(&l->lock);
+}
+''')
 PY
   meson setup "$old/build" "$old" -Dcuda=disabled > /dev/null
   ninja -C "$old/build" libferry.a > /dev/null

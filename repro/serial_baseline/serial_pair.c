@@ -1,20 +1,24 @@
 /* repro/serial_baseline/serial_pair.c - the loader's serial work per batch: the
  * coordinator's and the consumer's CPU time per delivered batch, less the CPU they
  * spend in their waits, measured the same way on ca9f8bc (its waits wrapped by
- * run.sh) and on this tree (ferry_loader_stats). Built and run by run.sh only: it
- * reads each tree's loader internals (the coordinator thread, ca9f8bc's counters).
+ * run.sh) and on this tree (ferry_loader_stats). Built and run by run.sh only. It
+ * includes only the public API: ca9f8bc has no stats call, so the counts that tree
+ * keeps inside its loader (its coordinator thread's CPU clock, the waits run.sh wraps)
+ * are read by ferry_bench_serial, a function run.sh adds to that tree's own loader.c.
  *
  *   serial_pair ANNOTATIONS IMAGES BATCHES
  *     ->  "serial_us serial_work_us consumer_work_us coordinator_work_us" (per batch)
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "ferry/ferry.h"
+
 #ifdef OLD
-#include "loaders/loader_internal.h" /* ca9f8bc's: its coordinator thread and its counters */
+/* Defined by run.sh in its copy of ca9f8bc's loaders/loader.c (under the loader's lock):
+ * [0] the coordinator's CPU, [1] its CPU in waits, [2] the consumer's CPU in waits, ns. */
+void ferry_bench_serial(ferry_loader *l, double out[3]);
 #endif
 
 static double cpu_of(clockid_t c) {
@@ -26,13 +30,7 @@ static double cpu_of(clockid_t c) {
 /* [0] coordinator CPU, [1] coordinator idle, [2] consumer idle */
 static void serial(ferry_loader *l, double out[3]) {
 #ifdef OLD
-  clockid_t c;
-  pthread_getcpuclockid(l->coordinator, &c);
-  pthread_mutex_lock(&l->lock);
-  out[0] = cpu_of(c);
-  out[1] = (double)ferry_bench_idle_ns[0];
-  out[2] = (double)ferry_bench_idle_ns[1];
-  pthread_mutex_unlock(&l->lock);
+  ferry_bench_serial(l, out);
 #else
   ferry_loader_stats st;
   ferry_loader_stats_init(&st);

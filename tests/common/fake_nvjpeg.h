@@ -12,6 +12,7 @@
 #ifndef FERRY_TESTS_FAKE_NVJPEG_H
 #define FERRY_TESTS_FAKE_NVJPEG_H
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@
 
 static struct {
   unsigned fallback_every; /* 0: every JPEG goes to nvJPEG */
-  int parses, inits, decodes, decoded_images, last_batch; /* updated atomically */
+  atomic_int parses, inits, decodes, decoded_images, last_batch; /* workers update them */
   int fail_decode;         /* DecodeBatched fails, with decode_failure (0: EXECUTION_FAILED) */
   nvjpegStatus_t decode_failure;
 } fake_nvjpeg;
@@ -66,7 +67,7 @@ static nvjpegStatus_t fake_nv_stream_destroy(nvjpegJpegStream_t s) {
 }
 static nvjpegStatus_t fake_nv_parse(nvjpegHandle_t h, const unsigned char *d, size_t n, int meta, int keep,
                                     nvjpegJpegStream_t s) {
-  __atomic_fetch_add(&fake_nvjpeg.parses, 1, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&fake_nvjpeg.parses, 1, memory_order_relaxed);
   int w, hh;
   if (ferry_image_probe(d, n, "fake", &w, &hh) != FERRY_OK) return NVJPEG_STATUS_BAD_JPEG;
   ((fake_nv_stream *)s)->data = d;
@@ -112,20 +113,20 @@ static nvjpegStatus_t fake_nv_info(nvjpegHandle_t h, const unsigned char *d, siz
 }
 static nvjpegStatus_t fake_nv_init(nvjpegHandle_t h, nvjpegJpegState_t st, int batch, int threads,
                                    nvjpegOutputFormat_t format) {
-  __atomic_fetch_add(&fake_nvjpeg.inits, 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&fake_nvjpeg.last_batch, batch, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&fake_nvjpeg.inits, 1, memory_order_relaxed);
+  atomic_store_explicit(&fake_nvjpeg.last_batch, batch, memory_order_relaxed);
   return format == NVJPEG_OUTPUT_RGBI ? NVJPEG_STATUS_SUCCESS : NVJPEG_STATUS_INVALID_PARAMETER;
 }
 /* The CPU decoder's pixels, row by row at the destination's pitch. */
 static nvjpegStatus_t fake_nv_decode(nvjpegHandle_t h, nvjpegJpegState_t st, const unsigned char *const *data,
                                      const size_t *len, nvjpegImage_t *out, cudaStream_t s) {
-  __atomic_fetch_add(&fake_nvjpeg.decodes, 1, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&fake_nvjpeg.decodes, 1, memory_order_relaxed);
   if (fake_nvjpeg.fail_decode)
     return fake_nvjpeg.decode_failure ? fake_nvjpeg.decode_failure : NVJPEG_STATUS_EXECUTION_FAILED;
   ferry_decoder *d;
   if (ferry_decoder_open(&d) != FERRY_OK) return NVJPEG_STATUS_ALLOCATOR_FAILURE;
   nvjpegStatus_t result = NVJPEG_STATUS_SUCCESS;
-  int n = __atomic_load_n(&fake_nvjpeg.last_batch, __ATOMIC_RELAXED);
+  int n = atomic_load_explicit(&fake_nvjpeg.last_batch, memory_order_relaxed);
   for (int i = 0; i < n && result == NVJPEG_STATUS_SUCCESS; i++) {
     const uint8_t *rgb;
     int w, hh;
@@ -135,7 +136,7 @@ static nvjpegStatus_t fake_nv_decode(nvjpegHandle_t h, nvjpegJpegState_t st, con
     }
     for (int y = 0; y < hh; y++)
       memcpy(out[i].channel[0] + (size_t)y * out[i].pitch[0], rgb + (size_t)y * w * 3, (size_t)w * 3);
-    __atomic_fetch_add(&fake_nvjpeg.decoded_images, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&fake_nvjpeg.decoded_images, 1, memory_order_relaxed);
   }
   ferry_decoder_close(d);
   return result;

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from ctypes_layout import compare  # noqa: E402
 
 STRUCTS = {"Tensor": "ferry_tensor", "ImageOptions": "ferry_image_options",

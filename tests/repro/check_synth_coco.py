@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks repro/synth_coco: determinism, structure, COCO conventions and statistics.
+"""Checks synth/synth_coco: determinism, structure, COCO conventions and statistics.
 
 usage: check_synth_coco.py SYNTH_COCO_EXE
 

@@ -1,4 +1,4 @@
-/* repro/synth_scene.h - the annotations of one synthetic COCO image.
+/* synth/synth_scene.h - the annotations of one synthetic COCO image.
  *
  * A scene is the list of instances of one image, drawn so that its statistics look
  * like val2017's: instances per image 1 + geometric(mean 6.4) truncated at 60, with
@@ -9,13 +9,13 @@
  * rounded to 2 decimals like COCO's. About 1% of instances are crowds, stored as
  * uncompressed column-major RLE over the whole image.
  */
-#ifndef FERRY_REPRO_SYNTH_SCENE_H
-#define FERRY_REPRO_SYNTH_SCENE_H
+#ifndef FERRY_SYNTH_SCENE_H
+#define FERRY_SYNTH_SCENE_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "repro/synth_paint.h"
-#include "repro/synth_rng.h"
+#include "synth/synth_paint.h"
+#include "synth/synth_rng.h"
 
 #define SYNTH_MAX_PARTS 3
 #define SYNTH_MAX_INSTANCES 60

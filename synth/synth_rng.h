@@ -1,12 +1,12 @@
-/* repro/synth_rng.h - the synthetic generator's random numbers.
+/* synth/synth_rng.h - the synthetic generator's random numbers.
  *
  * xoshiro256** seeded through splitmix64. Every image draws from its own stream,
  * derived from (seed, stream, image index) only, so the output does not depend on
  * which thread made the image or in what order: same seed, same bytes. rand() is
  * avoided because its sequence differs between C libraries and it is shared state.
  */
-#ifndef FERRY_REPRO_SYNTH_RNG_H
-#define FERRY_REPRO_SYNTH_RNG_H
+#ifndef FERRY_SYNTH_RNG_H
+#define FERRY_SYNTH_RNG_H
 
 #include <stdint.h>
 

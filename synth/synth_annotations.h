@@ -1,7 +1,7 @@
-/* repro/synth_annotations.h - synth_coco --annotations-only: a train2017-sized
+/* synth/synth_annotations.h - synth_coco --annotations-only: a train2017-sized
  * instances file (no images), written as a stream. */
-#ifndef FERRY_REPRO_SYNTH_ANNOTATIONS_H
-#define FERRY_REPRO_SYNTH_ANNOTATIONS_H
+#ifndef FERRY_SYNTH_ANNOTATIONS_H
+#define FERRY_SYNTH_ANNOTATIONS_H
 
 #include <stdint.h>
 

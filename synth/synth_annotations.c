@@ -1,4 +1,4 @@
-/* repro/synth_annotations.c - synth_coco --annotations-only: the shape of COCO
+/* synth/synth_annotations.c - synth_coco --annotations-only: the shape of COCO
  * train2017's instances file (118,287 images, 860,001 annotations, ~450 MB) without
  * painting a pixel, for the binary index and JSON-open benchmarks (docs/benchmarks.md).
  *
@@ -8,7 +8,7 @@
  * seconds and little memory to make. Each image draws from its own random stream
  * keyed by (seed, image index): same arguments, same bytes.
  */
-#include "repro/synth_annotations.h"
+#include "synth/synth_annotations.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "repro/synth_rng.h"
-#include "repro/synth_scene.h"
+#include "synth/synth_rng.h"
+#include "synth/synth_scene.h"
 
 enum { SYNTH_STREAM_ANNOTATIONS = 4, MIN_VERTICES = 8, MAX_VERTICES = 48 };
 
@@ -94,6 +94,7 @@ static void image_size(uint64_t seed, uint64_t i, uint32_t *w, uint32_t *h) {
 }
 
 static void write_body(FILE *f, uint64_t images, uint64_t instances, uint64_t seed) {
+  /* "repro/": where synth_coco lived when these bytes were fixed; same arguments, same bytes. */
   fputs("{\"info\":{\"description\":\"Synthetic COCO train2017-shaped annotations\",\"contributor\":\"ferry "
         "repro/synth_coco --annotations-only\"},\"licenses\":[],\"images\":[", f);
   for (uint64_t i = 0; i < images; i++) {

@@ -1,5 +1,5 @@
-/* repro/synth_paint.c - photograph-like pixels for synthetic COCO images. */
-#include "repro/synth_paint.h"
+/* synth/synth_paint.c - photograph-like pixels for synthetic COCO images. */
+#include "synth/synth_paint.h"
 
 #include <math.h>
 #include <stdlib.h>

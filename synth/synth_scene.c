@@ -1,5 +1,5 @@
-/* repro/synth_scene.c - val2017-shaped instances for one synthetic image. */
-#include "repro/synth_scene.h"
+/* synth/synth_scene.c - val2017-shaped instances for one synthetic image. */
+#include "synth/synth_scene.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check that every public function in ferry's headers has a doc comment.
 
-    check_header_docs.py [DIR_OR_HEADER...]   (default: include/ferry next to this script)
+    check_header_docs.py [DIR_OR_HEADER...]   (default: the include/ferry of this tree)
     check_header_docs.py --self-test
 
 The headers are ferry's reference documentation, so every function declared in
@@ -184,7 +184,7 @@ int ferry_visit(ferry_visit_fn fn, void *user);
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
-    args = argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "ferry")]
+    args = argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "ferry")]
     total, bad = 0, 0
     for path in headers(args):
         with open(path, encoding="utf-8") as f:

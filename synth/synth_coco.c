@@ -1,4 +1,4 @@
-/* repro/synth_coco.c - a synthetic, deterministic, COCO val2017-shaped data set.
+/* synth/synth_coco.c - a synthetic, deterministic, COCO val2017-shaped data set.
  *
  *   synth_coco --out DIR [--images N] [--seed S] [--threads T] [--max-side M]
  *   synth_coco --out DIR --annotations-only [--images N] [--instances N] [--seed S]
@@ -19,7 +19,7 @@
  * the option the plan, hence every byte, is what it was before the option existed.
  *
  * --annotations-only writes only DIR/annotations/instances_train2017.json, a
- * train2017-sized file (repro/synth_annotations.c): --images 118287 --instances 860001.
+ * train2017-sized file (synth/synth_annotations.c): --images 118287 --instances 860001.
  *
  * --no-images writes the val2017-shaped annotations alone, byte for byte those of the
  * same run with images: the scene (hence every polygon, box and crowd RLE) is drawn
@@ -38,10 +38,10 @@
 #include <time.h>
 #include <turbojpeg.h>
 
-#include "repro/synth_annotations.h"
-#include "repro/synth_paint.h"
-#include "repro/synth_rng.h"
-#include "repro/synth_scene.h"
+#include "synth/synth_annotations.h"
+#include "synth/synth_paint.h"
+#include "synth/synth_rng.h"
+#include "synth/synth_scene.h"
 
 #define JPEG_QUALITY 90
 #define MAX_IMAGES 1000000
@@ -544,6 +544,7 @@ static int write_annotations(const job *jb, const char *ann_dir) {
   char contributor[128], tiny[48] = "";
   if (jb->opt->max_side) /* said only when given, so the default file stays as it was */
     snprintf(tiny, sizeof tiny, ", longer side <= %llu", (unsigned long long)jb->opt->max_side);
+  /* "repro/": where synth_coco lived when these bytes were fixed; same arguments, same bytes. */
   snprintf(contributor, sizeof contributor, "ferry repro/synth_coco, seed %llu, %llu images%s",
            (unsigned long long)jb->opt->seed, (unsigned long long)jb->opt->images, tiny);
   json_t *info = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s}", "description",

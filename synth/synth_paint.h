@@ -1,4 +1,4 @@
-/* repro/synth_paint.h - pixels for the synthetic COCO images.
+/* synth/synth_paint.h - pixels for the synthetic COCO images.
  *
  * A JPEG of flat colour compresses to almost nothing, so a loader benchmark on such
  * images measures too little decode work. The canvas is painted like a photograph in
@@ -7,12 +7,12 @@
  * instances themselves), and per-pixel grain. The result compresses at quality 90
  * to about the bytes per pixel of real COCO photographs.
  */
-#ifndef FERRY_REPRO_SYNTH_PAINT_H
-#define FERRY_REPRO_SYNTH_PAINT_H
+#ifndef FERRY_SYNTH_PAINT_H
+#define FERRY_SYNTH_PAINT_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "repro/synth_rng.h"
+#include "synth/synth_rng.h"
 
 /* The most vertices one polygon passed to synth_raster_polygon may have. */
 #define SYNTH_MAX_VERTICES 64
