@@ -37,7 +37,7 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
   int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
   for (size_t i = 0; i < count; i++) {
     size_t index = dataset_index[i];
-    int on_cpu = route_of(ctx, index) != 0;
+    int on_cpu = route_of(ctx, index) != FERRY_NVJPEG_ROUTE_GPU;
     int64_t bytes = ctx->gpu.file_bytes[index];
     jpeg[i] = on_cpu || bytes < 0 ? 0 : bytes;
     cpu[i] = on_cpu;
