@@ -24,8 +24,7 @@ void *ferry__stream_native(const ferry_stream *stream);
  * host tensors): queued as ferry_memcpy_async when it would take the copy, otherwise
  * done synchronously as ferry_memcpy, since pageable memory cannot be copied
  * asynchronously by CUDA. */
-ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
-                                  ferry_copy_kind kind);
+ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n, ferry_copy_kind kind);
 
 /* The copy kind between memory of these kinds. */
 ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);

@@ -111,8 +111,7 @@ enum { STAT_CHUNK = 2048, STAT_MAX_THREADS = 32 };
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
   size_t n = ferry_coco_num_images(ctx->coco);
   ctx->gpu.file_bytes = ferry__calloc(n ? n : 1, sizeof *ctx->gpu.file_bytes);
-  if (!ctx->gpu.file_bytes)
-    return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
+  if (!ctx->gpu.file_bytes) return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
   size_t want = n / STAT_CHUNK + 1;
   if (threads > want) threads = want;
   if (threads > STAT_MAX_THREADS) threads = STAT_MAX_THREADS;
@@ -239,8 +238,10 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
     *fallback = ferry__nvjpeg_route_reason(route);
     st = fill_on_cpu(ctx, decoder, batch, slot, path, &img);
   } else if (route) {
-    st = ferry__fail(FERRY_EAGAIN, "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
-                     "out again", path, ferry__nvjpeg_route_name(route));
+    st = ferry__fail(FERRY_EAGAIN,
+                     "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
+                     "out again",
+                     path, ferry__nvjpeg_route_name(route));
   } else {
     st = fill_for_gpu(ctx, w, batch, slot, index, path, &img, fallback);
   }

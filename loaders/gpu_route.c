@@ -9,10 +9,10 @@
 #include "loaders/gpu_route.h"
 
 struct ferry__gpu_routes {
-  const ferry_coco *coco;     /* fixed: names an image in a message */
+  const ferry_coco *coco; /* fixed: names an image in a message */
   size_t images;
-  int skip_unreadable;        /* fixed: config.on_error is SKIP */
-  atomic_uchar *route;        /* [images] ferry_nvjpeg_route; zeroed: every image on the GPU */
+  int skip_unreadable; /* fixed: config.on_error is SKIP */
+  atomic_uchar *route; /* [images] ferry_nvjpeg_route; zeroed: every image on the GPU */
   atomic_uint_fast64_t skipped_in_transfer;
 };
 

@@ -304,7 +304,8 @@ static ferry_status open_data(ferry_loader *l) {
   st = check_fields(l);
   if (st == FERRY_OK) st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
-  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, l->config.on_error == FERRY_ON_ERROR_SKIP);
+  if (st == FERRY_OK && l->fill.gpu.api)
+    st = ferry__gpu_stage_open(&l->fill, l->config.on_error == FERRY_ON_ERROR_SKIP);
   return st;
 }
 

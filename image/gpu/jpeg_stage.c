@@ -37,9 +37,9 @@
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_fields *fields,
-                                    const ferry_jpeg_stage_hooks *hooks, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
+                                    ferry_jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
 }
@@ -75,7 +75,7 @@ struct ferry_jpeg_stage {
   int resolution;
   ferry_image_options image;  /* its max_pixels: what a sample may ask of the device */
   ferry_jpeg_stage_fields fields; /* the loader's names of the fields it reads and makes */
-  ferry_jpeg_stage_hooks hooks; /* where it reports samples nvJPEG cannot decode */
+  ferry_jpeg_stage_hooks hooks;   /* where it reports samples nvJPEG cannot decode */
   pthread_mutex_t lock;       /* guards everything below */
   ferry_device *device;       /* the device of the first transfer: the tables live there */
   axis_entry *axes;           /* [MAX_SIDE], by input side */
@@ -85,9 +85,9 @@ struct ferry_jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_fields *fields,
-                                    const ferry_jpeg_stage_hooks *hooks, ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
+                                    ferry_jpeg_stage **out) {
   *out = NULL;
   if (!fields || !fields->images || !fields->jpeg || !fields->cpu_images)
     return ferry__fail(FERRY_EINVAL, "transfer: the GPU decoder's stage needs the names of its three fields");
@@ -156,8 +156,7 @@ static ferry_status device_axis(ferry_jpeg_stage *s, ferry_stream *stream, int s
     ferry__resize_axis_build(&axis, side, s->resolution, host);
     ferry_resize_filter hf = {axis.first, axis.count, axis.offset, axis.weights};
     ferry_status st = ferry_device_malloc(s->device, NULL, bytes, &dev);
-    if (st == FERRY_OK)
-      st = ferry_memcpy(stream, dev, host, bytes, upload_kind(s->device));
+    if (st == FERRY_OK) st = ferry_memcpy(stream, dev, host, bytes, upload_kind(s->device));
     if (st == FERRY_OK)
       e->filter = (ferry_resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
                                         relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
@@ -211,7 +210,7 @@ typedef struct gpu_sample {
 typedef struct stage_run {
   ferry_jpeg_stage *s;
   ferry_device_batch *db;
-  ferry_device *device;    /* db's device and stream */
+  ferry_device *device; /* db's device and stream */
   ferry_stream *stream;
   const ferry_batch *batch;
   size_t nsource;          /* the source batch's samples */
@@ -272,12 +271,11 @@ static ferry_status alloc_scratch(stage_run *r) {
   for (size_t k = 0; k < r->ngpu; k++) {
     gpu_sample *g = &r->gpu[k];
     int vfirst = ferry__resize_vertical_first(g->width, g->height, r->s->resolution);
-    ferry_status st = ferry_device_malloc(r->device, r->stream, (size_t)g->width * g->height * 3,
-                                          (void **)&g->decoded);
+    ferry_status st = ferry_device_malloc(r->device, r->stream, (size_t)g->width * g->height * 3, (void **)&g->decoded);
     if (st == FERRY_OK)
-      st = ferry_device_malloc(r->device, r->stream,
-                               ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst),
-                               (void **)&g->tmp);
+      st =
+          ferry_device_malloc(r->device, r->stream,
+                              ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst), (void **)&g->tmp);
     if (st != FERRY_OK) return ferry__sample_error(st, r->batch, g->index);
   }
   return FERRY_OK;
@@ -439,7 +437,8 @@ static ferry_status copy_fallbacks(stage_run *r) {
     if (st == FERRY_OK && view.nbytes != r->item)
       st = ferry__fail(FERRY_EINVAL, "%s holds %zu bytes, not one %d x %d x 3 image", r->s->fields.cpu_images,
                        view.nbytes, r->s->resolution, r->s->resolution);
-    if (st == FERRY_OK) st = ferry__memcpy_or_wait(r->stream, r->pixels + r->row[i] * r->item, view.data, r->item, kind);
+    if (st == FERRY_OK)
+      st = ferry__memcpy_or_wait(r->stream, r->pixels + r->row[i] * r->item, view.data, r->item, kind);
     if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
   }
   return FERRY_OK;
@@ -478,14 +477,18 @@ static void free_scratch(stage_run *r, ferry_status st) {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o) {
   ferry_jpeg_stage *s = self;
-  stage_run r = {.s = s, .db = db, .device = ferry_device_batch_device(db), .stream = ferry_device_batch_stream(db),
-                 .batch = batch, .nsource = ferry_device_batch_size(db),
+  stage_run r = {.s = s,
+                 .db = db,
+                 .device = ferry_device_batch_device(db),
+                 .stream = ferry_device_batch_stream(db),
+                 .batch = batch,
+                 .nsource = ferry_device_batch_size(db),
                  .jpeg = ferry_batch_find_field(batch, s->fields.jpeg),
                  .cpu_images = ferry_batch_find_field(batch, s->fields.cpu_images),
                  .item = (size_t)s->resolution * s->resolution * 3};
   if (r.jpeg < 0 || r.cpu_images < 0)
-    return ferry__fail(FERRY_EINVAL, "transfer: a GPU-decoded batch needs its '%s' and '%s' fields",
-                       s->fields.jpeg, s->fields.cpu_images);
+    return ferry__fail(FERRY_EINVAL, "transfer: a GPU-decoded batch needs its '%s' and '%s' fields", s->fields.jpeg,
+                       s->fields.cpu_images);
   pthread_mutex_lock(&s->lock);
   ferry_status st = bind_device(s, r.device);
   if (st == FERRY_OK) st = decoder_for(s, r.stream, &r.decoder);

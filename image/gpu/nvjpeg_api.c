@@ -26,16 +26,15 @@ const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route) {
 }
 
 /* Every CPU route and the public reason it is counted under. */
-static const int route_reasons[FERRY_NVJPEG_ROUTES] = {
-    [FERRY_NVJPEG_ROUTE_GPU] = -1,
-    [FERRY_NVJPEG_ROUTE_NOT_JPEG] = FERRY_FALLBACK_NOT_JPEG,
-    [FERRY_NVJPEG_ROUTE_CORRUPT] = FERRY_FALLBACK_CORRUPT,
-    [FERRY_NVJPEG_ROUTE_COMPONENTS] = FERRY_FALLBACK_COMPONENTS,
-    [FERRY_NVJPEG_ROUTE_PRECISION] = FERRY_FALLBACK_PRECISION,
-    [FERRY_NVJPEG_ROUTE_ENCODING] = FERRY_FALLBACK_ENCODING,
-    [FERRY_NVJPEG_ROUTE_SUBSAMPLING] = FERRY_FALLBACK_SUBSAMPLING,
-    [FERRY_NVJPEG_ROUTE_UNSUPPORTED] = FERRY_FALLBACK_UNSUPPORTED,
-    [FERRY_NVJPEG_ROUTE_ORIENTED] = FERRY_FALLBACK_ORIENTED};
+static const int route_reasons[FERRY_NVJPEG_ROUTES] = {[FERRY_NVJPEG_ROUTE_GPU] = -1,
+                                                       [FERRY_NVJPEG_ROUTE_NOT_JPEG] = FERRY_FALLBACK_NOT_JPEG,
+                                                       [FERRY_NVJPEG_ROUTE_CORRUPT] = FERRY_FALLBACK_CORRUPT,
+                                                       [FERRY_NVJPEG_ROUTE_COMPONENTS] = FERRY_FALLBACK_COMPONENTS,
+                                                       [FERRY_NVJPEG_ROUTE_PRECISION] = FERRY_FALLBACK_PRECISION,
+                                                       [FERRY_NVJPEG_ROUTE_ENCODING] = FERRY_FALLBACK_ENCODING,
+                                                       [FERRY_NVJPEG_ROUTE_SUBSAMPLING] = FERRY_FALLBACK_SUBSAMPLING,
+                                                       [FERRY_NVJPEG_ROUTE_UNSUPPORTED] = FERRY_FALLBACK_UNSUPPORTED,
+                                                       [FERRY_NVJPEG_ROUTE_ORIENTED] = FERRY_FALLBACK_ORIENTED};
 _Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
                "every CPU route has its reason in ferry_decode_fallback, and every reason a route");
 

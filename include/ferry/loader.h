@@ -68,13 +68,13 @@ typedef struct ferry_loader ferry_loader;
 #define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
 #define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
 #define FERRY_FIELD_SIZE "size"                 /* i64 [2] = h, w of the content, per sample */
-#define FERRY_FIELD_AUGMENT "augment"           /* i32 [FERRY_AUGMENT_RECORD_LEN] per sample: the
-                                                   sample's augmentation record (ferry/image.h) */
+/* i32 [FERRY_AUGMENT_RECORD_LEN] per sample: the sample's augmentation record (ferry/image.h) */
+#define FERRY_FIELD_AUGMENT "augment"
 /* With the GPU decoder (ferry_image_options.decode), a loader's batch has no images
  * field: each sample's pixels arrive in exactly one of these two, and the transfer
  * stage builds the images tensor on the device from them (docs/images.md). */
-#define FERRY_FIELD_JPEG "jpeg"                 /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
-#define FERRY_FIELD_CPU_IMAGES "cpu_images"     /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
+#define FERRY_FIELD_JPEG "jpeg"             /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
+#define FERRY_FIELD_CPU_IMAGES "cpu_images" /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
 
 /* The slots of ferry_loader_stats.samples_cpu_fallback: fixed, since the stats' layout
  * is (a reason image/ adds must find a free slot; a build-time check says so). */

@@ -47,8 +47,10 @@ typedef struct ferry_device_batch ferry_device_batch;
  * decoder's f32 layout (ferry/image.h, FERRY_LAYOUT_F32_CHW), which applies the same
  * formula. They live here, with the formula, because lib/ applies it and includes
  * nothing above it. */
-#define FERRY_IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define FERRY_IMAGENET_STD {0.229f, 0.224f, 0.225f}
+#define FERRY_IMAGENET_MEAN \
+  { 0.485f, 0.456f, 0.406f }
+#define FERRY_IMAGENET_STD \
+  { 0.229f, 0.224f, 0.225f }
 
 /* Device-side normalisation of a u8 [H,W,3] image field: out = (x/255 - mean) / std,
  * written channel-first. Copying u8 and widening on the device moves 4x fewer bytes

@@ -57,8 +57,8 @@ void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *produc
 /* Allocate db's images tensor (dtype, [ndim] shape, its first dimension the samples
  * kept) on db's stream; *out points at it, owned by db (freed with it, and by a failed
  * transfer). Once per transfer, after any ferry__device_batch_leave_out. */
-ferry_status ferry__device_batch_alloc_images(ferry_device_batch *db, ferry_dtype dtype, int ndim,
-                                              const int64_t *shape, ferry_tensor **out);
+ferry_status ferry__device_batch_alloc_images(ferry_device_batch *db, ferry_dtype dtype, int ndim, const int64_t *shape,
+                                              ferry_tensor **out);
 /* Leave the source samples flagged in left_out[0..source batch size) out of db (a
  * producer that could not make their images, under the skip policy): db's batch size
  * becomes the count kept. Only before any record or images tensor exists. */

@@ -292,7 +292,8 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   for (size_t k = 0; own_images && k < db->nfields; k++)
     if (db->source_field[k] == own_images_field) own_k = (int)k;
   if (producer && !job.src_on_host)
-    st = ferry__fail(FERRY_EUNSUPPORTED, "transfer: a batch whose images a producer makes must be in host "
+    st = ferry__fail(FERRY_EUNSUPPORTED,
+                     "transfer: a batch whose images a producer makes must be in host "
                      "memory (it reads its inputs there: nvJPEG the compressed bytes)");
   if (producer && st == FERRY_OK) st = producer->produce(producer->self, db, batch, o);
   if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field, padded ? &layout : NULL, own_k);
