@@ -30,9 +30,12 @@
  *     sample); its samples' bytes are consecutive in sample order, sample i at
  *     sample_at[i] bytes into the field (sample_at[B] == nbytes), and its row_bytes
  *     is 0: it has no one row size.
+ *   - each role (ferry/batch.h) is held by one field at most; a batch made of a
+ *     checked table (ferry__batch_create_checked) holds the table's roles, any other
+ *     new batch none, until ferry_batch_set_role.
  * Not done here: storage is never cleared (an arena comes back holding the previous
- * batch's bytes); batch.c knows no field by name (the transfer stage picks the image
- * field).
+ * batch's bytes); batch.c knows no field by name, nor what a role asks of its field
+ * (the transfer checks the one it uses).
  */
 #include <string.h>
 
@@ -149,6 +152,7 @@ ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *f
   if (nfields > FERRY_MAX_FIELDS || (nfields && !fields))
     return ferry__fail(FERRY_EINVAL, "batch: need a batch size >= 1 and at most %d fields", FERRY_MAX_FIELDS);
   out->count = nfields;
+  memset(out->roles, 0, sizeof out->roles);
   for (size_t f = 0; f < nfields; f++) {
     ferry_status st = check_spec(&fields[f], f, &out->row_bytes[f]);
     if (st != FERRY_OK) return st;
@@ -163,6 +167,33 @@ ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *f
     out->specs[f].name = out->names[f];
   }
   return FERRY_OK;
+}
+
+/* Field `field` of `nfields` takes `role` in roles[], which no other field then holds:
+ * the one rule of roles, for a table and for a batch alike. */
+static ferry_status assign_role(ferry_field_role *roles, size_t nfields, size_t field, ferry_field_role role) {
+  if (field >= nfields || role < FERRY_ROLE_NONE || role >= FERRY_ROLE_COUNT)
+    return ferry__fail(FERRY_EINVAL, "batch: role %d for field %zu of %zu: no such role or field", (int)role, field,
+                       nfields);
+  for (size_t f = 0; f < nfields && role != FERRY_ROLE_NONE; f++)
+    if (roles[f] == role) roles[f] = FERRY_ROLE_NONE;
+  roles[field] = role;
+  return FERRY_OK;
+}
+
+ferry_status ferry__batch_fields_set_role(ferry__batch_fields *fields, size_t field, ferry_field_role role) {
+  return assign_role(fields->roles, fields->count, field, role);
+}
+
+ferry_status ferry_batch_set_role(ferry_batch *b, size_t field, ferry_field_role role) {
+  if (!b) return ferry__fail(FERRY_EINVAL, "ferry_batch_set_role: batch is NULL");
+  return assign_role(b->roles, b->nfields, field, role);
+}
+
+int ferry_batch_find_role(const ferry_batch *b, ferry_field_role role) {
+  for (size_t f = 0; role != FERRY_ROLE_NONE && f < b->nfields; f++)
+    if (b->roles[f] == role) return (int)f;
+  return -1;
 }
 
 /* The sample sizes a batch of these fields needs: given (each at least 1) when a field
@@ -209,6 +240,7 @@ static ferry_status shell_checked(size_t batch_size, const ferry__batch_fields *
   int64_t *words = (int64_t *)(b + 1);
   b->batch_size = batch_size;
   b->nfields = nfields;
+  memcpy(b->roles, fields->roles, sizeof b->roles);
   int64_t *next = words + nfields * (batch_size + 1);
   if (nsampled) {
     b->sample_hw = next;

@@ -6,6 +6,7 @@
 
 #include "ferry/advanced.h"
 #include "ferry/batch.h"
+#include "lib/batch_fields.h"
 
 typedef struct batch_field {
   ferry_field_spec spec;        /* spec.name points at name below */
@@ -26,6 +27,7 @@ struct ferry_batch {
   size_t batch_size;
   size_t nfields;
   batch_field fields[FERRY_MAX_FIELDS];
+  ferry_field_role roles[FERRY_MAX_FIELDS]; /* field f's role; each role held by one field at most */
   size_t total_bytes;           /* packed: bytes of the laid-out storage */
   int64_t *sample_hw;           /* [2 * batch_size]: each sample's height and width, where a
                                  * field has sample dimensions; NULL otherwise */
@@ -51,25 +53,6 @@ ferry_status ferry__batch_shell(size_t batch_size, size_t nfields, const ferry_f
 /* 1 when the spec's inner shape holds FERRY_DIM_SAMPLE_H or _W. */
 int ferry__spec_has_sample_dims(const ferry_field_spec *spec);
 void ferry__batch_shell_free(ferry_batch *batch);
-
-/* A field table checked once, for a caller that makes many batches of the same
- * fields: the loader's coordinator makes one per batch on its serial path, and the
- * checks of every spec (names, ranks, dtypes, a name given twice) were a third of
- * its work there (issue #14). ferry__batch_fields_check makes them and copies the
- * names in; ferry__batch_create_checked then checks only the row counts. */
-typedef struct ferry__batch_fields {
-  size_t count;
-  ferry_field_spec specs[FERRY_MAX_FIELDS];            /* names point at names[] */
-  char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];  /* zero-padded */
-  size_t row_bytes[FERRY_MAX_FIELDS];
-} ferry__batch_fields;
-ferry_status ferry__batch_fields_check(size_t nfields, const ferry_field_spec *fields,
-                                      ferry__batch_fields *out);
-/* ferry_batch_create on `pool`, or (pool NULL) ferry_batch_create_unpacked on
- * `host`, of fields checked by ferry__batch_fields_check. */
-ferry_status ferry__batch_create_checked(ferry_pool *pool, ferry_device *host, size_t batch_size,
-                                        const ferry__batch_fields *fields, const int64_t *rows,
-                                        const int64_t *sample_hw, ferry_batch **out);
 
 /* Where a batch's bytes are: host memory unless the storage is a device allocation. */
 int ferry__batch_bytes_on_host(const ferry_batch *batch);

@@ -526,3 +526,5 @@ ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host) {
   if (from_host) return to_host ? FERRY_COPY_H2H : FERRY_COPY_H2D;
   return to_host ? FERRY_COPY_D2H : FERRY_COPY_D2D;
 }
+
+void *ferry__stream_native(const ferry_stream *stream) { return stream->impl; }

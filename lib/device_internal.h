@@ -2,7 +2,8 @@
  *
  * device.c owns everything the backends share: name parsing, lazy initialisation
  * under a lock, the stream list, and byte-exact accounting. A backend only moves
- * bytes and orders work.
+ * bytes and orders work. lib/'s alone: what a layer above may use of a device beyond
+ * ferry/device.h is lib/device_native.h.
  */
 #ifndef FERRY_LIB_DEVICE_INTERNAL_H
 #define FERRY_LIB_DEVICE_INTERNAL_H
@@ -11,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "ferry/device.h"
+#include "lib/device_native.h"
 #include "lib/ptrmap.h"
 #include "lib/rangeset.h"
 
@@ -103,20 +105,9 @@ struct ferry_device {
  * a pool smaller than the device. */
 void ferry__device_cap_bytes(ferry_device *device, uint64_t cap);
 
-/* For the library's own copies whose host side is pageable by design (an unpacked
- * batch's per-sample buffers, a GPU batch packed onto the host device, a module's
- * host tensors): queued as ferry_memcpy_async when it would take the copy, otherwise
- * done synchronously as ferry_memcpy, since pageable memory cannot be copied
- * asynchronously by CUDA. */
-ferry_status ferry__memcpy_or_wait(ferry_stream *stream, void *dst, const void *src, size_t n,
-                                  ferry_copy_kind kind);
-
 /* A padded plane (ferry__plane_copy) in stream order: queued when the host side is
  * pinned, otherwise done and waited for, as ferry__memcpy_or_wait. */
 ferry_status ferry__copy_plane_or_wait(ferry_stream *stream, const ferry__plane_copy *plane, ferry_copy_kind kind);
-
-/* The copy kind between memory of these kinds. */
-ferry_copy_kind ferry__copy_kind_between(int from_host, int to_host);
 
 extern const ferry_backend ferry__host_backend;
 extern const ferry_backend ferry__cuda_backend;

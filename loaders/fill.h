@@ -10,11 +10,10 @@
  * into them agree.
  * Callers: the workers (workers.c), many at once, without the lock, each on a slot it
  * alone claimed; open (counts, the GPU decoder's stats and stage); the coordinator
- * (the layout's counts and rows); the consumer's stats (loader.c, the transfer
- * stage's skipped count).
+ * (the layout's counts and rows).
  * Invariant: a fill_context is written only at open and read-only once the threads
- * start, but for the GPU decoder's atomics (gpu_decode): the per-image route bytes,
- * which only ever go from 0 to a CPU route, and the transfer stage's skipped count.
+ * start. What changes while they run is not in it but pointed to from it: the GPU
+ * decoder's routes, owned by loaders/gpu_route.c, which alone writes them.
  */
 #ifndef FERRY_LOADERS_FILL_H
 #define FERRY_LOADERS_FILL_H
@@ -39,21 +38,16 @@ struct ferry_nvjpeg_api;
 
 /* The GPU decoder's worker side (gpu_fill.c), set at open when it is in use. A sample
  * is laid out before its file is read, so where its pixels go is decided from what
- * is known then: `file_bytes` (a stat at open) sizes its jpeg rows, and `route`
- * (0 until a worker finds otherwise, then the ferry_nvjpeg_route that sent it to the
- * CPU) says whether it has jpeg rows or one cpu_images row. A worker that finds an
- * image laid out for nvJPEG must go to the CPU records the route and fails the slot
- * with FERRY_EAGAIN; the coordinator lays the batch out again (each image at most
- * once per loader), whatever config.on_error says. */
+ * is known then: `file_bytes` (a stat at open) sizes its jpeg rows, and its route
+ * (loaders/gpu_route.h) says whether it has jpeg rows or one cpu_images row. A
+ * worker that finds an image laid out for nvJPEG must go to the CPU reports its route
+ * and fails the slot with FERRY_EAGAIN; the coordinator lays the batch out again
+ * (each image at most once per loader), whatever config.on_error says. */
 typedef struct gpu_decode {
   const struct ferry_nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
-  unsigned char *route;      /* [images], read and written with relaxed atomics; the
-                              * transfer stage records a CPU route too, for an image
-                              * nvJPEG failed to decode (gpu_fill.c's hooks) */
+  struct ferry__gpu_routes *routes; /* the routes and the stage's skipped count: gpu_route.c's */
   struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
-  int skip_unreadable;       /* config.on_error is SKIP: the stage leaves out what no decoder reads */
-  uint64_t skipped_in_transfer; /* samples the stage left out (atomic): in stats.samples_skipped */
 } gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
@@ -137,7 +131,7 @@ void ferry__gpu_worker_close(gpu_worker *w);
 /* Fill a sample laid out for the GPU decoder: its file's bytes into the jpeg rows, or
  * (routed to the CPU) its u8 pixels into cpu_images. *fallback is the
  * ferry_decode_fallback it went to the CPU for, -1 when nvJPEG takes it. FERRY_EAGAIN:
- * laid out for nvJPEG but found to need the CPU (recorded in ctx->gpu.route). */
+ * laid out for nvJPEG but found to need the CPU (its route reported, gpu_route.h). */
 ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback);
 /* The jpeg and cpu_images rows of a plan's samples (rows: [nfields * count], the
@@ -148,12 +142,14 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
  * worker will open one (nvjpegCreateEx refuses a GPU nvJPEG does not run on). The
  * message names the failing call and its status. */
 ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api);
-/* The transfer stage that decodes this loader's batches on the device
- * (image/gpu/jpeg_stage.h). */
-struct ferry_jpeg_stage;
-ferry_status ferry__gpu_stage_open(fill_context *ctx, struct ferry_jpeg_stage **out);
-/* Samples the transfer stage left out of device batches, under the skip policy. */
-uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx);
+/* The routes (ctx->gpu.routes) and the transfer stage that decodes this loader's
+ * batches on the device (ctx->gpu.stage, image/gpu/jpeg_stage.h), its hooks answered
+ * by the routes; skip_unreadable: config.on_error is SKIP. At open. */
+ferry_status ferry__gpu_stage_open(fill_context *ctx, int skip_unreadable);
+/* The slot of ferry_loader_stats.samples_cpu_fallback that counts `reason` (a
+ * ferry_decode_fallback): the loader's own table of image/'s reasons;
+ * FERRY_LOADER_FALLBACK_SLOTS for none (-1). */
+size_t ferry__loader_fallback_slot(int reason);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
 

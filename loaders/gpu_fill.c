@@ -1,14 +1,13 @@
 /* loaders/gpu_fill.c - the GPU decoder's side of the workers and of the layout.
  *
- * Owns: the per-image facts a batch is laid out from (the file's size, stat'ed at
- * open; where its pixels go, learnt by the first worker that reads it), each worker's
- * nvJPEG parser, and the fill of a sample laid out for the GPU decoder.
+ * Owns: the file sizes a batch is laid out from (stat'ed at open), each worker's
+ * nvJPEG parser, the fill of a sample laid out for the GPU decoder, and the stats
+ * slot of each fallback reason. Where a sample's pixels go is its route, read from
+ * and reported to loaders/gpu_route.c, never written here.
  * Invariants: a sample has exactly one of (jpeg rows = its file's size, no cpu_images
- * row) while its route is 0, or (no jpeg rows, one cpu_images row) once a worker (or
- * the transfer stage, for an image nvJPEG failed to decode) has recorded a CPU route;
- * a slot is filled by its layout, never by a route recorded since; a route only ever
- * goes from 0 to a CPU route, so a sample is laid out again at most once per loader
- * (FERRY_EAGAIN, see fill.h). No
+ * row) while its route is GPU, or (no jpeg rows, one cpu_images row) once a CPU route
+ * is recorded (a worker's report, or the transfer stage's for an image nvJPEG failed
+ * to decode); a slot is filled by its layout, never by a route recorded since. No
  * pixel of a sample nvJPEG takes is decoded here: the transfer stage decodes the
  * jpeg rows on the device. Masks, boxes and every other target are written by the
  * CPU path's code (fill.c), so they are the CPU decoder's bit for bit.
@@ -25,10 +24,11 @@
 #include "image/gpu/nvjpeg_table.h"
 #include "image/gpu/jpeg_stage.h"
 #include "image/resize_kernels.h"
+#include "loaders/gpu_route.h"
 #include "loaders/loader_internal.h"
 
-static unsigned route_of(const fill_context *ctx, size_t index) {
-  return __atomic_load_n(&ctx->gpu.route[index], __ATOMIC_RELAXED);
+static ferry_nvjpeg_route route_of(const fill_context *ctx, size_t index) {
+  return ferry__gpu_route(ctx->gpu.routes, index);
 }
 
 void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
@@ -37,7 +37,7 @@ void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, 
   int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
   for (size_t i = 0; i < count; i++) {
     size_t index = dataset_index[i];
-    int on_cpu = route_of(ctx, index) != 0;
+    int on_cpu = route_of(ctx, index) != FERRY_NVJPEG_ROUTE_GPU;
     int64_t bytes = ctx->gpu.file_bytes[index];
     jpeg[i] = on_cpu || bytes < 0 ? 0 : bytes;
     cpu[i] = on_cpu;
@@ -51,38 +51,36 @@ void ferry__gpu_decoder_note(ferry_loader *l, ferry_status st) {
 
 const char *ferry_loader_decoder_note(const ferry_loader *l) { return l ? l->decoder_note : ""; }
 
-/* ---- what the transfer stage asks about images nvJPEG fails on (jpeg_stage.h) ---- */
+/* ---- the transfer stage ---- */
 
-/* Its route becomes CORRUPT unless a worker recorded another CPU route first: layouts
- * from now on give it a cpu_images row, and a plan already laid out for nvJPEG is laid
- * out again when a worker meets it (ferry__gpu_fill_sample). */
-static void reroute_to_cpu(void *arg, int64_t index) {
-  fill_context *ctx = arg;
-  if (index < 0 || (size_t)index >= ferry_coco_num_images(ctx->coco)) return;
-  unsigned char none = 0;
-  __atomic_compare_exchange_n(&ctx->gpu.route[index], &none, (unsigned char)FERRY_NVJPEG_ROUTE_CORRUPT, 0,
-                              __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+ferry_status ferry__gpu_stage_open(fill_context *ctx, int skip_unreadable) {
+  static const ferry_jpeg_stage_fields fields = {
+      .images = FERRY_FIELD_IMAGES, .jpeg = FERRY_FIELD_JPEG, .cpu_images = FERRY_FIELD_CPU_IMAGES};
+  ferry_status st = ferry__gpu_routes_open(ctx->coco, skip_unreadable, &ctx->gpu.routes);
+  if (st != FERRY_OK) return st;
+  ferry_jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(ctx->gpu.routes);
+  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, &fields, &hooks, &ctx->gpu.stage);
 }
 
-static int unreadable(void *arg, int64_t index, char *name, size_t size) {
-  fill_context *ctx = arg;
-  ferry_coco_image img;
-  if (index >= 0 && (size_t)index < ferry_coco_num_images(ctx->coco) &&
-      ferry_coco_image_at(ctx->coco, (size_t)index, &img) == FERRY_OK)
-    snprintf(name, size, "image id %lld, file %s", (long long)img.id, img.file_name);
-  if (!ctx->gpu.skip_unreadable) return 0;
-  __atomic_fetch_add(&ctx->gpu.skipped_in_transfer, 1, __ATOMIC_RELAXED);
-  return 1;
+/* image/'s reasons one by one (a switch, so that a reason image/ adds and the loader
+ * does not count fails the build: -Wswitch under -Werror), each in the slot
+ * ferry/loader.h promises, its own value. */
+size_t ferry__loader_fallback_slot(int reason) {
+  switch ((ferry_decode_fallback)reason) {
+    case FERRY_FALLBACK_NOT_JPEG: return 0;
+    case FERRY_FALLBACK_CORRUPT: return 1;
+    case FERRY_FALLBACK_COMPONENTS: return 2;
+    case FERRY_FALLBACK_PRECISION: return 3;
+    case FERRY_FALLBACK_ENCODING: return 4;
+    case FERRY_FALLBACK_SUBSAMPLING: return 5;
+    case FERRY_FALLBACK_UNSUPPORTED: return 6;
+    case FERRY_FALLBACK_ORIENTED: return 7;
+    case FERRY_FALLBACK_REASONS: break;
+  }
+  return FERRY_LOADER_FALLBACK_SLOTS;
 }
-
-uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx) {
-  return __atomic_load_n(&ctx->gpu.skipped_in_transfer, __ATOMIC_RELAXED);
-}
-
-ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
-  ferry_jpeg_stage_hooks hooks = {.ctx = ctx, .reroute = reroute_to_cpu, .unreadable = unreadable};
-  return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, &hooks, out);
-}
+_Static_assert(FERRY_FALLBACK_REASONS <= FERRY_LOADER_FALLBACK_SLOTS,
+               "every fallback reason has a slot in ferry_loader_stats.samples_cpu_fallback");
 
 /* ---- the stat at open ---- */
 
@@ -113,9 +111,7 @@ enum { STAT_CHUNK = 2048, STAT_MAX_THREADS = 32 };
 ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
   size_t n = ferry_coco_num_images(ctx->coco);
   ctx->gpu.file_bytes = ferry__calloc(n ? n : 1, sizeof *ctx->gpu.file_bytes);
-  ctx->gpu.route = ferry__calloc(n ? n : 1, 1);
-  if (!ctx->gpu.file_bytes || !ctx->gpu.route)
-    return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
+  if (!ctx->gpu.file_bytes) return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
   size_t want = n / STAT_CHUNK + 1;
   if (threads > want) threads = want;
   if (threads > STAT_MAX_THREADS) threads = STAT_MAX_THREADS;
@@ -134,9 +130,6 @@ ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
 }
 
 /* ---- the workers' side ---- */
-
-_Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
-               "ferry_decode_fallback lists every CPU route of ferry_nvjpeg_route, in order");
 
 #if FERRY_HAVE_NVJPEG
 
@@ -217,7 +210,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
   if (st != FERRY_OK) return st;
   ferry_nvjpeg_route route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
   if (route != FERRY_NVJPEG_ROUTE_GPU) {
-    __atomic_store_n(&ctx->gpu.route[index], (unsigned char)route, __ATOMIC_RELAXED);
+    ferry__gpu_route_to_cpu(ctx->gpu.routes, index, route);
     return ferry__fail(FERRY_EAGAIN, "%s: goes to the CPU decoder (%s); laid out again", path,
                        ferry__nvjpeg_route_name(route));
   }
@@ -238,14 +231,17 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
   /* The slot's layout decides, not the route now: a route recorded after this plan
    * was laid out (by another worker, or by the transfer stage) finds a slot with jpeg
    * rows and no cpu_images row, which is laid out again. */
-  unsigned route = route_of(ctx, index);
+  ferry_nvjpeg_route route = route_of(ctx, index);
   const int64_t *cpu_rows = ferry_batch_offsets(batch, (size_t)ctx->slots.cpu_images);
   if (cpu_rows[slot + 1] > cpu_rows[slot]) {
-    *fallback = route ? (int)route - 1 : FERRY_FALLBACK_CORRUPT;
+    /* A cpu_images row was laid out from a CPU route, which never goes back to GPU. */
+    *fallback = ferry__nvjpeg_route_reason(route);
     st = fill_on_cpu(ctx, decoder, batch, slot, path, &img);
   } else if (route) {
-    st = ferry__fail(FERRY_EAGAIN, "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
-                     "out again", path, ferry__nvjpeg_route_name((ferry_nvjpeg_route)route));
+    st = ferry__fail(FERRY_EAGAIN,
+                     "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
+                     "out again",
+                     path, ferry__nvjpeg_route_name(route));
   } else {
     st = fill_for_gpu(ctx, w, batch, slot, index, path, &img, fallback);
   }

@@ -39,6 +39,7 @@
 #include "lib/alloc.h"
 #include "lib/struct_size.h"
 #include "image/gpu/jpeg_stage.h"
+#include "loaders/gpu_route.h"
 #include "loaders/loader_internal.h"
 #include "ferry/advanced.h"
 
@@ -276,7 +277,7 @@ ferry_status ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out) {
   if (st != FERRY_OK) return st;
   ferry_loader_stats s = l->stats;
   ferry__loader_unlock(l);
-  s.samples_skipped += ferry__gpu_skipped_in_transfer(&l->fill);
+  s.samples_skipped += ferry__gpu_routes_skipped(l->fill.gpu.routes);
   s.coordinator_cpu_ns = coordinator_cpu_ns(l);
   ferry_pool_stats_init(&s.pool);
   if (l->pool) st = ferry_pool_stats_get(l->pool, &s.pool);
@@ -317,12 +318,12 @@ void ferry_loader_close(ferry_loader *l) {
   ferry__loader_stop_workers(l);
   ferry__handoff_close(l);
   ferry__jpeg_stage_close(l->fill.gpu.stage); /* after the batches: it waits for their device work */
+  ferry__gpu_routes_close(l->fill.gpu.routes); /* after the stage, whose hooks point at them */
   ferry_pool_close(l->pool);
   if (l->owns_device) ferry_device_close(l->device);
   ferry__sampler_destroy(&l->sampler);
   ferry__free(l->instances);
   ferry__free(l->fill.gpu.file_bytes);
-  ferry__free(l->fill.gpu.route);
   ferry_coco_close(l->coco);
   if (l->source) l->source->close(l->source);
   ferry__free(l->annotations_path);

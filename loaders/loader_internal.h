@@ -47,7 +47,7 @@
 #include "ferry/coco.h"
 #include "ferry/loader.h"
 #include "image/augment.h"
-#include "lib/batch_internal.h"
+#include "lib/batch_fields.h"
 #include "lib/cond.h"
 #include "lib/status.h"
 #include "loaders/fill.h"

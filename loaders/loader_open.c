@@ -18,9 +18,8 @@
  *     annotations are read (fail fast, naming the option);
  *   - everything computed here (config, the fill context, the field table, the
  *     instance counts, the depth and arena counts) is written before the coordinator
- *     and the workers start, and never again: they read it without the lock. The one
- *     exception is the GPU decoder's per-image route bytes, which workers update with
- *     atomics (gpu_fill.c);
+ *     and the workers start, and never again: they read it without the lock (what
+ *     changes later, the GPU decoder's routes, it only points to: gpu_route.c's);
  *   - the instance counts are made with the same target options the workers write
  *     with (fill.c), so the layout and the fill agree on every row;
  *   - open either returns a loader whose threads all run, or closes what it opened
@@ -229,6 +228,20 @@ static void define_fields(ferry_loader *l) {
     s->augment = add_field(l, FERRY_FIELD_AUGMENT, FERRY_I32, FERRY_FIELD_PER_SAMPLE, 1, FERRY_AUGMENT_RECORD_LEN, 0, 0);
 }
 
+/* The field table, checked once here, not for every batch the coordinator makes
+ * (lib/batch_fields.h), and the roles that tell the transfer (lib/) which fields are
+ * the images and the sample index without knowing their names: every batch laid out
+ * carries them. */
+static ferry_status check_fields(ferry_loader *l) {
+  const field_slots *s = &l->fill.slots;
+  ferry_status st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
+  if (st == FERRY_OK && s->images >= 0)
+    st = ferry__batch_fields_set_role(&l->checked_fields, (size_t)s->images, FERRY_ROLE_IMAGES);
+  if (st == FERRY_OK)
+    st = ferry__batch_fields_set_role(&l->checked_fields, (size_t)s->sample_index, FERRY_ROLE_SAMPLE_INDEX);
+  return st;
+}
+
 /* Instance counts of every image, up front: they lay every batch out. Counted with the
  * same target options the workers write with, so a batch's rows and what fill.c
  * writes into them agree; an annotation the targets cannot use (no bbox) fails here,
@@ -288,12 +301,11 @@ static ferry_status open_data(ferry_loader *l) {
         ferry__augment_draft_size(&l->fill.recipe, (l->config.fields & FERRY_LOADER_FIELD_MASKS) != 0);
   l->fill.allow_escaping_paths = l->config.allow_escaping_paths;
   define_fields(l);
-  /* Checked once here, not for every batch the coordinator makes (lib/batch_internal.h). */
-  st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
+  st = check_fields(l);
   if (st == FERRY_OK) st = count_instances(l);
   if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stat_files(&l->fill, l->workers);
-  l->fill.gpu.skip_unreadable = l->config.on_error == FERRY_ON_ERROR_SKIP;
-  if (st == FERRY_OK && l->fill.gpu.api) st = ferry__gpu_stage_open(&l->fill, &l->fill.gpu.stage);
+  if (st == FERRY_OK && l->fill.gpu.api)
+    st = ferry__gpu_stage_open(&l->fill, l->config.on_error == FERRY_ON_ERROR_SKIP);
   return st;
 }
 

@@ -149,7 +149,8 @@ static void count_sample(ferry_loader_stats *stats, int gpu, ferry_status st, in
   if (st == FERRY_EAGAIN) return;
   stats->samples_decoded++;
   if (!gpu) return;
-  if (fallback >= 0) stats->samples_cpu_fallback[fallback]++;
+  size_t slot = ferry__loader_fallback_slot(fallback);
+  if (slot < FERRY_LOADER_FALLBACK_SLOTS) stats->samples_cpu_fallback[slot]++;
   else if (st == FERRY_OK) stats->samples_gpu_decode++;
 }
 
@@ -164,7 +165,7 @@ static void *worker_main(void *arg) {
     ferry__loader_unlock(l);
     /* Without the lock: the fill reads only what is fixed at open (l->fill) and this
      * slot's fields of the plan, which no one changes while it is claimed (the GPU
-     * decoder's routes excepted: atomics, gpu_fill.c). */
+     * decoder's routes, which it points to, are gpu_route.c's: atomics). */
     size_t index = p->dataset_index[slot];
     int fallback = -1;
     ferry_status st = ferry__loader_check_instances(&l->fill, index, l->instances[index]);

@@ -9,15 +9,17 @@
  * limit before anything is allocated; the scratch; the batched decode of the nvJPEG
  * samples into scratch (nvJPEG itself does its host part in the call, and reports a
  * bad stream there); if it fails, each sample alone, and each that still fails
- * decoded by the CPU decoder into its scratch (the loader then routes it to the CPU
- * for good), or, where no decoder reads it, left out of the device batch or failed by
- * the loader's policy (jpeg_stage.h's hooks); the images tensor's allocation, a row
+ * decoded by the CPU decoder into its scratch (and reported to the loader, whose
+ * routes decide where its later layouts put it), or, where no decoder reads it, left
+ * out of the device batch or failed by the loader's policy (jpeg_stage.h's hooks); the images tensor's allocation, a row
  * per sample kept; per sample, the two resize passes into u8 [R,R,3] pixels (the
  * images tensor itself without normalisation, else a u8 staging buffer); the
  * fallbacks' u8 rows copied from the arena into the same pixels; per sample, the
  * normalisation kernel; the scratch frees. On the host backend the same order holds:
  * the decode runs in the call and the resizes run as one host function on the stream
  * (ferry__resize_reference: the kernels' own element functions).
+ * Includes of lib/: its floor only (lib/alloc.h, lib/device_native.h, the producer's and
+ * the normalisation's headers), never the device's or the transfer's insides.
  * Invariants: the arithmetic is the CPU path's (image/gpu/resize_cuda.h, normalize.h), so
  * only the decoders' IDCT and chroma upsampling separate the two paths' pixels; on
  * failure nothing the transfer allocated is left (the caller frees the images tensor
@@ -29,14 +31,14 @@
 #include "ferry_config.h"
 #include "image/gpu/jpeg_stage.h"
 #include "lib/alloc.h"
-#include "lib/device_internal.h"
+#include "lib/device_native.h"
 #include "lib/transfer/normalize.h"
-#include "lib/transfer/transfer_internal.h"
+#include "lib/transfer/producer.h"
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
                                     ferry_jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
@@ -72,7 +74,8 @@ struct ferry_jpeg_stage {
   ferry__producer producer;   /* what batches carry; self is the stage */
   int resolution;
   ferry_image_options image;  /* its max_pixels: what a sample may ask of the device */
-  ferry_jpeg_stage_hooks hooks; /* the loader's word on samples nvJPEG cannot decode */
+  ferry_jpeg_stage_fields fields; /* the loader's names of the fields it reads and makes */
+  ferry_jpeg_stage_hooks hooks;   /* where it reports samples nvJPEG cannot decode */
   pthread_mutex_t lock;       /* guards everything below */
   ferry_device *device;       /* the device of the first transfer: the tables live there */
   axis_entry *axes;           /* [MAX_SIDE], by input side */
@@ -82,9 +85,12 @@ struct ferry_jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
                                     ferry_jpeg_stage **out) {
+  *out = NULL;
+  if (!fields || !fields->images || !fields->jpeg || !fields->cpu_images)
+    return ferry__fail(FERRY_EINVAL, "transfer: the GPU decoder's stage needs the names of its three fields");
   ferry_jpeg_stage *s = ferry__calloc(1, sizeof *s);
   axis_entry *axes = ferry__calloc(MAX_SIDE, sizeof *axes);
   if (!s || !axes) {
@@ -93,8 +99,9 @@ ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int reso
     return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for the GPU decoder's stage");
   }
   s->api = api;
-  s->producer = (ferry__producer){.output = FERRY_FIELD_IMAGES,
-                                  .inputs = {FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES},
+  s->fields = *fields;
+  s->producer = (ferry__producer){.output = fields->images,
+                                  .inputs = {fields->jpeg, fields->cpu_images},
                                   .ninputs = 2,
                                   .produce = produce_images,
                                   .self = s};
@@ -129,6 +136,11 @@ void ferry__jpeg_stage_close(ferry_jpeg_stage *s) {
 
 /* ---- what the stage keeps between transfers (under s->lock) ---- */
 
+static int is_host(const ferry_device *device) { return ferry_device_get_kind(device) == FERRY_DEVICE_HOST; }
+
+/* Host bytes up to `device`: what every copy of the stage is. */
+static ferry_copy_kind upload_kind(const ferry_device *device) { return ferry__copy_kind_between(1, is_host(device)); }
+
 static void *relocate(const void *p, const void *from, void *to) {
   return (char *)to + ((const char *)p - (const char *)from);
 }
@@ -144,8 +156,7 @@ static ferry_status device_axis(ferry_jpeg_stage *s, ferry_stream *stream, int s
     ferry__resize_axis_build(&axis, side, s->resolution, host);
     ferry_resize_filter hf = {axis.first, axis.count, axis.offset, axis.weights};
     ferry_status st = ferry_device_malloc(s->device, NULL, bytes, &dev);
-    if (st == FERRY_OK)
-      st = ferry_memcpy(stream, dev, host, bytes, ferry__copy_kind_between(1, s->device->kind == FERRY_DEVICE_HOST));
+    if (st == FERRY_OK) st = ferry_memcpy(stream, dev, host, bytes, upload_kind(s->device));
     if (st == FERRY_OK)
       e->filter = (ferry_resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
                                         relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
@@ -164,7 +175,7 @@ static ferry_status bind_device(ferry_jpeg_stage *s, ferry_device *device) {
   if (!s->device) s->device = device;
   if (s->device == device) return FERRY_OK;
   return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the GPU decoder's batches go to %s, not %s",
-                     s->device->name, device->name);
+                     ferry_device_name(s->device), ferry_device_name(device));
 }
 
 static ferry_status decoder_for(ferry_jpeg_stage *s, ferry_stream *stream, stream_decoder **out) {
@@ -199,12 +210,15 @@ typedef struct gpu_sample {
 typedef struct stage_run {
   ferry_jpeg_stage *s;
   ferry_device_batch *db;
+  ferry_device *device; /* db's device and stream */
+  ferry_stream *stream;
   const ferry_batch *batch;
   size_t nsource;          /* the source batch's samples */
   uint8_t *left_out;       /* [nsource]: samples no decoder could read, under skip */
   size_t *row;             /* [nsource]: a kept sample's row in the images tensor */
   int jpeg, cpu_images;    /* field indices */
   size_t item;             /* bytes of one u8 [R,R,3] image */
+  ferry_tensor *images;    /* db's images tensor, once allocated */
   uint8_t *pixels;         /* u8 [B,R,R,3]: the images tensor, or staging */
   uint8_t *staging;        /* owned when normalising */
   gpu_sample *gpu;         /* [B] */
@@ -213,20 +227,18 @@ typedef struct stage_run {
 } stage_run;
 
 static ferry_status alloc_images(stage_run *r, const ferry_transfer_options *o) {
-  ferry_device_batch *db = r->db;
-  int64_t R = r->s->resolution, B = (int64_t)db->batch_size;
+  size_t kept = ferry_device_batch_size(r->db);
+  int64_t R = r->s->resolution, B = (int64_t)kept;
   int64_t u8_shape[4] = {B, R, R, 3}, norm_shape[4] = {B, 3, R, R};
   int normalise = o->normalize != FERRY_NORMALIZE_NONE;
   ferry_dtype dtype = !normalise ? FERRY_U8 : o->normalize == FERRY_NORMALIZE_F32 ? FERRY_F32 : FERRY_BF16;
-  ferry_status st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, 4,
-                                       normalise ? norm_shape : u8_shape);
-  db->images.present = st == FERRY_OK;
+  ferry_status st = ferry__device_batch_alloc_images(r->db, dtype, 4, normalise ? norm_shape : u8_shape, &r->images);
   if (st != FERRY_OK) return st;
   if (!normalise) {
-    r->pixels = db->images.tensor.data;
+    r->pixels = r->images->data;
     return FERRY_OK;
   }
-  st = ferry_device_malloc(db->device, db->stream, r->item * db->batch_size, (void **)&r->staging);
+  st = ferry_device_malloc(r->device, r->stream, r->item * kept, (void **)&r->staging);
   r->pixels = r->staging;
   return st;
 }
@@ -256,16 +268,14 @@ static ferry_status collect_gpu(stage_run *r) {
 
 /* Each nvJPEG sample's scratch: its decoded pixels and the resize's intermediate. */
 static ferry_status alloc_scratch(stage_run *r) {
-  ferry_device_batch *db = r->db;
   for (size_t k = 0; k < r->ngpu; k++) {
     gpu_sample *g = &r->gpu[k];
     int vfirst = ferry__resize_vertical_first(g->width, g->height, r->s->resolution);
-    ferry_status st = ferry_device_malloc(db->device, db->stream, (size_t)g->width * g->height * 3,
-                                          (void **)&g->decoded);
+    ferry_status st = ferry_device_malloc(r->device, r->stream, (size_t)g->width * g->height * 3, (void **)&g->decoded);
     if (st == FERRY_OK)
-      st = ferry_device_malloc(db->device, db->stream,
-                               ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst),
-                               (void **)&g->tmp);
+      st =
+          ferry_device_malloc(r->device, r->stream,
+                              ferry__resize_tmp_bytes(g->width, g->height, r->s->resolution, vfirst), (void **)&g->tmp);
     if (st != FERRY_OK) return ferry__sample_error(st, r->batch, g->index);
   }
   return FERRY_OK;
@@ -278,8 +288,8 @@ static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry_resize_j
                             .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
                             .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + r->row[g->index] * r->item};
   pthread_mutex_lock(&s->lock);
-  ferry_status st = device_axis(s, r->db->stream, g->width, &job->h);
-  if (st == FERRY_OK) st = device_axis(s, r->db->stream, g->height, &job->v);
+  ferry_status st = device_axis(s, r->stream, g->width, &job->h);
+  if (st == FERRY_OK) st = device_axis(s, r->stream, g->height, &job->v);
   pthread_mutex_unlock(&s->lock);
   return st;
 }
@@ -297,8 +307,8 @@ static void run_host_resizes(void *arg) {
 }
 
 static ferry_status queue_resizes(stage_run *r) {
-  ferry_stream *stream = r->db->stream;
-  int on_host = stream->device->kind == FERRY_DEVICE_HOST;
+  ferry_stream *stream = r->stream;
+  int on_host = is_host(r->device);
   host_resizes *h = ferry__malloc(sizeof *h + r->ngpu * sizeof h->jobs[0]);
   if (!h) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu resizes", r->ngpu);
   h->n = 0;
@@ -307,7 +317,7 @@ static ferry_status queue_resizes(stage_run *r) {
     if (r->left_out[r->gpu[k].index]) continue;
     ferry_resize_job *job = &h->jobs[h->n++];
     st = resize_job(r, &r->gpu[k], job);
-    int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(stream->impl, job) : 0;
+    int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(ferry__stream_native(stream), job) : 0;
     if (err) st = ferry__fail(FERRY_EDEVICE, "transfer: the resize kernel of sample %zu failed to launch "
                               "(CUDA error %d)", r->gpu[k].index, err);
   }
@@ -336,7 +346,7 @@ static ferry_status decode_some(stage_run *r, gpu_sample *const *g, size_t n) {
   }
   if (st == FERRY_OK) {
     pthread_mutex_lock(&r->decoder->lock);
-    st = ferry__nvjpeg_decode_rgbi(&r->decoder->decoder, data, len, width, dst, (int)n, r->db->stream);
+    st = ferry__nvjpeg_decode_rgbi(&r->decoder->decoder, data, len, width, dst, (int)n, r->stream);
     pthread_mutex_unlock(&r->decoder->lock);
   }
   ferry__free(data);
@@ -359,20 +369,19 @@ static ferry_status decode_on_cpu(stage_run *r, gpu_sample *g) {
   if (st == FERRY_OK) st = ferry_decode_rgb(d, g->data, g->len, "its jpeg rows", &opts, &rgb, &w, &h);
   if (st == FERRY_OK && (w != g->width || h != g->height))
     st = ferry__fail(FERRY_EFORMAT, "the CPU decoder makes %dx%d of a header saying %dx%d", w, h, g->width, g->height);
-  ferry_copy_kind kind = ferry__copy_kind_between(1, r->db->device->kind == FERRY_DEVICE_HOST);
-  if (st == FERRY_OK) st = ferry_memcpy(r->db->stream, g->decoded, rgb, (size_t)w * h * 3, kind);
+  if (st == FERRY_OK) st = ferry_memcpy(r->stream, g->decoded, rgb, (size_t)w * h * 3, upload_kind(r->device));
   if (d) ferry_decoder_close(d);
   return st;
 }
 
-/* A sample nvJPEG failed on, alone: the loader lays it out for the CPU decoder from
- * now on; here the CPU decoder decodes it, or, where it cannot either, the loader's
- * policy decides: left out of this device batch (skip), or the transfer's failure,
- * naming the file (fail). */
+/* A sample nvJPEG failed on, alone: reported to the loader (which decides where it goes
+ * from now on); here the CPU decoder decodes it, or, where it cannot either, the
+ * loader's policy decides: left out of this device batch (skip), or the transfer's
+ * failure, naming the file (fail). */
 static ferry_status rescue(stage_run *r, gpu_sample *g) {
   const ferry_jpeg_stage_hooks *hooks = &r->s->hooks;
   long long index = ferry__dataset_index(r->batch, g->index);
-  if (index >= 0 && hooks->reroute) hooks->reroute(hooks->ctx, index);
+  if (index >= 0 && hooks->gpu_failed) hooks->gpu_failed(hooks->ctx, index);
   ferry_status st = decode_on_cpu(r, g);
   if (st == FERRY_OK || st == FERRY_ENOMEM) return st;
   char name[FERRY_ERROR_MAX] = "";
@@ -419,48 +428,47 @@ static ferry_status place_rows(stage_run *r) {
 
 /* The fallbacks' u8 pixels, from the arena into their rows of the pixels. */
 static ferry_status copy_fallbacks(stage_run *r) {
-  ferry_device_batch *db = r->db;
   const int64_t *rows = ferry_batch_offsets(r->batch, (size_t)r->cpu_images);
-  ferry_copy_kind kind = ferry__copy_kind_between(1, db->device->kind == FERRY_DEVICE_HOST);
+  ferry_copy_kind kind = upload_kind(r->device);
   for (size_t i = 0; i < r->nsource; i++) {
     if (rows[i + 1] == rows[i]) continue;
     ferry_tensor view;
     ferry_status st = ferry_batch_sample(r->batch, (size_t)r->cpu_images, i, &view);
     if (st == FERRY_OK && view.nbytes != r->item)
-      st = ferry__fail(FERRY_EINVAL, "cpu_images holds %zu bytes, not one %d x %d x 3 image", view.nbytes,
-                       r->s->resolution, r->s->resolution);
-    if (st == FERRY_OK) st = ferry__memcpy_or_wait(db->stream, r->pixels + r->row[i] * r->item, view.data, r->item, kind);
+      st = ferry__fail(FERRY_EINVAL, "%s holds %zu bytes, not one %d x %d x 3 image", r->s->fields.cpu_images,
+                       view.nbytes, r->s->resolution, r->s->resolution);
+    if (st == FERRY_OK)
+      st = ferry__memcpy_or_wait(r->stream, r->pixels + r->row[i] * r->item, view.data, r->item, kind);
     if (st != FERRY_OK) return ferry__sample_error(st, r->batch, i);
   }
   return FERRY_OK;
 }
 
 static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o) {
-  if (!r->staging || !r->db->batch_size) return FERRY_OK;
-  ferry_device_batch *db = r->db;
+  size_t kept = ferry_device_batch_size(r->db);
+  if (!r->staging || !kept) return FERRY_OK;
   ferry_norm_params params;
   ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
   size_t side = (size_t)r->s->resolution;
   ferry_norm_shape shape = {side, side, side, side};
-  size_t out_item = db->images.tensor.nbytes / db->batch_size;
-  int pixels_on_host = db->device->kind == FERRY_DEVICE_HOST;
+  size_t out_item = r->images->nbytes / kept;
+  int pixels_on_host = is_host(r->device);
   ferry_status st = FERRY_OK;
-  for (size_t i = 0; i < db->batch_size && st == FERRY_OK; i++)
-    st = ferry__normalize_enqueue(db->stream, r->pixels + i * r->item, pixels_on_host,
-                                  (char *)db->images.tensor.data + i * out_item, &shape, &params);
+  for (size_t i = 0; i < kept && st == FERRY_OK; i++)
+    st = ferry__normalize_enqueue(r->stream, r->pixels + i * r->item, pixels_on_host,
+                                  (char *)r->images->data + i * out_item, &shape, &params);
   return st;
 }
 
 /* Scratch back in stream order; after a failure, once the stream has run what was
  * queued (a queued decode or resize may still write it). */
 static void free_scratch(stage_run *r, ferry_status st) {
-  ferry_device_batch *db = r->db;
-  if (st != FERRY_OK) ferry_stream_synchronize(db->stream);
+  if (st != FERRY_OK) ferry_stream_synchronize(r->stream);
   for (size_t k = 0; k < r->ngpu; k++) {
-    if (r->gpu[k].decoded) ferry_device_free(db->device, db->stream, r->gpu[k].decoded);
-    if (r->gpu[k].tmp) ferry_device_free(db->device, db->stream, r->gpu[k].tmp);
+    if (r->gpu[k].decoded) ferry_device_free(r->device, r->stream, r->gpu[k].decoded);
+    if (r->gpu[k].tmp) ferry_device_free(r->device, r->stream, r->gpu[k].tmp);
   }
-  if (r->staging) ferry_device_free(db->device, db->stream, r->staging);
+  if (r->staging) ferry_device_free(r->device, r->stream, r->staging);
   ferry__free(r->gpu);
   ferry__free(r->left_out);
   ferry__free(r->row);
@@ -469,18 +477,21 @@ static void free_scratch(stage_run *r, ferry_status st) {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o) {
   ferry_jpeg_stage *s = self;
-  stage_run r = {.s = s, .db = db, .batch = batch, .nsource = db->batch_size,
-                 .jpeg = ferry_batch_find_field(batch, FERRY_FIELD_JPEG),
-                 .cpu_images = ferry_batch_find_field(batch, FERRY_FIELD_CPU_IMAGES),
+  stage_run r = {.s = s,
+                 .db = db,
+                 .device = ferry_device_batch_device(db),
+                 .stream = ferry_device_batch_stream(db),
+                 .batch = batch,
+                 .nsource = ferry_device_batch_size(db),
+                 .jpeg = ferry_batch_find_field(batch, s->fields.jpeg),
+                 .cpu_images = ferry_batch_find_field(batch, s->fields.cpu_images),
                  .item = (size_t)s->resolution * s->resolution * 3};
   if (r.jpeg < 0 || r.cpu_images < 0)
-    return ferry__fail(FERRY_EINVAL, "transfer: a GPU-decoded batch needs its '%s' and '%s' fields",
-                       FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES);
-  if (!ferry__batch_bytes_on_host(batch))
-    return ferry__fail(FERRY_EUNSUPPORTED, "transfer: nvJPEG reads the compressed bytes from host memory");
+    return ferry__fail(FERRY_EINVAL, "transfer: a GPU-decoded batch needs its '%s' and '%s' fields", s->fields.jpeg,
+                       s->fields.cpu_images);
   pthread_mutex_lock(&s->lock);
-  ferry_status st = bind_device(s, db->device);
-  if (st == FERRY_OK) st = decoder_for(s, db->stream, &r.decoder);
+  ferry_status st = bind_device(s, r.device);
+  if (st == FERRY_OK) st = decoder_for(s, r.stream, &r.decoder);
   pthread_mutex_unlock(&s->lock);
   if (st != FERRY_OK) return st;
   size_t n = r.nsource ? r.nsource : 1;

@@ -1,9 +1,11 @@
 /* image/gpu/jpeg_stage.h - the GPU decoder's transfer stage (internal; issue 15).
  *
  * A loader with the GPU decoder hands out batches whose pixels are compressed JPEG
- * bytes (FERRY_FIELD_JPEG rows) or, for the samples nvJPEG cannot take, u8 pixels
- * decoded on the CPU (FERRY_FIELD_CPU_IMAGES rows). It attaches the stage's producer
- * (lib/transfer/producer.h) to every such batch; ferry_transfer's direct path then
+ * bytes (its jpeg rows) or, for the samples nvJPEG cannot take, u8 pixels decoded on
+ * the CPU (its cpu_images rows; the loader names both fields at open). It attaches
+ * the stage's producer (lib/transfer/producer.h) to every such batch, and the stage
+ * reports to the loader what nvJPEG fails on (the hooks below), but decides nothing
+ * of the loader's: the routes are the loader's. ferry_transfer's direct path then
  * asks it for the device batch's images tensor instead of copying an images field:
  * nvJPEG's batched decode of the jpeg rows on the transfer's stream (one nvJPEG state
  * per stream), the resize kernel with the CPU resize's own filter tables
@@ -22,27 +24,39 @@
 struct ferry_nvjpeg_api;
 typedef struct ferry_jpeg_stage ferry_jpeg_stage;
 
-/* What the stage asks of the loader about a sample nvJPEG failed to decode (its
- * dataset index: the batch's sample_index). Called on the transfer's thread, any
- * number at once; either may be NULL. */
+/* The fields the stage reads and stands for, by the names whoever lays the batches out
+ * gave them (the loader's FERRY_FIELD_*: image/ knows no field by name). Static
+ * strings: not copied. */
+typedef struct ferry_jpeg_stage_fields {
+  const char *images;     /* what it makes: its producer's output (the device batch's images) */
+  const char *jpeg;       /* u8 rows: a sample's compressed bytes; none for a sample on the CPU */
+  const char *cpu_images; /* u8 [N,R,R,3] rows: N = 1 for a sample decoded on the CPU, else 0 */
+} ferry_jpeg_stage_fields;
+
+/* What the stage tells the loader about a sample nvJPEG failed to decode (its dataset
+ * index: the batch's FERRY_ROLE_SAMPLE_INDEX field), and asks of it. The stage only
+ * reports; where the sample goes from now on, and whether a sample no decoder reads
+ * is skipped, are the loader's decisions. Called on the transfer's thread, any number
+ * at once; either may be NULL. */
 typedef struct ferry_jpeg_stage_hooks {
   void *ctx;
-  /* nvJPEG failed on it alone: lay it out for the CPU decoder from now on. */
-  void (*reroute)(void *ctx, int64_t dataset_index);
+  /* nvJPEG failed on it alone (this transfer decodes it on the CPU instead). */
+  void (*gpu_failed)(void *ctx, int64_t dataset_index);
   /* The CPU decoder failed on it too. Write what names it ("image id 8, file x.jpg")
    * into name; 1: the loader's policy skips it (it is left out of the device batch,
    * and counted), 0: it fails the transfer. NULL hook: it fails the transfer. */
   int (*unreadable)(void *ctx, int64_t dataset_index, char *name, size_t size);
 } ferry_jpeg_stage_hooks;
 
-/* A stage decoding with `api` to `resolution` x `resolution`, holding every image to
- * `opts`' pixel limit (the loader's image options; NULL: the defaults) before any
- * device memory is asked for it, and asking `hooks` (copied; NULL: none) about images
- * nvJPEG cannot decode: each is decoded on the CPU in the transfer instead, or, where
- * no decoder can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at
- * build time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
+/* A stage decoding with `api` to `resolution` x `resolution` the batches whose fields
+ * `fields` names (required, every name given), holding every image to `opts`' pixel
+ * limit (the loader's image options; NULL: the defaults) before any device memory is
+ * asked for it, and telling `hooks` (copied; NULL: none) about images nvJPEG cannot
+ * decode: each is decoded on the CPU in the transfer instead, or, where no decoder
+ * can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at build
+ * time. */
+ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
                                     ferry_jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "lib/alloc.h"
-#include "lib/device_internal.h"
+#include "lib/device_native.h"
 #include "image/gpu/nvjpeg_table.h"
 #include "image/image_internal.h"
 #include "lib/status.h"
@@ -23,6 +23,23 @@ static const char *const route_names[FERRY_NVJPEG_ROUTES] = {
 
 const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route) {
   return route >= 0 && route < FERRY_NVJPEG_ROUTES ? route_names[route] : "?";
+}
+
+/* Every CPU route and the public reason it is counted under. */
+static const int route_reasons[FERRY_NVJPEG_ROUTES] = {[FERRY_NVJPEG_ROUTE_GPU] = -1,
+                                                       [FERRY_NVJPEG_ROUTE_NOT_JPEG] = FERRY_FALLBACK_NOT_JPEG,
+                                                       [FERRY_NVJPEG_ROUTE_CORRUPT] = FERRY_FALLBACK_CORRUPT,
+                                                       [FERRY_NVJPEG_ROUTE_COMPONENTS] = FERRY_FALLBACK_COMPONENTS,
+                                                       [FERRY_NVJPEG_ROUTE_PRECISION] = FERRY_FALLBACK_PRECISION,
+                                                       [FERRY_NVJPEG_ROUTE_ENCODING] = FERRY_FALLBACK_ENCODING,
+                                                       [FERRY_NVJPEG_ROUTE_SUBSAMPLING] = FERRY_FALLBACK_SUBSAMPLING,
+                                                       [FERRY_NVJPEG_ROUTE_UNSUPPORTED] = FERRY_FALLBACK_UNSUPPORTED,
+                                                       [FERRY_NVJPEG_ROUTE_ORIENTED] = FERRY_FALLBACK_ORIENTED};
+_Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
+               "every CPU route has its reason in ferry_decode_fallback, and every reason a route");
+
+int ferry__nvjpeg_route_reason(ferry_nvjpeg_route route) {
+  return route > FERRY_NVJPEG_ROUTE_GPU && route < FERRY_NVJPEG_ROUTES ? route_reasons[route] : -1;
 }
 
 ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
@@ -222,16 +239,16 @@ ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *c
   if (ns == NVJPEG_STATUS_SUCCESS) {
     d->batch = n;
     what = "nvjpegDecodeBatched";
-    ns = api->DecodeBatched(d->parser.handle, d->state, data, len, out, (cudaStream_t)stream->impl);
+    ns = api->DecodeBatched(d->parser.handle, d->state, data, len, out, (cudaStream_t)ferry__stream_native(stream));
   }
   ferry__free(out);
   if (ns == NVJPEG_STATUS_SUCCESS) return FERRY_OK;
   d->batch = 0; /* nvJPEG: initialise again to reset a failed batch */
   if (ns == NVJPEG_STATUS_ALLOCATOR_FAILURE) /* its own device (or pinned) memory: the caller may free and retry */
     return ferry__fail(FERRY_ENOMEM, "nvJPEG: %s of %d images on %s ran out of memory (%s)", what, n,
-                       stream->device->name, ferry__nvjpeg_status_name(ns));
+                       ferry_device_name(ferry_stream_device(stream)), ferry__nvjpeg_status_name(ns));
   return ferry__fail(FERRY_EDEVICE, "nvJPEG: %s of %d images on %s failed with status %d (%s)", what, n,
-                     stream->device->name, (int)ns, ferry__nvjpeg_status_name(ns));
+                     ferry_device_name(ferry_stream_device(stream)), (int)ns, ferry__nvjpeg_status_name(ns));
 }
 
 /* ---- routing ---- */

@@ -19,10 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ferry/error.h"
-#include "ferry_config.h"
-
 #include "ferry/device.h"
+#include "ferry/error.h"
+#include "ferry/image.h"
+#include "ferry_config.h"
 
 /* Why an image goes where it goes. Every value but GPU sends the sample to the CPU
  * path; CORRUPT ones then fail or are skipped there by the loader's error policy,
@@ -42,6 +42,9 @@ typedef enum ferry_nvjpeg_route {
 
 /* A short name for a route ("gpu", "not-jpeg", ...); "?" out of range. */
 const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route);
+/* The reason (ferry/image.h's ferry_decode_fallback) a CPU route gives; -1 for
+ * FERRY_NVJPEG_ROUTE_GPU and out of range. */
+int ferry__nvjpeg_route_reason(ferry_nvjpeg_route route);
 
 struct ferry_nvjpeg_api;
 

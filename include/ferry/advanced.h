@@ -52,6 +52,13 @@ FERRY_API ferry_status ferry_batch_create_unpacked(ferry_device *host, size_t ba
                                                    const ferry_field_spec *fields, const int64_t *rows,
                                                    ferry_batch **out);
 
+/* Give field `field` of `batch` the role `role` (ferry/batch.h), taking it from any
+ * other field that held it; FERRY_ROLE_NONE takes the field's role away. What a role
+ * asks of the field (the images PER_SAMPLE, the sample index i64 [1]) is checked
+ * where it is used, as for a field named in the transfer's options. FERRY_EINVAL for
+ * a field or role out of range. */
+FERRY_API ferry_status ferry_batch_set_role(ferry_batch *batch, size_t field, ferry_field_role role);
+
 /* ---- holding a batch, and learning of its release ---------------------------------- */
 
 /* Keep the batch's memory from being reused until `event` completes (the transfer

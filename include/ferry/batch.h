@@ -52,25 +52,21 @@ typedef enum ferry_field_kind {
 #define FERRY_MAX_FIELDS 16
 #define FERRY_FIELD_NAME_MAX 32
 
-/* The names of the fields the loader fills (ferry_loader_config.fields chooses which);
- * FERRY_FIELD_IMAGES is also the field ferry_transfer turns into the batch tensor. */
-#define FERRY_FIELD_IMAGES "images"             /* u8 [R,R,3] or f32 [3,R,R], per sample */
-#define FERRY_FIELD_SAMPLE_INDEX "sample_index" /* i64 [1]: the dataset index, per sample */
-#define FERRY_FIELD_BOXES "boxes"               /* f32 [N,4] rows */
-#define FERRY_FIELD_LABELS "labels"             /* i64 [N] rows */
-#define FERRY_FIELD_MASKS "masks"               /* bool [N,R,R] rows */
-#define FERRY_FIELD_AREA "area"                 /* f32 [N] rows */
-#define FERRY_FIELD_ISCROWD "iscrowd"           /* i64 [N] rows */
-#define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
-#define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
-#define FERRY_FIELD_SIZE "size"                 /* i64 [2] = h, w of the content, per sample */
-#define FERRY_FIELD_AUGMENT "augment"           /* i32 [FERRY_AUGMENT_RECORD_LEN] per sample: the
-                                                   sample's augmentation record (ferry/image.h) */
-/* With the GPU decoder (ferry_image_options.decode), a loader's batch has no images
- * field: each sample's pixels arrive in exactly one of these two, and the transfer
- * stage builds the images tensor on the device from them (docs/images.md). */
-#define FERRY_FIELD_JPEG "jpeg"                 /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
-#define FERRY_FIELD_CPU_IMAGES "cpu_images"     /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
+/* A field's ROLE: what lib/ itself does with it, whatever it is called. lib/ knows no
+ * field by its name (the names are the loader's, ferry/loader.h); the one who lays a
+ * batch out marks the fields the transfer must treat apart (ferry_batch_set_role,
+ * ferry/advanced.h; the loader marks its own). At most one field of a batch holds a
+ * role; a new batch's fields hold none. */
+typedef enum ferry_field_role {
+  FERRY_ROLE_NONE = 0,
+  /* The images: the field ferry_transfer makes the batch tensor of when its options
+   * name none (ferry/transfer.h, image_field NULL). PER_SAMPLE. */
+  FERRY_ROLE_IMAGES = 1,
+  /* The dataset index of each sample, i64 [1] per sample: how the transfer's errors
+   * name a sample ("sample 3 (dataset index 41)"). */
+  FERRY_ROLE_SAMPLE_INDEX = 2,
+  FERRY_ROLE_COUNT
+} ferry_field_role;
 
 /* In ferry_field_spec.inner_shape: this dimension is the sample's height (width). */
 #define FERRY_DIM_SAMPLE_H (-1)
@@ -95,6 +91,8 @@ FERRY_API int ferry_batch_is_packed(const ferry_batch *batch);
 FERRY_API ferry_device *ferry_batch_device(const ferry_batch *batch);
 /* Index of the field called `name`, or -1. */
 FERRY_API int ferry_batch_find_field(const ferry_batch *batch, const char *name);
+/* Index of the field that holds `role`, or -1 (none does, or FERRY_ROLE_NONE). */
+FERRY_API int ferry_batch_find_role(const ferry_batch *batch, ferry_field_role role);
 FERRY_API const ferry_field_spec *ferry_batch_field_spec(const ferry_batch *batch, size_t field);
 /* The offset table: batch_size + 1 row indices (for PER_SAMPLE fields 0, 1, ..., B). */
 FERRY_API const int64_t *ferry_batch_offsets(const ferry_batch *batch, size_t field);

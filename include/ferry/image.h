@@ -23,6 +23,7 @@
 
 #include "ferry/error.h"
 #include "ferry/export.h"
+#include "ferry/transfer.h" /* FERRY_IMAGENET_MEAN and _STD: the normalisation's statistics */
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,15 +31,13 @@ extern "C" {
 
 /* How a resized image is written into the caller's buffer. */
 typedef enum ferry_image_layout {
-  /* float32 [3,R,R], (v/255 - mean[c]) / std[c] with ImageNet's mean and std */
+  /* float32 [3,R,R], (v/255 - mean[c]) / std[c] with ImageNet's mean and std: the
+   * transfer's normalisation formula and statistics (ferry/transfer.h,
+   * FERRY_IMAGENET_MEAN and _STD), bit for bit */
   FERRY_LAYOUT_F32_CHW = 0,
   /* uint8 [R,R,3], the resized pixels, for normalising on the device (4x fewer bytes) */
   FERRY_LAYOUT_U8_HWC = 1
 } ferry_image_layout;
-
-/* ImageNet statistics used by FERRY_LAYOUT_F32_CHW, in RGB order. */
-#define FERRY_IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define FERRY_IMAGENET_STD {0.229f, 0.224f, 0.225f}
 
 /* Pillow's Image.MAX_IMAGE_PIXELS: the default decompression-bomb limit. */
 #define FERRY_IMAGE_DEFAULT_MAX_PIXELS UINT64_C(89478485)
@@ -64,8 +63,9 @@ typedef enum ferry_decode_mode {
 FERRY_API ferry_status ferry_decode_mode_parse(const char *name, ferry_decode_mode *out);
 FERRY_API const char *ferry_decode_mode_name(ferry_decode_mode mode);
 
-/* Why the GPU decoder sent a sample to the CPU path instead (the index of
- * ferry_loader_stats.samples_cpu_fallback). */
+/* Why the GPU decoder sent a sample to the CPU path instead: image/'s own reasons
+ * (image/gpu/ gives every CPU route of its rules one of them). A loader counts them
+ * in its stats through its own table (ferry/loader.h, samples_cpu_fallback). */
 typedef enum ferry_decode_fallback {
   FERRY_FALLBACK_NOT_JPEG = 0,  /* PNG, or anything without the JPEG signature */
   FERRY_FALLBACK_CORRUPT,       /* nvJPEG's parser refuses the stream, or nvJPEG failed to

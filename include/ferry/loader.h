@@ -55,6 +55,32 @@ extern "C" {
 
 typedef struct ferry_loader ferry_loader;
 
+/* The names of the fields the loader fills (ferry_loader_config.fields chooses which);
+ * FERRY_FIELD_IMAGES holds FERRY_ROLE_IMAGES (the field ferry_transfer turns into the batch
+ * tensor) and FERRY_FIELD_SAMPLE_INDEX FERRY_ROLE_SAMPLE_INDEX in every batch the loader
+ * lays out (ferry/batch.h). */
+#define FERRY_FIELD_IMAGES "images"             /* u8 [R,R,3] or f32 [3,R,R], per sample */
+#define FERRY_FIELD_SAMPLE_INDEX "sample_index" /* i64 [1]: the dataset index, per sample */
+#define FERRY_FIELD_BOXES "boxes"               /* f32 [N,4] rows */
+#define FERRY_FIELD_LABELS "labels"             /* i64 [N] rows */
+#define FERRY_FIELD_MASKS "masks"               /* bool [N,R,R] rows */
+#define FERRY_FIELD_AREA "area"                 /* f32 [N] rows */
+#define FERRY_FIELD_ISCROWD "iscrowd"           /* i64 [N] rows */
+#define FERRY_FIELD_IMAGE_ID "image_id"         /* i64 [1] per sample */
+#define FERRY_FIELD_ORIG_SIZE "orig_size"       /* i64 [2] = h, w, per sample */
+#define FERRY_FIELD_SIZE "size"                 /* i64 [2] = h, w of the content, per sample */
+/* i32 [FERRY_AUGMENT_RECORD_LEN] per sample: the sample's augmentation record (ferry/image.h) */
+#define FERRY_FIELD_AUGMENT "augment"
+/* With the GPU decoder (ferry_image_options.decode), a loader's batch has no images
+ * field: each sample's pixels arrive in exactly one of these two, and the transfer
+ * stage builds the images tensor on the device from them (docs/images.md). */
+#define FERRY_FIELD_JPEG "jpeg"             /* u8 [N] rows: the file's bytes, for nvJPEG (N = 0 for a fallback) */
+#define FERRY_FIELD_CPU_IMAGES "cpu_images" /* u8 [N,R,R,3] rows, N = 1 for a sample decoded on the CPU, else 0 */
+
+/* The slots of ferry_loader_stats.samples_cpu_fallback: fixed, since the stats' layout
+ * is (a reason image/ adds must find a free slot; a build-time check says so). */
+#define FERRY_LOADER_FALLBACK_SLOTS 8
+
 /* Target fields a batch can carry (FERRY_LOADER_FIELD_* bits of config.fields).
  * The "images" and "sample_index" fields are always present. */
 enum {
@@ -256,10 +282,12 @@ typedef struct ferry_loader_stats {
   ferry_decode_mode decoder;  /* the decoder in use: FERRY_DECODE_CPU or FERRY_DECODE_GPU
                                  (config.image.decode, with AUTO resolved at open) */
   /* With the GPU decoder: samples whose compressed bytes went to nvJPEG, and samples
-   * decoded on the CPU instead, by reason (ferry_decode_fallback). Counted when a
-   * worker fills the sample, re-planned ones included, as samples_decoded is. */
+   * decoded on the CPU instead, by reason: samples_cpu_fallback[FERRY_FALLBACK_X]
+   * counts reason X of ferry/image.h's ferry_decode_fallback (the loader maps each
+   * reason to its slot, loaders/gpu_fill.c). Counted when a worker fills the sample,
+   * re-planned ones included, as samples_decoded is. */
   uint64_t samples_gpu_decode;
-  uint64_t samples_cpu_fallback[FERRY_FALLBACK_REASONS];
+  uint64_t samples_cpu_fallback[FERRY_LOADER_FALLBACK_SLOTS];
   uint64_t batches_dropped;   /* batches laid out ahead (in flight or ready) and thrown
                                  away by set_epoch or state_set, to be filled again; a
                                  set_epoch to the epoch the loader stands at the start

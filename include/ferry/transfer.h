@@ -42,6 +42,16 @@ extern "C" {
 
 typedef struct ferry_device_batch ferry_device_batch;
 
+/* ImageNet's per-channel statistics, in RGB order and [0, 1] units: the mean and std
+ * normalisation takes when the options' std is all zero, and those of the CPU
+ * decoder's f32 layout (ferry/image.h, FERRY_LAYOUT_F32_CHW), which applies the same
+ * formula. They live here, with the formula, because lib/ applies it and includes
+ * nothing above it. */
+#define FERRY_IMAGENET_MEAN \
+  { 0.485f, 0.456f, 0.406f }
+#define FERRY_IMAGENET_STD \
+  { 0.229f, 0.224f, 0.225f }
+
 /* Device-side normalisation of a u8 [H,W,3] image field: out = (x/255 - mean) / std,
  * written channel-first. Copying u8 and widening on the device moves 4x fewer bytes
  * over the bus than copying f32. The CUDA backend runs a kernel; the host backend
@@ -82,16 +92,19 @@ typedef struct ferry_transfer_hook {
 
 #define FERRY_TRANSFER_MAX_HOOKS 8
 
-/* A zeroed struct (or a NULL pointer) means: image field "images", no normalisation,
- * no hooks. */
+/* A zeroed struct (or a NULL pointer) means: the batch's images field (its role), no
+ * normalisation, no hooks. */
 typedef struct ferry_transfer_options {
-  /* The field that becomes the batch tensor. NULL: "images". "": none; every field is
-   * then a per-sample record. A batch without the named field is fine. The field must
-   * be FERRY_FIELD_PER_SAMPLE. */
+  /* The field that becomes the batch tensor, by name. NULL: the field holding
+   * FERRY_ROLE_IMAGES (ferry/batch.h): the loader's batches mark their "images" field
+   * so, a batch built by hand marks its own with ferry_batch_set_role or names it here
+   * (the transfer knows no field by its name). "": none; every field is then a
+   * per-sample record. A batch without the field is fine. The field must be
+   * FERRY_FIELD_PER_SAMPLE. */
   const char *image_field;
   ferry_normalize normalize;
   /* Per-channel mean and std for normalisation, in [0, 1] units. All-zero std means
-   * ImageNet's (mean 0.485, 0.456, 0.406; std 0.229, 0.224, 0.225); otherwise every
+   * ImageNet's (FERRY_IMAGENET_MEAN and _STD); otherwise every
    * std must be finite and non-zero and every mean finite (FERRY_EINVAL). */
   float mean[3];
   float std[3];
@@ -132,8 +145,8 @@ FERRY_API size_t ferry_device_batch_num_fields(const ferry_device_batch *batch);
 FERRY_API const char *ferry_device_batch_field_name(const ferry_device_batch *batch, size_t k);
 
 /* The batch tensor, or NULL when there was no image field, its samples differ in shape
- * (each is then a record: ferry_device_batch_sample_field(db, i, "images")) or it was
- * taken out. */
+ * (each is then a record under the field's name: ferry_device_batch_sample_field(db, i,
+ * FERRY_FIELD_IMAGES) for a loader's batch) or it was taken out. */
 FERRY_API ferry_tensor *ferry_device_batch_images(ferry_device_batch *batch);
 /* Sample i's tensor for field `name`: [rows, inner...] for a ROWS field (rows may be 0:
  * a valid empty tensor, data NULL), the inner shape for a PER_SAMPLE field. NULL when

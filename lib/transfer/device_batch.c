@@ -66,6 +66,15 @@ ferry_status ferry__device_batch_leave_out(ferry_device_batch *db, const uint8_t
   return FERRY_OK;
 }
 
+ferry_status ferry__device_batch_alloc_images(ferry_device_batch *db, ferry_dtype dtype, int ndim, const int64_t *shape,
+                                              ferry_tensor **out) {
+  /* Present once allocated, so that a failed transfer frees it with the batch. */
+  ferry_status st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
+  db->images.present = st == FERRY_OK;
+  *out = st == FERRY_OK ? &db->images.tensor : NULL;
+  return st;
+}
+
 size_t ferry__device_batch_source(const ferry_device_batch *db, size_t j) {
   return db->source ? db->source[j] : j;
 }

@@ -130,13 +130,13 @@ static ferry_status copy_one(ferry_stream *stream, const ferry__padded_layout *l
 ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batch, size_t field,
                                        const ferry__padded_layout *l, const ferry_norm_params *norm,
                                        int src_on_host, ferry_copy_kind kind) {
-  ferry_status st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, l->dtype, l->ndim, l->shape);
-  db->images.present = st == FERRY_OK;
+  ferry_tensor *images;
+  ferry_status st = ferry__device_batch_alloc_images(db, l->dtype, l->ndim, l->shape, &images);
   if (st != FERRY_OK) return ferry__error_prefix(st, "the padded images tensor: ");
-  size_t row = db->images.present ? db->images.tensor.nbytes / db->batch_size : 0;
+  size_t row = images->nbytes / db->batch_size;
   for (size_t i = 0; i < db->batch_size && st == FERRY_OK; i++) {
     ferry_tensor view;
-    char *dst = (char *)db->images.tensor.data + i * row;
+    char *dst = (char *)images->data + i * row;
     st = ferry_batch_sample(batch, field, i, &view);
     if (st == FERRY_OK && norm) {
       ferry_norm_shape shape = {(size_t)view.shape[0], (size_t)view.shape[1], (size_t)l->shape[2],

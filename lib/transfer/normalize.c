@@ -23,7 +23,7 @@
 #include "lib/device_internal.h"
 #include "lib/status.h"
 #include "lib/transfer/normalize.h"
-#include "ferry/image.h" /* FERRY_IMAGENET_MEAN and _STD: the statistics every layout uses */
+#include "ferry/transfer.h" /* FERRY_IMAGENET_MEAN and _STD: the statistics every layout uses */
 
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -25,7 +25,7 @@ static int batch_is_on(const ferry_batch *b, const ferry_device *device) {
   return b->storage == STORAGE_DEVICE && b->device == device;
 }
 
-/* A storage-less batch with b's fields and row counts: the layout is a function of
+/* A storage-less batch with b's fields, roles and row counts: the layout is a function of
  * those alone, so its offsets and bytes are b's, and one copy of total_bytes moves the
  * whole batch. */
 static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
@@ -40,6 +40,7 @@ static ferry_status shell_like(const ferry_batch *b, ferry_batch **out) {
   }
   ferry_status st = ferry__batch_shell(bs, n, specs, rows, b->sample_hw, out);
   ferry__free(rows);
+  if (st == FERRY_OK) memcpy((*out)->roles, b->roles, sizeof b->roles);
   return st;
 }
 

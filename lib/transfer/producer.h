@@ -1,4 +1,6 @@
-/* lib/transfer/producer.h - a producer of a device field from host fields (internal).
+/* lib/transfer/producer.h - a producer of a device field from host fields (internal;
+ * one of lib/'s floor headers: with lib/device_native.h, all a producer above lib/
+ * includes of lib/'s insides, docs/architecture.md).
  *
  * ferry_transfer copies every host field to the device as it is: the image field
  * into the batch tensor, the others into per-sample records. A batch whose device
@@ -8,19 +10,27 @@
  * the device batch's images tensor, and the host fields it consumes become no
  * records. This is the one place the transfer meets image code, through a pointer:
  * lib/ links nothing above it, and a batch without a producer never leaves lib/.
+ * The fields are named by the producer (its output and inputs, whatever names the
+ * one who lays the batches out gave it), never by lib/.
  *
  * Contract of produce: called on the transfer's thread with the device batch made
- * (no images tensor yet); it allocates db->images on db->stream (db->images.present
- * once allocated, so a failed transfer frees it) and queues everything on that
- * stream, reading the batch only from work queued there (the transfer holds the
- * batch until that has run). On failure it leaves nothing of its own allocated.
- * Before it allocates the images tensor it may leave samples out of the device batch
- * (ferry__device_batch_leave_out: images it could not make, under the loader's skip
- * policy); the tensor then has a row per sample kept, and the transfer makes records
- * for those samples only, in order.
+ * (no images tensor yet), only for a batch whose bytes are in host memory (the
+ * transfer refuses a producer's batch held in device memory, FERRY_EUNSUPPORTED);
+ * it allocates the images tensor with ferry__device_batch_alloc_images on the device
+ * batch's stream (ferry_device_batch_stream) and queues everything on that stream,
+ * reading the batch only from work queued there (the transfer holds the batch until
+ * that has run). On failure it leaves nothing of its own allocated (the images tensor
+ * is the device batch's, freed with it). Before it allocates the images tensor it may
+ * leave samples out of the device batch (ferry__device_batch_leave_out: images it
+ * could not make, under the loader's skip policy); the tensor then has a row per
+ * sample kept (ferry_device_batch_size), and the transfer makes records for those
+ * samples only, in order.
  */
 #ifndef FERRY_LIB_TRANSFER_PRODUCER_H
 #define FERRY_LIB_TRANSFER_PRODUCER_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "ferry/batch.h"
 #include "ferry/transfer.h"
@@ -28,7 +38,8 @@
 #define FERRY_PRODUCER_MAX_INPUTS 4
 
 typedef struct ferry__producer {
-  const char *output;                               /* the field it makes: "images" */
+  const char *output;                               /* the field it stands for (a transfer's
+                                                     * image_field may name it) */
   const char *inputs[FERRY_PRODUCER_MAX_INPUTS];    /* host fields it reads: no records */
   size_t ninputs;
   ferry_status (*produce)(void *self, ferry_device_batch *db, const ferry_batch *batch,
@@ -37,7 +48,29 @@ typedef struct ferry__producer {
 } ferry__producer;
 
 /* Attach a producer to a batch (NULL detaches). Not owned: it must outlive every
- * transfer of the batch. */
+ * transfer of the batch. The transfer uses it when its options name no image field,
+ * or name the producer's output. */
 void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *producer);
+
+/* ---- what produce may do (device_batch.c, sample_name.c) ---- */
+
+/* Allocate db's images tensor (dtype, [ndim] shape, its first dimension the samples
+ * kept) on db's stream; *out points at it, owned by db (freed with it, and by a failed
+ * transfer). Once per transfer, after any ferry__device_batch_leave_out. */
+ferry_status ferry__device_batch_alloc_images(ferry_device_batch *db, ferry_dtype dtype, int ndim, const int64_t *shape,
+                                              ferry_tensor **out);
+/* Leave the source samples flagged in left_out[0..source batch size) out of db (a
+ * producer that could not make their images, under the skip policy): db's batch size
+ * becomes the count kept. Only before any record or images tensor exists. */
+ferry_status ferry__device_batch_leave_out(ferry_device_batch *db, const uint8_t *left_out);
+
+/* st, its message prefixed with sample i of `batch` (sample_name.c): "sample 3
+ * (dataset index 41): ", the dataset index read from the batch's field holding
+ * FERRY_ROLE_SAMPLE_INDEX where it has one in host memory (the loader's batches do).
+ * Every failure of one sample's work says so, the producer's too. */
+ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i);
+/* Sample i's dataset index (its FERRY_ROLE_SAMPLE_INDEX field), -1 where the host
+ * cannot read one. */
+long long ferry__dataset_index(const ferry_batch *batch, size_t i);
 
 #endif

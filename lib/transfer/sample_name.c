@@ -1,8 +1,9 @@
 /* lib/transfer/sample_name.c - how a transfer's errors name a sample.
  *
  * Owns nothing: a sample is named by its position in the batch and, where the batch
- * carries the loader's sample_index field in host memory, by its dataset index, which
- * is what a user can look up (the loader's own messages name the file by it). Used by
+ * has a field holding FERRY_ROLE_SAMPLE_INDEX (i64 [1]: the loader marks its
+ * sample_index field so) in host memory, by its dataset index, which is what a user
+ * can look up (the loader's own messages name the file by it). Used by
  * every file of the transfer that works per sample (transfer.c, image_tensor.c) and by
  * the GPU decoder's stage, so that they all say it the same way.
  */
@@ -10,7 +11,7 @@
 #include "lib/transfer/transfer_internal.h"
 
 long long ferry__dataset_index(const ferry_batch *batch, size_t i) {
-  int f = ferry_batch_find_field(batch, FERRY_FIELD_SAMPLE_INDEX);
+  int f = ferry_batch_find_role(batch, FERRY_ROLE_SAMPLE_INDEX);
   ferry_tensor view;
   if (f < 0 || !ferry__batch_bytes_on_host(batch) || i >= batch->batch_size ||
       ferry_batch_sample(batch, (size_t)f, i, &view) != FERRY_OK || view.dtype != FERRY_I64 || view.nbytes < 8)

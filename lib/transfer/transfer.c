@@ -163,9 +163,8 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
     norm = &params;
     hw = (ferry_norm_shape){(size_t)shape[2], (size_t)shape[3], (size_t)shape[2], (size_t)shape[3]};
   }
-  /* Present once allocated, for the same reason as a sample's slot. */
-  st = ferry_tensor_alloc(&db->images.tensor, db->device, db->stream, dtype, ndim, shape);
-  db->images.present = st == FERRY_OK;
+  ferry_tensor *images;
+  st = ferry__device_batch_alloc_images(db, dtype, ndim, shape, &images);
   return st == FERRY_OK ? copy_image_rows(job, field, &hw, norm) : ferry__error_prefix(st, "the images tensor: ");
 }
 
@@ -242,11 +241,19 @@ static ferry_status queue_copies(transfer_job *job, int image_field, const ferry
 
 void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *producer) { batch->producer = producer; }
 
-/* The batch's producer, when it makes this transfer's image field (the options name
- * the field it outputs: by default "images"). */
+/* The field that becomes the batch tensor: the one the options name, or (NULL) the
+ * one holding FERRY_ROLE_IMAGES; -1 for none ("", or no such field). */
+static int image_field_of(const ferry_batch *batch, const ferry_transfer_options *o) {
+  if (!o->image_field) return ferry_batch_find_role(batch, FERRY_ROLE_IMAGES);
+  return o->image_field[0] ? ferry_batch_find_field(batch, o->image_field) : -1;
+}
+
+/* The batch's producer, when it makes this transfer's images: the options name no
+ * field (the producer stands for the batch's images, which it has no field of) or
+ * name the field it outputs. */
 static const ferry__producer *images_producer(const ferry_batch *batch, const ferry_transfer_options *o) {
-  const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
-  return batch->producer && strcmp(image_name, batch->producer->output) == 0 ? batch->producer : NULL;
+  if (!batch->producer) return NULL;
+  return !o->image_field || strcmp(o->image_field, batch->producer->output) == 0 ? batch->producer : NULL;
 }
 
 /* The fields that do not become per-sample records: the image field, or the fields a
@@ -263,8 +270,7 @@ static uint32_t fields_not_records(const ferry_batch *batch, int image_field, co
 
 ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, ferry_batch *batch,
                                    const ferry_transfer_options *o, ferry_device_batch **out) {
-  const char *image_name = o->image_field ? o->image_field : FERRY_FIELD_IMAGES;
-  int image_field = image_name[0] ? ferry_batch_find_field(batch, image_name) : -1;
+  int image_field = image_field_of(batch, o);
   const ferry__producer *producer = images_producer(batch, o);
   /* Images of different shapes: one padded batch tensor when asked (pad_multiple),
    * else no batch tensor and each sample's image a record. */
@@ -273,6 +279,7 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   int padded = !producer && ferry__images_padded_layout(batch, image_field, o, &layout, &st);
   if (st != FERRY_OK) return st;
   int own_images = !producer && !padded && images_differ(batch, image_field);
+  int own_images_field = own_images ? image_field : -1;
   if (own_images) image_field = -1;
   ferry_device_batch *db = NULL;
   st = ferry__device_batch_new(device, stream, batch,
@@ -283,8 +290,12 @@ ferry_status ferry__transfer_direct(ferry_device *device, ferry_stream *stream, 
   job.kind = ferry__copy_kind_between(job.src_on_host, device->kind == FERRY_DEVICE_HOST);
   int own_k = -1;
   for (size_t k = 0; own_images && k < db->nfields; k++)
-    if (strcmp(db->names[k], image_name) == 0) own_k = (int)k;
-  if (producer) st = producer->produce(producer->self, db, batch, o);
+    if (db->source_field[k] == own_images_field) own_k = (int)k;
+  if (producer && !job.src_on_host)
+    st = ferry__fail(FERRY_EUNSUPPORTED,
+                     "transfer: a batch whose images a producer makes must be in host "
+                     "memory (it reads its inputs there: nvJPEG the compressed bytes)");
+  if (producer && st == FERRY_OK) st = producer->produce(producer->self, db, batch, o);
   if (st == FERRY_OK) st = queue_copies(&job, producer ? -1 : image_field, padded ? &layout : NULL, own_k);
   /* Whatever was queued reads the batch: hold it until that has run, even on failure.
    * The hold comes before the hooks: the source batch need not wait for them. */

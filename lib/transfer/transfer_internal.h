@@ -7,6 +7,7 @@
 #include "ferry/transfer.h"
 #include "lib/batch_internal.h"
 #include "lib/status.h"
+#include "lib/transfer/producer.h" /* the device batch calls producers use, and sample naming */
 
 /* One sample's tensor for one field; `present` is 0 once taken out (an empty tensor,
  * [0,4] with data NULL, is present). */
@@ -39,11 +40,8 @@ struct ferry_device_batch {
 ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
                                     const ferry_batch *batch, uint32_t not_records,
                                     ferry_device_batch **out);
-/* Leave the source samples flagged in left_out[0..source batch size) out of db (a
- * producer that could not make their images, under the skip policy): db->batch_size
- * becomes the count kept, and device sample j is the source's sample
- * ferry__device_batch_source(db, j). Only before any record or images tensor exists. */
-ferry_status ferry__device_batch_leave_out(ferry_device_batch *db, const uint8_t *left_out);
+/* Device sample j is the source's sample ferry__device_batch_source(db, j): j, unless a
+ * producer left samples out (producer.h, ferry__device_batch_leave_out). */
 size_t ferry__device_batch_source(const ferry_device_batch *db, size_t j);
 /* Run a hook and remember its failure (the first one wins). */
 void ferry__device_batch_run_hook(ferry_device_batch *db, const ferry_transfer_hook *hook);
@@ -87,14 +85,6 @@ int ferry__images_padded_layout(const ferry_batch *batch, int field, const ferry
 ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batch, size_t field,
                                        const ferry__padded_layout *layout, const struct ferry_norm_params *norm,
                                        int src_on_host, ferry_copy_kind kind);
-
-/* st, its message prefixed with sample i of `batch` (sample_name.c): "sample 3
- * (dataset index 41): ", the dataset index read from the batch's sample_index field
- * where it has one in host memory (the loader's batches do). Every failure of one
- * sample's work says so. */
-ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i);
-/* Sample i's dataset index (its sample_index), -1 where the host cannot read one. */
-long long ferry__dataset_index(const ferry_batch *batch, size_t i);
 
 /* The stream to use: `stream` (checked to belong to `device`) or the default one. */
 ferry_status ferry__resolve_stream(ferry_device *device, ferry_stream **stream);

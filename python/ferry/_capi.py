@@ -102,7 +102,7 @@ class LoaderStats(Structure):  # ferry_loader_stats, include/ferry/loader.h
                 ("coordinator_idle_cpu_ns", c_uint64), ("consumer_idle_cpu_ns", c_uint64),
                 ("peak_busy_workers", c_size_t), ("decoder", c_int),
                 ("samples_gpu_decode", c_uint64),
-                ("samples_cpu_fallback", c_uint64 * 8),  # FERRY_FALLBACK_REASONS
+                ("samples_cpu_fallback", c_uint64 * 8),  # FERRY_LOADER_FALLBACK_SLOTS
                 ("batches_dropped", c_uint64)]
 
 

@@ -135,6 +135,36 @@ Test(batch, invalid_layouts_are_refused) {
   cr_assert_eq(ferry_batch_layout_bytes(1, 1, &deep, rows, &bytes), FERRY_EINVAL);
 }
 
+/* Roles (batch.h): none on a new batch, one field per role, and a checked table's roles
+ * on every batch made of it. */
+Test(batch, each_role_is_held_by_one_field_at_most) {
+  ferry_device *d;
+  ferry_pool *p = host_pool(&d, 2);
+  ferry_batch *b;
+  cr_assert_eq(ferry_batch_create(p, B, NF, FIELDS, ROWS, &b), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), -1, "a new batch's fields hold none");
+  cr_assert_eq(ferry_batch_set_role(b, 0, FERRY_ROLE_IMAGES), FERRY_OK);
+  cr_assert_eq(ferry_batch_set_role(b, 3, FERRY_ROLE_SAMPLE_INDEX), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), 0);
+  cr_assert_eq(ferry_batch_set_role(b, 1, FERRY_ROLE_IMAGES), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), 1, "moved, not shared");
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_SAMPLE_INDEX), 3);
+  cr_assert_eq(ferry_batch_set_role(b, 1, FERRY_ROLE_NONE), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), -1);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_NONE), -1);
+  cr_assert_eq(ferry_batch_set_role(b, NF, FERRY_ROLE_IMAGES), FERRY_EINVAL);
+  cr_assert_eq(ferry_batch_set_role(b, 0, FERRY_ROLE_COUNT), FERRY_EINVAL);
+  ferry_batch_release(b);
+  ferry__batch_fields checked;
+  cr_assert_eq(ferry__batch_fields_check(NF, FIELDS, &checked), FERRY_OK);
+  cr_assert_eq(ferry__batch_fields_set_role(&checked, 2, FERRY_ROLE_IMAGES), FERRY_OK);
+  cr_assert_eq(ferry__batch_create_checked(p, d, B, &checked, ROWS, NULL, &b), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), 2, "the table's roles");
+  ferry_batch_release(b);
+  ferry_pool_close(p);
+  ferry_device_close(d);
+}
+
 /* Fields checked once (the loader's path) give the same batch as ferry_batch_create,
  * packed and unpacked, and the names are the batch's own copies. */
 Test(batch, checked_fields_lay_out_as_ferry_batch_create_does) {

@@ -11,6 +11,7 @@
 #include "image/gpu/jpeg_stage.h"
 #include "lib/device_internal.h"
 #include "lib/transfer/packed_copy.h"
+#include "loaders/gpu_route.h"
 #include "loaders/loader_internal.h"
 #include "tests/common/fake_nvjpeg.h"
 
@@ -153,7 +154,7 @@ static ferry_memory_stats stats_of_device(ferry_device *d) {
 
 static uint64_t fallbacks(const ferry_loader_stats *s) {
   uint64_t n = 0;
-  for (int r = 0; r < FERRY_FALLBACK_REASONS; r++) n += s->samples_cpu_fallback[r];
+  for (int r = 0; r < FERRY_LOADER_FALLBACK_SLOTS; r++) n += s->samples_cpu_fallback[r];
   return n;
 }
 
@@ -578,8 +579,11 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   memcpy(v.data, bomb, len);
   cr_assert_eq(ferry_batch_sample(b, 2, 0, &v), FERRY_OK);
   *(int64_t *)v.data = BOMB_INDEX;
+  cr_assert_eq(ferry_batch_set_role(b, 2, FERRY_ROLE_SAMPLE_INDEX), FERRY_OK, "how the message names the sample");
   struct ferry_jpeg_stage *stage;
-  cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, NULL, &stage), FERRY_OK, "%s", ferry_last_error());
+  const ferry_jpeg_stage_fields names = {FERRY_FIELD_IMAGES, FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES};
+  cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, &names, NULL, &stage), FERRY_OK, "%s",
+               ferry_last_error());
   ferry__batch_set_producer(b, ferry__jpeg_stage_producer(stage));
   uint64_t allocations = stats_of_device(gpu).allocations;
   ferry_transfer_options o = {.normalize = FERRY_NORMALIZE_F32};
@@ -766,4 +770,47 @@ Test(gpu_loader, shards_are_refused_before_their_walk, .timeout = 60) {
   cr_assert_not_null(strstr(ferry_last_error(), "the GPU decoder reads image files, not shards"), "%s",
                      ferry_last_error());
   cr_assert_null(gpu);
+}
+
+/* ---- the loader's own tables for image/'s reasons and routes (issue 37) ---- */
+
+Test(gpu_loader, every_fallback_reason_has_its_own_stats_slot_the_one_loader_h_promises) {
+  int used[FERRY_LOADER_FALLBACK_SLOTS] = {0};
+  for (int r = 0; r < FERRY_FALLBACK_REASONS; r++) {
+    size_t slot = ferry__loader_fallback_slot(r);
+    cr_assert_lt(slot, FERRY_LOADER_FALLBACK_SLOTS, "reason %d has no slot", r);
+    cr_expect_eq(slot, (size_t)r, "samples_cpu_fallback[FERRY_FALLBACK_X] counts X (the stats' meaning)");
+    cr_expect_eq(used[slot]++, 0, "slot %zu counts two reasons", slot);
+  }
+  cr_expect_eq(ferry__loader_fallback_slot(-1), FERRY_LOADER_FALLBACK_SLOTS, "no reason: no slot");
+  for (int route = FERRY_NVJPEG_ROUTE_GPU + 1; route < FERRY_NVJPEG_ROUTES; route++)
+    cr_expect_lt(ferry__loader_fallback_slot(ferry__nvjpeg_route_reason((ferry_nvjpeg_route)route)),
+                 FERRY_LOADER_FALLBACK_SLOTS, "CPU route %d is counted", route);
+  cr_expect_eq(ferry__nvjpeg_route_reason(FERRY_NVJPEG_ROUTE_GPU), -1);
+}
+
+Test(gpu_loader, a_route_goes_from_gpu_to_one_cpu_route_and_stays) {
+  ferry_loader_config c = fresh_config();
+  ferry_coco *coco;
+  cr_assert_eq(ferry_coco_open(c.annotations, NULL, &coco), FERRY_OK, "%s", ferry_last_error());
+  ferry__gpu_routes *routes;
+  cr_assert_eq(ferry__gpu_routes_open(coco, 0, &routes), FERRY_OK);
+  cr_expect_eq(ferry__gpu_route(routes, 3), FERRY_NVJPEG_ROUTE_GPU, "every image starts on the GPU");
+  cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_GPU), 0, "GPU is no CPU route");
+  cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_ORIENTED), 1);
+  cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_COMPONENTS), 0, "the first report wins");
+  ferry_jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(routes);
+  hooks.gpu_failed(hooks.ctx, 3);
+  cr_expect_eq(ferry__gpu_route(routes, 3), FERRY_NVJPEG_ROUTE_ORIENTED, "kept through the stage's report too");
+  hooks.gpu_failed(hooks.ctx, 4);
+  cr_expect_eq(ferry__gpu_route(routes, 4), FERRY_NVJPEG_ROUTE_CORRUPT, "the loader routes what nvJPEG failed on");
+  size_t n = ferry_coco_num_images(coco);
+  cr_expect_eq(ferry__gpu_route_to_cpu(routes, n, FERRY_NVJPEG_ROUTE_CORRUPT), 0, "out of range");
+  cr_expect_eq(ferry__gpu_route(routes, n), FERRY_NVJPEG_ROUTE_GPU);
+  char name[64] = "";
+  cr_expect_eq(hooks.unreadable(hooks.ctx, 4, name, sizeof name), 0, "fail policy: not skipped");
+  cr_expect(strstr(name, "image id") != NULL, "%s", name);
+  cr_expect_eq(ferry__gpu_routes_skipped(routes), 0);
+  ferry__gpu_routes_close(routes);
+  ferry_coco_close(coco);
 }

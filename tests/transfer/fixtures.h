@@ -42,6 +42,12 @@ static inline void detection_fields(ferry_field_spec *f) {
   f[6] = (ferry_field_spec){"image_id", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, {1}};
 }
 
+/* Field 0 is the images: the role by which the transfer finds its batch tensor (lib/
+ * knows no field by name; the loader marks its own batches the same way). */
+static inline void mark_images(ferry_batch *b) {
+  cr_assert_eq(ferry_batch_set_role(b, 0, FERRY_ROLE_IMAGES), FERRY_OK, "%s", ferry_last_error());
+}
+
 /* rows[f * batch + i] for every field: instance counts for ROWS fields. */
 static inline void detection_rows(size_t batch, const int64_t *instances, int64_t *rows) {
   for (size_t f = 0; f < NFIELDS; f++)
@@ -104,6 +110,7 @@ static inline ferry_batch *make_packed(ferry_pool *pool, size_t batch, const int
   ferry_batch *b = NULL;
   cr_assert_eq(ferry_batch_create(pool, batch, NFIELDS, f, rows, &b), FERRY_OK, "%s",
                ferry_last_error());
+  mark_images(b);
   fill_batch(b, seed);
   return b;
 }
@@ -117,6 +124,7 @@ static inline ferry_batch *make_unpacked(ferry_device *host, size_t batch,
   ferry_batch *b = NULL;
   cr_assert_eq(ferry_batch_create_unpacked(host, batch, NFIELDS, f, rows, &b), FERRY_OK, "%s",
                ferry_last_error());
+  mark_images(b);
   fill_batch(b, seed);
   return b;
 }

@@ -575,6 +575,31 @@ static void image_field_is_an_option(const char *name) {
 }
 ON_EVERY_BACKEND(transfer, image_field_is_an_option, image_field_is_an_option)
 
+/* By default the transfer takes the field holding the images role, whatever its name:
+ * lib/ knows no field by name (issue 37). */
+static void the_images_role_not_a_name_makes_the_batch_tensor(const char *name) {
+  rig r = rig_open(name, 1);
+  ferry_batch *b = make_packed(r.pool, 5, default_instances, 73);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), 0);
+  cr_assert_eq(ferry_batch_set_role(b, 0, FERRY_ROLE_NONE), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), -1);
+  ferry_device_batch *db = transfer_or_die(&r, b, NULL);
+  cr_assert_null(ferry_device_batch_images(db), "a field called images without the role is a record");
+  cr_assert_not_null(ferry_device_batch_sample_field(db, 0, "images"));
+  ferry_device_batch_free(db);
+  cr_assert_eq(ferry_batch_set_role(b, 6, FERRY_ROLE_IMAGES), FERRY_OK); /* image_id */
+  db = transfer_or_die(&r, b, NULL);
+  cr_assert(ferry_device_batch_images(db) && ferry_device_batch_images(db)->shape[0] == 5, "image_id's role");
+  cr_assert_null(ferry_device_batch_sample_field(db, 0, "image_id"));
+  ferry_device_batch_free(db);
+  cr_assert_eq(ferry_batch_set_role(b, 0, FERRY_ROLE_IMAGES), FERRY_OK);
+  cr_assert_eq(ferry_batch_find_role(b, FERRY_ROLE_IMAGES), 0, "a role moves: one field holds it");
+  ferry_batch_release(b);
+  rig_close(&r);
+}
+ON_EVERY_BACKEND(transfer, the_images_role_not_a_name_makes_the_batch_tensor,
+                 the_images_role_not_a_name_makes_the_batch_tensor)
+
 static void bad_arguments_fail_cleanly(const char *name) {
   rig r = rig_open(name, 1);
   ferry_device *other = NULL;

@@ -15,17 +15,19 @@
 
 enum { B = 5 };
 
-/* The detection batch of the fixtures with the loader's sample_index field, the
- * dataset index 100 + 10 i for sample i. */
+/* The detection batch of the fixtures with a sample index field (the loader's, by its
+ * role), the dataset index 100 + 10 i for sample i. */
 static ferry_batch *make_indexed(ferry_pool *pool) {
   ferry_field_spec f[NFIELDS + 1];
   int64_t rows[(NFIELDS + 1) * B];
   detection_fields(f);
-  f[NFIELDS] = (ferry_field_spec){FERRY_FIELD_SAMPLE_INDEX, FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, {1}};
+  f[NFIELDS] = (ferry_field_spec){"sample_index", FERRY_I64, FERRY_FIELD_PER_SAMPLE, 1, {1}};
   detection_rows(B, default_instances, rows);
   for (size_t i = 0; i < B; i++) rows[NFIELDS * B + i] = 1;
   ferry_batch *b = NULL;
   cr_assert_eq(ferry_batch_create(pool, B, NFIELDS + 1, f, rows, &b), FERRY_OK, "%s", ferry_last_error());
+  mark_images(b);
+  cr_assert_eq(ferry_batch_set_role(b, NFIELDS, FERRY_ROLE_SAMPLE_INDEX), FERRY_OK);
   fill_batch(b, 11);
   for (size_t i = 0; i < B; i++) {
     ferry_tensor v;

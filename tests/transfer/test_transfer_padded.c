@@ -25,6 +25,7 @@ static ferry_batch *sized_batch(rig *r, int chw, const int64_t (*sizes)[2]) {
   }
   ferry_batch *b;
   cr_assert_eq(ferry_batch_create_sized(r->pool, B, 2, f, rows, hw, &b), FERRY_OK, "%s", ferry_last_error());
+  mark_images(b);
   for (size_t i = 0; i < B; i++)
     for (size_t k = 0; k < 2; k++) {
       ferry_tensor v;
@@ -143,6 +144,7 @@ static void other_shapes(const char *name) {
   int64_t rows[B] = {1, 1, 1, 1};
   ferry_batch *b;
   cr_assert_eq(ferry_batch_create(r.pool, B, 1, &f, rows, &b), FERRY_OK, "%s", ferry_last_error());
+  mark_images(b);
   ferry_device_batch *db = transfer(&r, b, 1, FERRY_NORMALIZE_NONE);
   cr_assert(ferry_device_batch_images(db) && ferry_device_batch_images(db)->shape[1] == 5, "multiple 1: as it is");
   ferry_device_batch_free(db);
