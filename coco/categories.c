@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coco/categories.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

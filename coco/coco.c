@@ -24,8 +24,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/index_internal.h"
+#include "coco/coco.h"
+#include "coco/index_read.h"
+#include "coco/json_load.h"
+#include "coco/json_stream.h"
+#include "coco/parse.h"
+#include "coco/segm.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

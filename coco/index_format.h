@@ -1,7 +1,7 @@
 /* coco/index_format.h - the on-disk layout of a binary COCO index (internal).
  *
  * A file is a header, then sections, each at an offset that is a multiple of 64.
- * A section is a flat array of one of ferry_coco's records (coco/coco_internal.h) as
+ * A section is a flat array of one of ferry_coco's records (coco/store.h) as
  * they are in memory on a 64-bit little-endian machine, so that an opened index is
  * ferry_coco with its arrays pointing into a read-only mapping. docs/coco.md gives the
  * table of sections. Versioning rule: any change to a record, a section or the header
@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "coco/coco_internal.h"
+#include "coco/store.h"
 
 #define FERRY_INDEX_MAGIC "FERRYIDX"
 #define FERRY_INDEX_MAGIC_LEN 8
@@ -25,6 +25,14 @@
 #define FERRY_INDEX_FLAG_RESULT_LIST 1u
 #define FERRY_INDEX_FLAG_CATEGORY_IDS 2u  /* some annotation gives a category_id */
 #define FERRY_INDEX_FLAGS (FERRY_INDEX_FLAG_RESULT_LIST | FERRY_INDEX_FLAG_CATEGORY_IDS)
+
+/* The JSON file an index was built from, as its header records it (index_write.c
+ * writes it, index_read.c reads it back, index_cache.c compares it with the file now). */
+typedef struct ferry__index_source {
+  uint64_t size;
+  int64_t mtime_s, mtime_ns;
+  uint64_t hash;
+} ferry__index_source;
 
 typedef enum index_section_id {
   SEC_IMAGES,        /* coco_image, "images" order */

@@ -30,7 +30,8 @@
 #include "coco/categories.h"
 #include "coco/hash64.h"
 #include "coco/index_format.h"
-#include "coco/index_internal.h"
+#include "coco/index_read.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

@@ -21,7 +21,10 @@
 
 #include "coco/hash64.h"
 #include "coco/index_format.h"
-#include "coco/index_internal.h"
+#include "coco/index_read.h"
+#include "coco/index_write.h"
+#include "coco/json_load.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -79,8 +82,9 @@ static void copy_anns(const ferry_coco *coco, char *dst) {
   for (size_t i = 0; i < coco->anns.n; i++) anns[i].pub.label = anns[i].pub.category_id;
 }
 
-ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
-                                         size_t *len) {
+/* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
+static ferry_status index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
+                                   size_t *len) {
   if (coco->num_keypoints > FERRY_INDEX_MAX_KEYPOINTS)
     return ferry__fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
                       coco->num_keypoints, FERRY_INDEX_MAX_KEYPOINTS);
@@ -224,14 +228,14 @@ static ferry_status parse_for_index(const char *json_path, ferry__index_source *
 
 ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed) {
   int own = 0;
-  ferry__index_source source;
+  ferry__index_source source = {0};  /* set when the parse succeeds; zeroed for the compiler */
   ferry_coco *coco = NULL;
   ferry_status st = parse_for_index(json_path, &source, &coco, &own);
   /* Out of memory is not the JSON's fault: the plain open may need less. */
   if (json_failed) *json_failed = own && st != FERRY_ENOMEM;
   char *index = NULL;
   size_t index_len = 0;
-  if (st == FERRY_OK) st = ferry__coco_index_serialize(coco, &source, &index, &index_len);
+  if (st == FERRY_OK) st = index_serialize(coco, &source, &index, &index_len);
   ferry_coco_close(coco);
   if (st == FERRY_OK) st = write_atomically(index_path, index, index_len);
   ferry__free(index);

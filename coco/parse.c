@@ -8,7 +8,7 @@
  * in steps: head, each annotation, finish), on the opening thread. Both ways run the
  * same functions in the same order (categories, then images, then annotations), which
  * is why the streamed parse can promise the whole-tree parse's first error.
- * Invariants on return: what coco_internal.h lists (bounded slices, sorted id tables,
+ * Invariants on return: what coco/store.h lists (bounded slices, sorted id tables,
  * image_anns grouped by image in file order); ids unique, except in a collecting open,
  * which reports a duplicate and keeps both elements; image sides within 0..INT32_MAX;
  * polygon parts keep len/2 vertices, as _mask.pyx's frPoly (k = int(len/2)) does with
@@ -22,7 +22,8 @@
 #include <string.h>
 
 #include "coco/categories.h"
-#include "coco/coco_internal.h"
+#include "coco/parse.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

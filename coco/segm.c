@@ -19,7 +19,8 @@
  * by rle.c for RLE dicts); a failure's message names the file, the annotation's JSON
  * path and, for a polygon, the part.
  */
-#include "coco/coco_internal.h"
+#include "coco/segm.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

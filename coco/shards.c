@@ -27,7 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coco/index_internal.h"
+#include "coco/coco.h"
+#include "coco/json_load.h"
 #include "coco/shards.h"
 #include "coco/tar.h"
 #include "lib/alloc.h"

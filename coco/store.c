@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "coco/coco_internal.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

@@ -11,7 +11,7 @@
  * Bit-exactness rules, each from ConvertCoco / pycocotools:
  *   - boxes are computed in float32 from the float32 of each xywh value (x2 = x + w in
  *     float32, as torch does on a float32 tensor), then clamped to [0, w] x [0, h];
- *   - for an image decoded at a reduced size (the loader's draft_size, coco/target_at.h)
+ *   - for an image decoded at a reduced size (the loader's draft_size, coco/target.h)
  *     each xywh value and the area are first multiplied by decoded/annotated per axis
  *     in double (RF-DETR's scale_coco_annotation), and the clamp is to the decoded size;
  *   - a kept annotation has x2 > x1 and y2 > y1 after the clamp; the test drops the
@@ -27,9 +27,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/mask_map.h"
-#include "coco/target_at.h"
+#include "coco/rle_decode.h"
+#include "coco/segm.h"
+#include "coco/store.h"
+#include "coco/target.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

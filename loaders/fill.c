@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "coco/tar.h"
-#include "coco/target_at.h"
+#include "coco/target.h"
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"

@@ -117,7 +117,7 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
  * a file named as a JPEG. Known before the file is read, from its annotations and its
  * name, because a crop's instance count, which lays the batch out, depends on it. */
 void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *img, int *w, int *h);
-/* ferry_coco_target_write / _count of image `index` in that frame (coco/target_at.h);
+/* ferry_coco_target_write / _count of image `index` in that frame (coco/target.h);
  * every count and write of the loader goes through these, so they agree. */
 ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const ferry_target_options *opts,
                                    ferry_coco_target *out);

@@ -1,17 +1,20 @@
-/* coco/coco_internal.h - the parsed form of a COCO file (internal to coco/).
+/* coco/store.h - the parsed form of a COCO file, and what store.c exports (internal to
+ * coco/).
  *
- * One layout serves two sources: parse.c / json_stream.c fill the arrays from JSON
- * (store.c owns them), and index_read.c points the same arrays into an index file's
- * bytes. So the records are the on-disk format too (coco/index_format.h): changing one
- * changes the index and must bump FERRY_INDEX_VERSION.
+ * store.c owns the object: its arrays, id tables, strings, creation and close; it sits
+ * at the bottom of coco/ and calls nothing else of it. One layout serves two sources:
+ * parse.c / json_stream.c fill the arrays from JSON, and index_read.c points the same
+ * arrays into an index file's bytes. So the records are the on-disk format too
+ * (coco/index_format.h): changing one changes the index and must bump
+ * FERRY_INDEX_VERSION.
  * Invariants of an opened ferry_coco (parse.c establishes them; index_read.c checks the
- * bounds and the id tables of every index): every offset and slice in a record lies inside the array it names;
- * image_ids / category_ids are sorted by id, one entry per image / category; each image's
- * slice of image_anns lists its annotations in file order; an opened coco is not
- * written again, which is what lets many threads read one.
+ * bounds and the id tables of every index): every offset and slice in a record lies
+ * inside the array it names; image_ids / category_ids are sorted by id, one entry per
+ * image / category; each image's slice of image_anns lists its annotations in file
+ * order; an opened coco is not written again, which is what lets many threads read one.
  */
-#ifndef FERRY_COCO_INTERNAL_H
-#define FERRY_COCO_INTERNAL_H
+#ifndef FERRY_COCO_STORE_H
+#define FERRY_COCO_STORE_H
 
 #include <jansson.h>
 
@@ -96,13 +99,8 @@ ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
 void ferry__coco_vec_free(coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
-/* Make jansson allocate through ferry's allocator (json_load.c; once per process,
- * before the first parse). */
-void ferry__coco_json_use_ferry_allocator(void);
-/* json_loadb through ferry's allocator: NULL with *out_of_memory = 1 when any of its
- * allocations failed (jansson may otherwise return a tree missing what it could not
- * store). */
-json_t *ferry__coco_json_load(const char *text, size_t len, json_error_t *err, int *out_of_memory);
+/* An empty coco named `name` with the options copied, its arrays' element sizes set. */
+ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, ferry_coco **out);
 
 /* Copy len bytes of s (plus a NUL) into coco->strings; *offset says where. */
 ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uint64_t *offset);
@@ -113,30 +111,8 @@ ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uin
  * Computed on access so that an index serves every policy. */
 int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
 
-/* Parse the JSON root into coco (coco/parse.c). */
-ferry_status ferry__coco_parse(ferry_coco *coco);
-/* The same in steps, for a root object whose "annotations" come one by one
- * (coco/json_stream.c): categories and images, each annotation, the per-image index. */
-ferry_status ferry__coco_parse_head(ferry_coco *coco);
-ferry_status ferry__coco_add_annotation(ferry_coco *coco, const json_t *obj, size_t i);
-ferry_status ferry__coco_parse_finish(ferry_coco *coco);
-
-/* Open a coco from a head built by the caller, who keeps it: an object with
- * "categories" and "images"; then each annotation that `next` yields (a new reference,
- * NULL at the end; an error status ends the open) is added in turn and freed (coco.c).
- * annotated_ids: NULL, or the category ids RF-DETR's rule is to take as annotated (a
- * shard index's annotated_category_ids), borrowed for the open.
- * Call ferry__coco_json_use_ferry_allocator before building any of them. */
-typedef ferry_status (*ferry__coco_annotation_fn)(void *user, json_t **annotation);
-ferry_status ferry__coco_open_stepwise(json_t *head, const json_t *annotated_ids, const char *name,
-                                       const ferry_coco_options *opts,
-                                       ferry__coco_annotation_fn next, void *user, ferry_coco **out);
-
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
 size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);
-
-/* The annotation's mask at its natural size, or FERRY_ENOTFOUND (coco/segm.c). */
-ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out);
 
 /* "annotations" or the top-level list, for JSON paths. */
 const char *ferry__coco_ann_array_name(const ferry_coco *coco);
