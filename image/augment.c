@@ -24,7 +24,8 @@
 #include <string.h>
 
 #include "image/augment.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/resize_kernels.h"
 #include "lib/nearest.h"
 #include "lib/rng.h"

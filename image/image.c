@@ -31,7 +31,11 @@
 #include "lib/alloc.h"
 #include "lib/status.h"
 #include "image/geometry.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
+#include "image/png_codec.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 
 void ferry_image_options_default(ferry_image_options *o) {

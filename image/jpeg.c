@@ -21,7 +21,11 @@
 
 #include "lib/status.h"
 #include "image/image_config.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
+#include "image/pixel_limit.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 
 /* ---- a thin layer over the two TurboJPEG API generations ---- */

@@ -36,7 +36,8 @@
 #include <string.h>
 
 #include "image/image_config.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 #include "lib/alloc.h"
 #include "lib/status.h"

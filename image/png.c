@@ -30,7 +30,11 @@
 
 #include "lib/alloc.h"
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/pixel_limit.h"
+#include "image/png_codec.h"
+#include "image/scratch.h"
 
 int ferry__png_signature(const uint8_t *data, size_t len) {
   return len >= 8 && png_sig_cmp((png_const_bytep)data, 0, 8) == 0;

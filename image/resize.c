@@ -47,7 +47,8 @@
 #include <string.h>
 
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/resize_kernels.h"
 
 enum { WEIGHT_BITS = FERRY_RESIZE_WEIGHT_BITS, MAX_SIZE = 32768 };

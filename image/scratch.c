@@ -8,7 +8,7 @@
  */
 #include "lib/alloc.h"
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/scratch.h"
 
 ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what) {
   if (n <= b->cap) return FERRY_OK;

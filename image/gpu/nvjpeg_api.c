@@ -14,7 +14,7 @@
 #include "lib/alloc.h"
 #include "lib/device_internal.h"
 #include "image/gpu/nvjpeg_table.h"
-#include "image/image_internal.h"
+#include "image/pixel_limit.h"
 #include "lib/status.h"
 
 static const char *const route_names[FERRY_NVJPEG_ROUTES] = {

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "lib/alloc.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
 #include "test_image_util.h"
 
 /* ---- every real image ---- */
