@@ -11,6 +11,6 @@
 #include "ferry/mask.h"
 
 /* The annotation's mask at its natural size, or FERRY_ENOTFOUND. */
-ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out);
+ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const ferry__coco_ann *ann, ferry_rle *out);
 
 #endif

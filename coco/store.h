@@ -23,46 +23,46 @@
 /* The records below hold no pointers (strings are offsets into ferry_coco.strings) and
  * no padding that parse.c leaves uninitialised: a binary index (coco/index_format.h)
  * stores them as they are, and an index-backed ferry_coco points into the mapping. */
-typedef struct coco_image {
+typedef struct ferry__coco_image {
   int64_t id;
   uint64_t file_name;     /* offset in ferry_coco.strings (0: "") */
   int64_t width, height;
   size_t first_ann, num_anns;  /* slice of ferry_coco.image_anns */
-} coco_image;
+} ferry__coco_image;
 
-typedef struct coco_category {
+typedef struct ferry__coco_category {
   int64_t id;
   uint64_t name;          /* offset in ferry_coco.strings */
   uint64_t supercategory; /* offset in ferry_coco.strings; 0 ("") when absent, null or
                              not a string (coco/categories.c reads it) */
   size_t num_keypoints;
-} coco_category;
+} ferry__coco_category;
 
-typedef struct coco_ann {
+typedef struct ferry__coco_ann {
   ferry_coco_annotation pub;
   uint32_t seg_h, seg_w;      /* the RLE dict's own "size" */
   size_t seg_first;           /* polygons: first part in ferry_coco.parts; counts: offset in .counts */
   size_t seg_len;             /* counts: number of runs; string: bytes */
   uint64_t rle_string;        /* compressed counts: offset in ferry_coco.strings */
   size_t kp_first;            /* offset of its keypoints in ferry_coco.keypoints (3 floats each) */
-} coco_ann;
+} ferry__coco_ann;
 
-typedef struct coco_part {
+typedef struct ferry__coco_part {
   size_t first;   /* offset in ferry_coco.coords */
   size_t k;       /* vertices (an odd trailing number already dropped) */
-} coco_part;
+} ferry__coco_part;
 
 /* An id -> position table, sorted by id for binary search. */
-typedef struct id_entry {
+typedef struct ferry__coco_id_entry {
   int64_t id;
   size_t index;
-} id_entry;
+} ferry__coco_id_entry;
 
 /* A growable array of fixed-size elements. */
-typedef struct coco_vec {
+typedef struct ferry__coco_vec {
   void *data;
   size_t n, cap, elem;
-} coco_vec;
+} ferry__coco_vec;
 
 struct ferry_coco {
   char *name;
@@ -73,15 +73,15 @@ struct ferry_coco {
   ferry_coco_options opts;
   int result_list;
   int any_category_id;         /* some annotation gives a category_id */
-  coco_vec images;             /* coco_image */
-  coco_vec categories;         /* coco_category */
-  coco_vec anns;               /* coco_ann, file order */
-  coco_vec parts;              /* coco_part */
-  coco_vec coords;             /* double */
-  coco_vec counts;             /* uint32_t */
-  coco_vec keypoints;          /* float */
-  coco_vec strings;            /* char: NUL-terminated strings, "" at offset 0 */
-  id_entry *image_ids, *category_ids;  /* sorted */
+  ferry__coco_vec images;             /* ferry__coco_image */
+  ferry__coco_vec categories;         /* ferry__coco_category */
+  ferry__coco_vec anns;               /* ferry__coco_ann, file order */
+  ferry__coco_vec parts;              /* ferry__coco_part */
+  ferry__coco_vec coords;             /* double */
+  ferry__coco_vec counts;             /* uint32_t */
+  ferry__coco_vec keypoints;          /* float */
+  ferry__coco_vec strings;            /* char: NUL-terminated strings, "" at offset 0 */
+  ferry__coco_id_entry *image_ids, *category_ids;  /* sorted */
   size_t *image_anns;          /* annotation indices grouped by image, file order within */
   size_t num_keypoints;        /* K */
   /* FERRY_CATEGORIES_RFDETR: the label of each category (categories order), -1 for
@@ -92,11 +92,11 @@ struct ferry_coco {
   const json_t *annotated_ids;
 };
 
-/* coco_vec helpers (store.c): reserve room for `more` elements / append one. Only for a
+/* ferry__coco_vec helpers (store.c): reserve room for `more` elements / append one. Only for a
  * coco being parsed: an index-backed coco's arrays point into read-only bytes. */
-ferry_status ferry__coco_vec_reserve(coco_vec *v, size_t more);
-ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem);
-void ferry__coco_vec_free(coco_vec *v);
+ferry_status ferry__coco_vec_reserve(ferry__coco_vec *v, size_t more);
+ferry_status ferry__coco_vec_push(ferry__coco_vec *v, const void *elem);
+void ferry__coco_vec_free(ferry__coco_vec *v);
 #define COCO_AT(vec, type, i) (((type *)(vec).data)[i])
 
 /* An empty coco named `name` with the options copied, its arrays' element sizes set. */
@@ -109,10 +109,10 @@ ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uin
 /* The label an annotation gets under the options' remap_categories (ferry/coco.h):
  * its category_id, its category's position, or RF-DETR's label (category_labels).
  * Computed on access so that an index serves every policy. */
-int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann);
+int64_t ferry__coco_label(const ferry_coco *coco, const ferry__coco_ann *ann);
 
 /* Binary search in a sorted id table; SIZE_MAX when absent. */
-size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id);
+size_t ferry__coco_id_lookup(const ferry__coco_id_entry *table, size_t n, int64_t id);
 
 /* "annotations" or the top-level list, for JSON paths. */
 const char *ferry__coco_ann_array_name(const ferry_coco *coco);

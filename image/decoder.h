@@ -20,35 +20,35 @@
 #include "ferry/image.h"
 #include "image/scratch.h"
 
-struct ferry_jpeg_entropy;
+struct ferry__jpeg_entropy;
 struct ferry_decoder {
   void *tj;               /* TurboJPEG decompressor handle */
-  struct ferry_jpeg_entropy *entropy; /* jpeg_entropy.c's state (NULL: not built) */
-  ferry_scratch file;     /* the bytes of the file being decoded */
-  ferry_scratch pixels;   /* the decoded RGB8 image */
-  ferry_scratch aux;      /* CMYK samples; the EXIF-rotated image */
-  ferry_scratch rows;     /* resize: horizontally resampled rows */
-  ferry_scratch taps;     /* resize: filter bounds and weights */
+  struct ferry__jpeg_entropy *entropy; /* jpeg_entropy.c's state (NULL: not built) */
+  ferry__scratch file;     /* the bytes of the file being decoded */
+  ferry__scratch pixels;   /* the decoded RGB8 image */
+  ferry__scratch aux;      /* CMYK samples; the EXIF-rotated image */
+  ferry__scratch rows;     /* resize: horizontally resampled rows */
+  ferry__scratch taps;     /* resize: filter bounds and weights */
   int taps_shape[9];      /* width, height and the view (resize_kernels.h) the filters in taps are for (0: none) */
-  ferry_scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
-  ferry_scratch augment;  /* augment.c: branch B's resized image, before its crop */
+  ferry__scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
+  ferry__scratch augment;  /* augment.c: branch B's resized image, before its crop */
   int plan_shape[5];      /* width, full_w, x, w, mirror: the columns the plan is for */
   const void *plan_kernels; /* the kernel set that laid it out (NULL: none) */
 };
 
 /* One decoded image, RGB8 with row stride 3*width, in the decoder's scratch. */
-typedef struct ferry_decoded {
+typedef struct ferry__decoded {
   const uint8_t *rgb;
   int width, height;           /* as decoded (smaller than the header when DCT-scaled) */
   int full_width, full_height; /* as stored in the header */
   int orientation;             /* EXIF Orientation 1..8 (1 when absent or invalid) */
-} ferry_decoded;
+} ferry__decoded;
 
 /* Size requested by the resize that follows the decode (0: none), so the JPEG
  * decoder may pick a DCT scale. */
-typedef struct ferry_decode_request {
+typedef struct ferry__decode_request {
   const ferry_image_options *opts;
   int target_size;
-} ferry_decode_request;
+} ferry__decode_request;
 
 #endif

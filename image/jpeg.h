@@ -15,15 +15,15 @@
 
 int ferry__jpeg_signature(const uint8_t *data, size_t len);
 /* What the JPEG markers before the frame header say. */
-typedef struct ferry_jpeg_info {
+typedef struct ferry__jpeg_info {
   int width, height, components;
   const uint8_t *exif; /* APP1 "Exif" payload (TIFF structure), NULL if none */
   size_t exif_len;
-} ferry_jpeg_info;
+} ferry__jpeg_info;
 ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
-                               ferry_jpeg_info *info);
+                               ferry__jpeg_info *info);
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                               const ferry_decode_request *req, ferry_decoded *out);
+                               const ferry__decode_request *req, ferry__decoded *out);
 void *ferry__jpeg_handle_open(void);
 void ferry__jpeg_handle_close(void *tj);
 

@@ -17,6 +17,6 @@ int ferry__png_signature(const uint8_t *data, size_t len);
 ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width,
                               int *height);
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                              const ferry_decode_request *req, ferry_decoded *out);
+                              const ferry__decode_request *req, ferry__decoded *out);
 
 #endif

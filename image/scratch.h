@@ -12,13 +12,13 @@
 #include "ferry/error.h"
 
 /* A heap buffer that only grows. */
-typedef struct ferry_scratch {
+typedef struct ferry__scratch {
   void *data;
   size_t cap;
-} ferry_scratch;
+} ferry__scratch;
 
 /* Make b hold at least n bytes (contents not kept). FERRY_ENOMEM names `what`. */
-ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what);
-void ferry__scratch_free(ferry_scratch *b);
+ferry_status ferry__scratch_reserve(ferry__scratch *b, size_t n, const char *what);
+void ferry__scratch_free(ferry__scratch *b);
 
 #endif

@@ -27,11 +27,11 @@
 #include "image/resize_kernels.h"
 #include "loaders/loader_internal.h"
 
-static unsigned route_of(const fill_context *ctx, size_t index) {
+static unsigned route_of(const ferry__fill_context *ctx, size_t index) {
   return __atomic_load_n(&ctx->gpu.route[index], __ATOMIC_RELAXED);
 }
 
-void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
+void ferry__gpu_plan_rows(const ferry__fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows) {
   int64_t *jpeg = rows + (size_t)ctx->slots.jpeg * count;
   int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
@@ -57,7 +57,7 @@ const char *ferry_loader_decoder_note(const ferry_loader *l) { return l ? l->dec
  * from now on give it a cpu_images row, and a plan already laid out for nvJPEG is laid
  * out again when a worker meets it (ferry__gpu_fill_sample). */
 static void reroute_to_cpu(void *arg, int64_t index) {
-  fill_context *ctx = arg;
+  ferry__fill_context *ctx = arg;
   if (index < 0 || (size_t)index >= ferry_coco_num_images(ctx->coco)) return;
   unsigned char none = 0;
   __atomic_compare_exchange_n(&ctx->gpu.route[index], &none, (unsigned char)FERRY_NVJPEG_ROUTE_CORRUPT, 0,
@@ -65,7 +65,7 @@ static void reroute_to_cpu(void *arg, int64_t index) {
 }
 
 static int unreadable(void *arg, int64_t index, char *name, size_t size) {
-  fill_context *ctx = arg;
+  ferry__fill_context *ctx = arg;
   ferry_coco_image img;
   if (index >= 0 && (size_t)index < ferry_coco_num_images(ctx->coco) &&
       ferry_coco_image_at(ctx->coco, (size_t)index, &img) == FERRY_OK)
@@ -75,19 +75,19 @@ static int unreadable(void *arg, int64_t index, char *name, size_t size) {
   return 1;
 }
 
-uint64_t ferry__gpu_skipped_in_transfer(const fill_context *ctx) {
+uint64_t ferry__gpu_skipped_in_transfer(const ferry__fill_context *ctx) {
   return __atomic_load_n(&ctx->gpu.skipped_in_transfer, __ATOMIC_RELAXED);
 }
 
-ferry_status ferry__gpu_stage_open(fill_context *ctx, ferry_jpeg_stage **out) {
-  ferry_jpeg_stage_hooks hooks = {.ctx = ctx, .reroute = reroute_to_cpu, .unreadable = unreadable};
+ferry_status ferry__gpu_stage_open(ferry__fill_context *ctx, ferry__jpeg_stage **out) {
+  ferry__jpeg_stage_hooks hooks = {.ctx = ctx, .reroute = reroute_to_cpu, .unreadable = unreadable};
   return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, &hooks, out);
 }
 
 /* ---- the stat at open ---- */
 
 typedef struct stat_range {
-  fill_context *ctx;
+  ferry__fill_context *ctx;
   size_t begin, end;
 } stat_range;
 
@@ -110,7 +110,7 @@ static void *stat_files(void *arg) {
 /* Images per thread at least: below this a thread costs more than the stats it saves. */
 enum { STAT_CHUNK = 2048, STAT_MAX_THREADS = 32 };
 
-ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
+ferry_status ferry__gpu_stat_files(ferry__fill_context *ctx, size_t threads) {
   size_t n = ferry_coco_num_images(ctx->coco);
   ctx->gpu.file_bytes = ferry__calloc(n ? n : 1, sizeof *ctx->gpu.file_bytes);
   ctx->gpu.route = ferry__calloc(n ? n : 1, 1);
@@ -136,13 +136,13 @@ ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
 /* ---- the workers' side ---- */
 
 _Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
-               "ferry_decode_fallback lists every CPU route of ferry_nvjpeg_route, in order");
+               "ferry_decode_fallback lists every CPU route of ferry__nvjpeg_route_kind, in order");
 
 #if FERRY_HAVE_NVJPEG
 
 /* A CPU-planned sample: the CPU path's decode and resize, as u8 [R,R,3] (the transfer
  * stage normalises it on the device as it does nvJPEG's pixels). */
-static ferry_status fill_on_cpu(const fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
+static ferry_status fill_on_cpu(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
                                 size_t slot, const char *path, const ferry_coco_image *img) {
   int w = 0, h = 0;
   ferry_status st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution,
@@ -175,11 +175,11 @@ static ferry_status read_exact(const char *path, uint8_t *dst, int64_t want) {
   return status;
 }
 
-struct gpu_worker {
-  ferry_nvjpeg_parser parser;
+struct ferry__gpu_worker {
+  ferry__nvjpeg_parser parser;
 };
 
-ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_worker **out) {
   *out = ferry__calloc(1, sizeof **out);
   if (!*out) return ferry__fail(FERRY_ENOMEM, "worker: out of memory for an nvJPEG parser");
   ferry_status st = ferry__nvjpeg_parser_open(ctx->gpu.api, &(*out)->parser);
@@ -190,15 +190,15 @@ ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   return st;
 }
 
-ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
-  ferry_nvjpeg_parser p;
+ferry_status ferry__gpu_decoder_probe(const struct ferry__nvjpeg_api *api) {
+  ferry__nvjpeg_parser p;
   ferry_status st = ferry__nvjpeg_parser_open(api, &p);
   if (st != FERRY_OK) return ferry__error_prefix(st, "nvJPEG does not start on this device: ");
   ferry__nvjpeg_parser_close(&p);
   return FERRY_OK;
 }
 
-void ferry__gpu_worker_close(gpu_worker *w) {
+void ferry__gpu_worker_close(ferry__gpu_worker *w) {
   if (!w) return;
   ferry__nvjpeg_parser_close(&w->parser);
   ferry__free(w);
@@ -207,7 +207,7 @@ void ferry__gpu_worker_close(gpu_worker *w) {
 /* A sample laid out for nvJPEG: its bytes into the jpeg rows, then the routing rules.
  * One nvJPEG takes is checked against the annotations' size as the CPU path checks
  * its decode; one it does not is recorded for the next layout (FERRY_EAGAIN). */
-static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_batch *batch, size_t slot,
+static ferry_status fill_for_gpu(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_batch *batch, size_t slot,
                                  size_t index, const char *path, const ferry_coco_image *img,
                                  int *fallback) {
   int64_t bytes = ctx->gpu.file_bytes[index];
@@ -215,7 +215,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
   uint8_t *data = ferry__loader_slice(batch, ctx->slots.jpeg, slot);
   ferry_status st = read_exact(path, data, (int64_t)len);
   if (st != FERRY_OK) return st;
-  ferry_nvjpeg_route route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
+  ferry__nvjpeg_route_kind route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
   if (route != FERRY_NVJPEG_ROUTE_GPU) {
     __atomic_store_n(&ctx->gpu.route[index], (unsigned char)route, __ATOMIC_RELAXED);
     return ferry__fail(FERRY_EAGAIN, "%s: goes to the CPU decoder (%s); laid out again", path,
@@ -228,7 +228,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
   return st;
 }
 
-ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   ferry_coco_image img;
   char path[4096];
@@ -245,7 +245,7 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
     st = fill_on_cpu(ctx, decoder, batch, slot, path, &img);
   } else if (route) {
     st = ferry__fail(FERRY_EAGAIN, "%s: found to need the CPU decoder (%s) after its batch was laid out; laid "
-                     "out again", path, ferry__nvjpeg_route_name((ferry_nvjpeg_route)route));
+                     "out again", path, ferry__nvjpeg_route_name((ferry__nvjpeg_route_kind)route));
   } else {
     st = fill_for_gpu(ctx, w, batch, slot, index, path, &img, fallback);
   }
@@ -258,20 +258,20 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
 
 #else /* !FERRY_HAVE_NVJPEG: the loader never selects the GPU decoder */
 
-ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+ferry_status ferry__gpu_decoder_probe(const struct ferry__nvjpeg_api *api) {
   (void)api;
   return ferry__fail(FERRY_ENODEV, "ferry was built without nvJPEG");
 }
 
-ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_worker **out) {
   (void)ctx;
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "worker: ferry was built without nvJPEG");
 }
 
-void ferry__gpu_worker_close(gpu_worker *w) { (void)w; }
+void ferry__gpu_worker_close(ferry__gpu_worker *w) { (void)w; }
 
-ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   *fallback = -1;
   return ferry__fail(FERRY_EUNSUPPORTED, "dataset index %zu: ferry was built without nvJPEG", index);

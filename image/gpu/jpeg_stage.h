@@ -19,13 +19,13 @@
 #include "lib/status.h"
 #include "lib/transfer/producer.h"
 
-struct ferry_nvjpeg_api;
-typedef struct ferry_jpeg_stage ferry_jpeg_stage;
+struct ferry__nvjpeg_api;
+typedef struct ferry__jpeg_stage ferry__jpeg_stage;
 
 /* What the stage asks of the loader about a sample nvJPEG failed to decode (its
  * dataset index: the batch's sample_index). Called on the transfer's thread, any
  * number at once; either may be NULL. */
-typedef struct ferry_jpeg_stage_hooks {
+typedef struct ferry__jpeg_stage_hooks {
   void *ctx;
   /* nvJPEG failed on it alone: lay it out for the CPU decoder from now on. */
   void (*reroute)(void *ctx, int64_t dataset_index);
@@ -33,7 +33,7 @@ typedef struct ferry_jpeg_stage_hooks {
    * into name; 1: the loader's policy skips it (it is left out of the device batch,
    * and counted), 0: it fails the transfer. NULL hook: it fails the transfer. */
   int (*unreadable)(void *ctx, int64_t dataset_index, char *name, size_t size);
-} ferry_jpeg_stage_hooks;
+} ferry__jpeg_stage_hooks;
 
 /* A stage decoding with `api` to `resolution` x `resolution`, holding every image to
  * `opts`' pixel limit (the loader's image options; NULL: the defaults) before any
@@ -41,18 +41,18 @@ typedef struct ferry_jpeg_stage_hooks {
  * nvJPEG cannot decode: each is decoded on the CPU in the transfer instead, or, where
  * no decoder can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at
  * build time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution,
-                                    const ferry_image_options *opts, const ferry_jpeg_stage_hooks *hooks,
-                                    ferry_jpeg_stage **out);
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry__jpeg_stage_hooks *hooks,
+                                    ferry__jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */
-void ferry__jpeg_stage_close(ferry_jpeg_stage *stage);
+void ferry__jpeg_stage_close(ferry__jpeg_stage *stage);
 
 /* The producer to attach to every batch the GPU decoder lays out
  * (ferry__batch_set_producer): it makes the device batch's images tensor from the
  * batch's jpeg and cpu_images fields, on the transfer's stream: [B,3,R,R] f32/bf16
  * normalised with the options' mean and std, or u8 [B,R,R,3] without normalisation.
  * Owned by the stage. */
-const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *stage);
+const ferry__producer *ferry__jpeg_stage_producer(const ferry__jpeg_stage *stage);
 
 #endif

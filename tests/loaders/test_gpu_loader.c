@@ -578,7 +578,7 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   memcpy(v.data, bomb, len);
   cr_assert_eq(ferry_batch_sample(b, 2, 0, &v), FERRY_OK);
   *(int64_t *)v.data = BOMB_INDEX;
-  struct ferry_jpeg_stage *stage;
+  struct ferry__jpeg_stage *stage;
   cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, NULL, &stage), FERRY_OK, "%s", ferry_last_error());
   ferry__batch_set_producer(b, ferry__jpeg_stage_producer(stage));
   uint64_t allocations = stats_of_device(gpu).allocations;
@@ -604,15 +604,15 @@ static nvjpegStatus_t refusing_create(nvjpegBackend_t b, nvjpegDevAllocator_t *d
 }
 
 /* The fake whose nvjpegCreateEx refuses every backend, as on a GPU nvJPEG does not run on. */
-static ferry_nvjpeg_api refusing_api(void) {
-  ferry_nvjpeg_api api = fake_nvjpeg_api;
+static ferry__nvjpeg_api refusing_api(void) {
+  ferry__nvjpeg_api api = fake_nvjpeg_api;
   api.CreateEx = refusing_create;
   return api;
 }
 
 Test(gpu_loader, decode_auto_falls_back_to_the_cpu_when_nvjpeg_cannot_start_and_says_why, .timeout = 60) {
   fake_nvjpeg_reset(0);
-  ferry_nvjpeg_api api = refusing_api();
+  ferry__nvjpeg_api api = refusing_api();
   ferry_loader_config c;
   test_config(&c);
   c.image.decode = FERRY_DECODE_AUTO;
