@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coco/categories.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -24,7 +25,7 @@ static int is_placeholder(const char *super) {
 
 /* Category i is named as the supercategory of some category other than itself. */
 static int is_parent(const ferry_coco *coco, size_t i) {
-  const coco_category *cats = coco->categories.data;
+  const ferry__coco_category *cats = coco->categories.data;
   const char *name = COCO_STRING(coco, cats[i].name);
   for (size_t k = 0; k < coco->categories.n; k++) {
     const char *super = COCO_STRING(coco, cats[k].supercategory);
@@ -48,7 +49,7 @@ static void mark_annotated(const ferry_coco *coco, unsigned char *annotated) {
     return;
   }
   for (size_t a = 0; a < coco->anns.n; a++) {
-    size_t i = ferry__coco_id_lookup(coco->category_ids, n, COCO_AT(coco->anns, coco_ann, a).pub.category_id);
+    size_t i = ferry__coco_id_lookup(coco->category_ids, n, COCO_AT(coco->anns, ferry__coco_ann, a).pub.category_id);
     if (i != SIZE_MAX) annotated[i] = 1;
   }
 }
@@ -82,7 +83,7 @@ static ferry_status borrowed_labels(const ferry_coco *coco, const ferry_coco *fr
                       coco->name, from->name);
   for (size_t i = 0; i < coco->categories.n; i++) {
     size_t j = ferry__coco_id_lookup(from->category_ids, from->categories.n,
-                                     COCO_AT(coco->categories, coco_category, i).id);
+                                     COCO_AT(coco->categories, ferry__coco_category, i).id);
     labels[i] = j == SIZE_MAX ? -1 : from->category_labels[j];
   }
   return FERRY_OK;
@@ -93,7 +94,7 @@ static ferry_status borrowed_labels(const ferry_coco *coco, const ferry_coco *fr
 static ferry_status check_every_annotation(const ferry_coco *coco) {
   const char *from = coco->opts.labels_from ? coco->opts.labels_from->name : coco->name;
   for (size_t a = 0; a < coco->anns.n; a++) {
-    const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, a);
+    const ferry__coco_ann *ann = &COCO_AT(coco->anns, ferry__coco_ann, a);
     size_t i = ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
     if (i == SIZE_MAX || coco->category_labels[i] >= 0) continue;
     return ferry__fail(FERRY_EFORMAT, "%s: %s[%zu].category_id: category %lld has no label in the label space of %s "

@@ -8,7 +8,7 @@
 #ifndef FERRY_COCO_CATEGORIES_H
 #define FERRY_COCO_CATEGORIES_H
 
-#include "coco/coco_internal.h"
+#include "ferry/coco.h"
 
 /* The last step of every open (parse.c ferry__coco_parse_finish, index_read.c adopt),
  * on a coco whose records are complete: under FERRY_CATEGORIES_RFDETR, fills

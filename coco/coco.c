@@ -24,8 +24,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/index_internal.h"
+#include "coco/coco.h"
+#include "coco/index_read.h"
+#include "coco/json_load.h"
+#include "coco/json_stream.h"
+#include "coco/parse.h"
+#include "coco/segm.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -173,7 +178,7 @@ ferry_status ferry_coco_image_at(const ferry_coco *coco, size_t index, ferry_coc
   if (!coco || !out) return ferry__fail(FERRY_EINVAL, "ferry_coco_image_at: NULL argument");
   if (index >= coco->images.n)
     return ferry__fail(FERRY_EINVAL, "%s: image index %zu out of range (%zu images)", coco->name, index, coco->images.n);
-  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, index);
   out->id = img->id;
   out->file_name = COCO_STRING(coco, img->file_name);
   out->width = img->width;
@@ -194,7 +199,7 @@ ferry_status ferry_coco_category_at(const ferry_coco *coco, size_t index, int64_
   if (index >= coco->categories.n)
     return ferry__fail(FERRY_EINVAL, "%s: category index %zu out of range (%zu categories)", coco->name, index,
                       coco->categories.n);
-  const coco_category *cat = &COCO_AT(coco->categories, coco_category, index);
+  const ferry__coco_category *cat = &COCO_AT(coco->categories, ferry__coco_category, index);
   if (id) *id = cat->id;
   if (name) *name = COCO_STRING(coco, cat->name);
   return FERRY_OK;
@@ -207,7 +212,7 @@ ferry_status ferry_coco_category_label(const ferry_coco *coco, size_t index, int
                       coco->categories.n);
   if (coco->category_labels) *label = coco->category_labels[index];
   else if (coco->opts.remap_categories) *label = (int64_t)index;
-  else *label = COCO_AT(coco->categories, coco_category, index).id;
+  else *label = COCO_AT(coco->categories, ferry__coco_category, index).id;
   return FERRY_OK;
 }
 
@@ -216,7 +221,7 @@ ferry_status ferry_coco_annotation_at(const ferry_coco *coco, size_t index, ferr
   if (index >= coco->anns.n)
     return ferry__fail(FERRY_EINVAL, "%s: annotation index %zu out of range (%zu annotations)", coco->name, index,
                       coco->anns.n);
-  const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, index);
+  const ferry__coco_ann *ann = &COCO_AT(coco->anns, ferry__coco_ann, index);
   *out = ann->pub;
   /* The stored label is not used: it depends on the options of this open (remapped
    * categories or not), and an index built once serves opens with either. */
@@ -228,7 +233,7 @@ ferry_status ferry_coco_image_annotation(const ferry_coco *coco, size_t image, s
   if (!coco || !annotation) return ferry__fail(FERRY_EINVAL, "ferry_coco_image_annotation: NULL argument");
   if (image >= coco->images.n)
     return ferry__fail(FERRY_EINVAL, "%s: image index %zu out of range (%zu images)", coco->name, image, coco->images.n);
-  const coco_image *img = &COCO_AT(coco->images, coco_image, image);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, image);
   if (k >= img->num_anns)
     return ferry__fail(FERRY_EINVAL, "%s: image %lld has %zu annotations, asked for #%zu", coco->name,
                       (long long)img->id, img->num_anns, k);
@@ -243,5 +248,5 @@ ferry_status ferry_coco_annotation_rle(const ferry_coco *coco, size_t index, fer
   if (index >= coco->anns.n)
     return ferry__fail(FERRY_EINVAL, "%s: annotation index %zu out of range (%zu annotations)", coco->name, index,
                       coco->anns.n);
-  return ferry__coco_ann_rle(coco, &COCO_AT(coco->anns, coco_ann, index), out);
+  return ferry__coco_ann_rle(coco, &COCO_AT(coco->anns, ferry__coco_ann, index), out);
 }

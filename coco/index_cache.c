@@ -33,8 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coco/coco.h"
 #include "coco/hash64.h"
-#include "coco/index_internal.h"
+#include "coco/index_format.h"
+#include "coco/index_read.h"
+#include "coco/index_write.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -78,7 +81,8 @@ static void say_fallback(const char *json_path, const char *why) {
   fprintf(stderr, "ferry: %s: parsing the JSON, not an index: %s\n", json_path, why);
 }
 
-ferry_status ferry__index_source_of_file(const char *path, ferry__index_source *out) {
+/* The fingerprint of the file at path now (size, mtime, hash of its bytes). */
+static ferry_status source_of_file(const char *path, ferry__index_source *out) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat sb;
@@ -108,7 +112,7 @@ ferry_status ferry__index_source_of_file(const char *path, ferry__index_source *
 
 /* FERRY_OK when the index records the JSON as it is now; else EFORMAT saying why. */
 static ferry_status check_fresh(const ferry_coco *index, const char *index_path, const char *json_path) {
-  ferry__index_source was, now;
+  ferry__index_source was, now = {0};  /* now: set when source_of_file succeeds; zeroed for the compiler */
   ferry__coco_index_source_of(index, &was);
   struct stat sb;
   if (stat(json_path, &sb) != 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", json_path, strerror(errno));
@@ -118,7 +122,7 @@ static ferry_status check_fresh(const ferry_coco *index, const char *index_path,
                       index_path, (unsigned long long)was.size, json_path, (long long)was.mtime_s,
                       (long long)was.mtime_ns, (unsigned long long)sb.st_size, (long long)sb.st_mtim.tv_sec,
                       (long long)sb.st_mtim.tv_nsec);
-  ferry_status st = ferry__index_source_of_file(json_path, &now);
+  ferry_status st = source_of_file(json_path, &now);
   if (st < 0) return st;
   if (now.hash != was.hash || now.size != was.size)
     return ferry__fail(FERRY_EFORMAT, "%s: stale: %s has the recorded size and time but different bytes", index_path,

@@ -30,7 +30,8 @@
 #include "coco/categories.h"
 #include "coco/hash64.h"
 #include "coco/index_format.h"
-#include "coco/index_internal.h"
+#include "coco/index_read.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -68,7 +69,7 @@ static int range_ok(uint64_t first, uint64_t count, uint64_t n) { return first <
 
 /* ---- header ----------------------------------------------------------------------- */
 
-static ferry_status check_header(const char *name, const unsigned char *base, size_t len, index_header *h) {
+static ferry_status check_header(const char *name, const unsigned char *base, size_t len, ferry__index_header *h) {
   if (len < sizeof *h) return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%zu bytes, the header alone is %zu)", name, len, sizeof *h);
   memcpy(h, base, sizeof *h);
   if (memcmp(h->magic, FERRY_INDEX_MAGIC, FERRY_INDEX_MAGIC_LEN) != 0) return bad_index(name, "wrong magic");
@@ -76,7 +77,7 @@ static ferry_status check_header(const char *name, const unsigned char *base, si
     return ferry__fail(FERRY_EFORMAT, "%s: ferry index version %u, this ferry reads version %u (rebuild it with `ferry-coco index`)",
                       name, h->version, FERRY_INDEX_VERSION);
   if (h->header_size != sizeof *h || h->num_sections != SEC_COUNT) return bad_index(name, "header size or section count differs from version 1's");
-  if (CHECKSUMS_ENFORCED && h->checksum != ferry__hash64(h, offsetof(index_header, checksum), 0))
+  if (CHECKSUMS_ENFORCED && h->checksum != ferry__hash64(h, offsetof(ferry__index_header, checksum), 0))
     return bad_index(name, "header checksum mismatch");
   /* After the checksum: with the header intact, a size mismatch means the file was cut
    * or appended to, and the message can say so. */
@@ -87,9 +88,9 @@ static ferry_status check_header(const char *name, const unsigned char *base, si
   return FERRY_OK;
 }
 
-static ferry_status check_sections(const char *name, const index_header *h, size_t len) {
+static ferry_status check_sections(const char *name, const ferry__index_header *h, size_t len) {
   for (unsigned id = 0; id < SEC_COUNT; id++) {
-    const index_section *s = &h->sections[id];
+    const ferry__index_section *s = &h->sections[id];
     if (s->id != id || s->elem_size != ferry__index_elem_size(id))
       return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u has id %u and %u-byte elements", name, id, s->id, s->elem_size);
     /* The count is compared by division: count * elem_size could wrap. */
@@ -103,7 +104,7 @@ static ferry_status check_sections(const char *name, const index_header *h, size
 
 /* ---- records --------------------------------------------------------------------------- */
 
-static void attach(coco_vec *v, const unsigned char *base, const index_section *s) {
+static void attach(ferry__coco_vec *v, const unsigned char *base, const ferry__index_section *s) {
   v->data = (void *)(base + s->offset);
   v->n = v->cap = s->count;
   v->elem = s->elem_size;
@@ -130,7 +131,7 @@ static ferry_status check_strings(const ferry_coco *coco) {
 static ferry_status check_images(const ferry_coco *coco, size_t image_anns) {
   size_t next = 0;
   for (size_t i = 0; i < coco->images.n; i++) {
-    const coco_image *img = &COCO_AT(coco->images, coco_image, i);
+    const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, i);
     if (!string_ok(coco, img->file_name)) return bad_record(coco, "image", i, "file name outside the string pool");
     if (img->width < 0 || img->height < 0 || img->width > MAX_IMAGE_SIDE || img->height > MAX_IMAGE_SIDE)
       return bad_record(coco, "image", i, "invalid size");
@@ -146,7 +147,7 @@ static ferry_status check_images(const ferry_coco *coco, size_t image_anns) {
 static ferry_status check_categories(const ferry_coco *coco) {
   size_t longest = 0;
   for (size_t i = 0; i < coco->categories.n; i++) {
-    const coco_category *cat = &COCO_AT(coco->categories, coco_category, i);
+    const ferry__coco_category *cat = &COCO_AT(coco->categories, ferry__coco_category, i);
     if (!string_ok(coco, cat->name) || !string_ok(coco, cat->supercategory))
       return bad_record(coco, "category", i, "name or supercategory outside the string pool");
     if (cat->num_keypoints > longest) longest = cat->num_keypoints;
@@ -158,7 +159,7 @@ static ferry_status check_categories(const ferry_coco *coco) {
 }
 
 /* An id table: sorted, each entry the id of the element it names, every element once. */
-static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, const coco_vec *elems, const char *what) {
+static ferry_status check_id_table(const ferry_coco *coco, const ferry__coco_id_entry *t, const ferry__coco_vec *elems, const char *what) {
   size_t n = elems->n;
   unsigned char *seen = ferry__calloc(n ? n : 1, 1);
   if (!seen) return ferry__fail(FERRY_ENOMEM, "%s: out of memory checking the index", coco->name);
@@ -176,14 +177,14 @@ static ferry_status check_id_table(const ferry_coco *coco, const id_entry *t, co
 
 static ferry_status check_parts(const ferry_coco *coco) {
   for (size_t i = 0; i < coco->parts.n; i++) {
-    const coco_part *part = &COCO_AT(coco->parts, coco_part, i);
+    const ferry__coco_part *part = &COCO_AT(coco->parts, ferry__coco_part, i);
     if (part->k > SIZE_MAX / 2 || !range_ok(part->first, part->k * 2, coco->coords.n))
       return bad_record(coco, "polygon part", i, "vertices out of bounds");
   }
   return FERRY_OK;
 }
 
-static ferry_status check_segmentation(const ferry_coco *coco, const coco_ann *a, size_t i) {
+static ferry_status check_segmentation(const ferry_coco *coco, const ferry__coco_ann *a, size_t i) {
   switch (a->pub.segm) {
     case FERRY_SEGM_NONE:
       return FERRY_OK;
@@ -204,7 +205,7 @@ static ferry_status check_segmentation(const ferry_coco *coco, const coco_ann *a
   return bad_record(coco, "annotation", i, "unknown segmentation kind");
 }
 
-static ferry_status check_annotation(const ferry_coco *coco, const coco_ann *a, size_t i) {
+static ferry_status check_annotation(const ferry_coco *coco, const ferry__coco_ann *a, size_t i) {
   const ferry_coco_annotation *p = &a->pub;
   if (p->image_index != SIZE_MAX ? p->image_index >= coco->images.n : !coco->result_list)
     return bad_record(coco, "annotation", i, "image out of range");
@@ -231,17 +232,17 @@ static ferry_status check_records(const ferry_coco *coco, size_t image_anns) {
   /* Each image lists its own annotations in file order (parse.c lays them out so),
    * so each annotation is listed once at most: under its image, and not twice there. */
   for (size_t img = 0; img < coco->images.n; img++) {
-    const coco_image *im = &COCO_AT(coco->images, coco_image, img);
+    const ferry__coco_image *im = &COCO_AT(coco->images, ferry__coco_image, img);
     for (size_t k = im->first_ann; k < im->first_ann + im->num_anns; k++) {
       size_t a = coco->image_anns[k];
-      if (a >= coco->anns.n || COCO_AT(coco->anns, coco_ann, a).pub.image_index != img)
+      if (a >= coco->anns.n || COCO_AT(coco->anns, ferry__coco_ann, a).pub.image_index != img)
         return bad_record(coco, "per-image annotation entry", k, "out of range or of another image");
       if (k > im->first_ann && a <= coco->image_anns[k - 1])
         return bad_record(coco, "per-image annotation entry", k, "listed twice or out of file order");
     }
   }
   for (size_t i = 0; i < coco->anns.n; i++)
-    if ((st = check_annotation(coco, &COCO_AT(coco->anns, coco_ann, i), i)) < 0) return st;
+    if ((st = check_annotation(coco, &COCO_AT(coco->anns, ferry__coco_ann, i), i)) < 0) return st;
   if (coco->opts.remap_categories && coco->categories.n == 0 && coco->any_category_id)
     return ferry__fail(FERRY_EFORMAT, "%s: cannot remap category ids: the file has no categories", coco->name);
   return FERRY_OK;
@@ -254,9 +255,9 @@ static int checked_at_open(unsigned id) {
   return id != SEC_COORDS && id != SEC_COUNTS && id != SEC_KEYPOINTS && id != SEC_STRINGS;
 }
 
-static ferry_status verify_sections(const char *name, const unsigned char *base, const index_header *h, int all) {
+static ferry_status verify_sections(const char *name, const unsigned char *base, const ferry__index_header *h, int all) {
   for (unsigned id = 0; id < SEC_COUNT; id++) {
-    const index_section *s = &h->sections[id];
+    const ferry__index_section *s = &h->sections[id];
     if ((!all && !checked_at_open(id)) || !CHECKSUMS_ENFORCED) continue;
     if (ferry__hash64(base + s->offset, s->count * s->elem_size, 0) != s->checksum)
       return ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: section %u checksum mismatch (the file is damaged)", name, id);
@@ -274,7 +275,7 @@ static int verify_all_at_open(void) {
 /* Check the bytes and hand them to a new coco, which owns them from then on. */
 static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name, const ferry_coco_options *opts,
                           ferry_coco **out) {
-  index_header h;
+  ferry__index_header h;
   const unsigned char *base = bytes;
   ferry_status st = check_header(name, base, len, &h);
   if (st == FERRY_OK) st = check_sections(name, &h, len);
@@ -292,7 +293,7 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
   coco->result_list = (h.flags & FERRY_INDEX_FLAG_RESULT_LIST) != 0;
   coco->any_category_id = (h.flags & FERRY_INDEX_FLAG_CATEGORY_IDS) != 0;
   coco->num_keypoints = h.num_keypoints;
-  const index_section *s = h.sections;
+  const ferry__index_section *s = h.sections;
   attach(&coco->images, base, &s[SEC_IMAGES]);
   attach(&coco->categories, base, &s[SEC_CATEGORIES]);
   attach(&coco->anns, base, &s[SEC_ANNS]);
@@ -301,8 +302,8 @@ static ferry_status adopt(void *bytes, size_t len, int mapped, const char *name,
   attach(&coco->counts, base, &s[SEC_COUNTS]);
   attach(&coco->keypoints, base, &s[SEC_KEYPOINTS]);
   attach(&coco->strings, base, &s[SEC_STRINGS]);
-  coco->image_ids = (id_entry *)(base + s[SEC_IMAGE_IDS].offset);
-  coco->category_ids = (id_entry *)(base + s[SEC_CATEGORY_IDS].offset);
+  coco->image_ids = (ferry__coco_id_entry *)(base + s[SEC_IMAGE_IDS].offset);
+  coco->category_ids = (ferry__coco_id_entry *)(base + s[SEC_CATEGORY_IDS].offset);
   coco->image_anns = (size_t *)(base + s[SEC_IMAGE_ANNS].offset);
   if (s[SEC_IMAGE_IDS].count != coco->images.n || s[SEC_CATEGORY_IDS].count != coco->categories.n ||
       s[SEC_IMAGE_ANNS].count > coco->anns.n)
@@ -378,9 +379,9 @@ static ferry_status load_file(const char *path, unsigned flags, void **bytes, si
   ferry_status st = FERRY_OK;
   if (fstat(fd, &sb) != 0) st = ferry__fail(FERRY_EIO, "%s: cannot stat: %s", path, strerror(errno));
   if (st == FERRY_OK && (flags & FERRY__INDEX_CACHED)) st = check_cache_owner(path, &sb);
-  if (st == FERRY_OK && sb.st_size < (off_t)sizeof(index_header))
+  if (st == FERRY_OK && sb.st_size < (off_t)sizeof(ferry__index_header))
     st = ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)", path,
-                    (long long)sb.st_size, sizeof(index_header));
+                    (long long)sb.st_size, sizeof(ferry__index_header));
   *mapped = st == FERRY_OK && file_sealed(&sb);
   if (st == FERRY_OK && *mapped) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -404,7 +405,7 @@ ferry_status ferry__coco_index_open(const char *path, unsigned flags, const ferr
 }
 
 void ferry__coco_index_source_of(const ferry_coco *coco, ferry__index_source *out) {
-  const index_header *h = coco->backing;
+  const ferry__index_header *h = coco->backing;
   out->size = h->source_size;
   out->mtime_s = h->source_mtime_s;
   out->mtime_ns = h->source_mtime_ns;
@@ -416,7 +417,7 @@ ferry_status ferry_coco_index_verify(const char *index_path) {
   ferry_coco *coco = NULL;
   ferry_status st = ferry__coco_index_open(index_path, 0, NULL, &coco);
   if (st < 0) return st;
-  index_header h;
+  ferry__index_header h;
   memcpy(&h, coco->backing, sizeof h);
   st = verify_sections(index_path, coco->backing, &h, 1);
   ferry_coco_close(coco);

@@ -21,19 +21,22 @@
 
 #include "coco/hash64.h"
 #include "coco/index_format.h"
-#include "coco/index_internal.h"
+#include "coco/index_read.h"
+#include "coco/index_write.h"
+#include "coco/json_load.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
 /* Entries of image_anns in use: a result list's annotations belong to no image. */
 static size_t image_anns_used(const ferry_coco *coco) {
   size_t used = 0;
-  for (size_t i = 0; i < coco->images.n; i++) used += COCO_AT(coco->images, coco_image, i).num_anns;
+  for (size_t i = 0; i < coco->images.n; i++) used += COCO_AT(coco->images, ferry__coco_image, i).num_anns;
   return used;
 }
 
 /* Where each section's elements are in a parsed coco. */
-static void section_source(const ferry_coco *coco, index_section_id id, const void **data, size_t *count) {
+static void section_source(const ferry_coco *coco, ferry__index_section_id id, const void **data, size_t *count) {
   switch (id) {
     case SEC_IMAGES: *data = coco->images.data, *count = coco->images.n; return;
     case SEC_CATEGORIES: *data = coco->categories.data, *count = coco->categories.n; return;
@@ -54,13 +57,13 @@ static void section_source(const ferry_coco *coco, index_section_id id, const vo
 static uint64_t align_up(uint64_t x) { return (x + FERRY_INDEX_ALIGN - 1) / FERRY_INDEX_ALIGN * FERRY_INDEX_ALIGN; }
 
 /* Fill the header's section table; returns the file size. */
-static uint64_t lay_out(const ferry_coco *coco, index_header *h) {
+static uint64_t lay_out(const ferry_coco *coco, ferry__index_header *h) {
   uint64_t at = align_up(sizeof *h);
   for (unsigned id = 0; id < SEC_COUNT; id++) {
     const void *data;
     size_t count;
     section_source(coco, id, &data, &count);
-    index_section *s = &h->sections[id];
+    ferry__index_section *s = &h->sections[id];
     s->id = id;
     s->elem_size = ferry__index_elem_size(id);
     s->offset = at;
@@ -74,17 +77,18 @@ static uint64_t lay_out(const ferry_coco *coco, index_header *h) {
 /* The annotation records as they go to disk: the label is stored as the raw category
  * id (ferry__coco_label remaps on access), whatever options the coco was opened with. */
 static void copy_anns(const ferry_coco *coco, char *dst) {
-  if (coco->anns.n) memcpy(dst, coco->anns.data, coco->anns.n * sizeof(coco_ann));
-  coco_ann *anns = (coco_ann *)dst;
+  if (coco->anns.n) memcpy(dst, coco->anns.data, coco->anns.n * sizeof(ferry__coco_ann));
+  ferry__coco_ann *anns = (ferry__coco_ann *)dst;
   for (size_t i = 0; i < coco->anns.n; i++) anns[i].pub.label = anns[i].pub.category_id;
 }
 
-ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
-                                         size_t *len) {
+/* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
+static ferry_status index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
+                                   size_t *len) {
   if (coco->num_keypoints > FERRY_INDEX_MAX_KEYPOINTS)
     return ferry__fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
                       coco->num_keypoints, FERRY_INDEX_MAX_KEYPOINTS);
-  index_header h;
+  ferry__index_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, FERRY_INDEX_MAGIC, FERRY_INDEX_MAGIC_LEN);
   h.version = FERRY_INDEX_VERSION;
@@ -108,8 +112,8 @@ ferry_status ferry__coco_index_serialize(const ferry_coco *coco, const ferry__in
     if (id == SEC_ANNS) copy_anns(coco, out + h.sections[id].offset);
     else if (count) memcpy(out + h.sections[id].offset, src, count * h.sections[id].elem_size);
   }
-  h.sections[SEC_ANNS].checksum = ferry__hash64(out + h.sections[SEC_ANNS].offset, coco->anns.n * sizeof(coco_ann), 0);
-  h.checksum = ferry__hash64(&h, offsetof(index_header, checksum), 0);
+  h.sections[SEC_ANNS].checksum = ferry__hash64(out + h.sections[SEC_ANNS].offset, coco->anns.n * sizeof(ferry__coco_ann), 0);
+  h.checksum = ferry__hash64(&h, offsetof(ferry__index_header, checksum), 0);
   memcpy(out, &h, sizeof h);
   *data = out;
   *len = h.file_size;
@@ -224,14 +228,14 @@ static ferry_status parse_for_index(const char *json_path, ferry__index_source *
 
 ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed) {
   int own = 0;
-  ferry__index_source source;
+  ferry__index_source source = {0};  /* set when the parse succeeds; zeroed for the compiler */
   ferry_coco *coco = NULL;
   ferry_status st = parse_for_index(json_path, &source, &coco, &own);
   /* Out of memory is not the JSON's fault: the plain open may need less. */
   if (json_failed) *json_failed = own && st != FERRY_ENOMEM;
   char *index = NULL;
   size_t index_len = 0;
-  if (st == FERRY_OK) st = ferry__coco_index_serialize(coco, &source, &index, &index_len);
+  if (st == FERRY_OK) st = index_serialize(coco, &source, &index, &index_len);
   ferry_coco_close(coco);
   if (st == FERRY_OK) st = write_atomically(index_path, index, index_len);
   ferry__free(index);

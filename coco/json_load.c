@@ -8,11 +8,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/index_internal.h"
+#include "coco/json_load.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

@@ -18,8 +18,10 @@
  */
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/index_internal.h"
+#include "coco/json_load.h"
+#include "coco/json_stream.h"
+#include "coco/parse.h"
+#include "coco/store.h"
 #include "lib/status.h"
 
 /* Below jansson's own limit (2048), counting from a value nested two deep in the file. */

@@ -8,7 +8,7 @@
  * in steps: head, each annotation, finish), on the opening thread. Both ways run the
  * same functions in the same order (categories, then images, then annotations), which
  * is why the streamed parse can promise the whole-tree parse's first error.
- * Invariants on return: what coco_internal.h lists (bounded slices, sorted id tables,
+ * Invariants on return: what coco/store.h lists (bounded slices, sorted id tables,
  * image_anns grouped by image in file order); ids unique, except in a collecting open,
  * which reports a duplicate and keeps both elements; image sides within 0..INT32_MAX;
  * polygon parts keep len/2 vertices, as _mask.pyx's frPoly (k = int(len/2)) does with
@@ -22,7 +22,8 @@
 #include <string.h>
 
 #include "coco/categories.h"
-#include "coco/coco_internal.h"
+#include "coco/parse.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -115,7 +116,7 @@ static ferry_status get_image_side(const parser *p, const char *elem, const json
 
 /* memset first, here and in parse_category: the records are written to an index byte
  * for byte, so no field or padding may be left undefined. */
-static ferry_status parse_image(const parser *p, const json_t *obj, const char *elem, coco_image *img) {
+static ferry_status parse_image(const parser *p, const json_t *obj, const char *elem, ferry__coco_image *img) {
   memset(img, 0, sizeof *img);
   if (!json_is_object(obj)) return bad(p, elem, "", "expected an object, got %s", json_kind(obj));
   int present;
@@ -126,7 +127,7 @@ static ferry_status parse_image(const parser *p, const json_t *obj, const char *
   return get_image_side(p, elem, obj, "height", &img->height);
 }
 
-static ferry_status parse_category(const parser *p, const json_t *obj, const char *elem, coco_category *cat) {
+static ferry_status parse_category(const parser *p, const json_t *obj, const char *elem, ferry__coco_category *cat) {
   memset(cat, 0, sizeof *cat);
   if (!json_is_object(obj)) return bad(p, elem, "", "expected an object, got %s", json_kind(obj));
   int present;
@@ -148,7 +149,7 @@ static ferry_status parse_category(const parser *p, const json_t *obj, const cha
   return FERRY_OK;
 }
 
-static ferry_status parse_bbox(const parser *p, const char *elem, const json_t *obj, coco_ann *ann) {
+static ferry_status parse_bbox(const parser *p, const char *elem, const json_t *obj, ferry__coco_ann *ann) {
   const json_t *v = json_object_get(obj, "bbox");
   if (!v || json_is_null(v)) return FERRY_OK;
   if (!json_is_array(v) || json_array_size(v) != 4)
@@ -166,7 +167,7 @@ static ferry_status parse_bbox(const parser *p, const char *elem, const json_t *
   return FERRY_OK;
 }
 
-static ferry_status parse_crowd(const parser *p, const char *elem, const json_t *obj, coco_ann *ann) {
+static ferry_status parse_crowd(const parser *p, const char *elem, const json_t *obj, ferry__coco_ann *ann) {
   const char *key = json_object_get(obj, "iscrowd") ? "iscrowd" : "is_crowd";
   const json_t *v = json_object_get(obj, key);
   int64_t x = 0;
@@ -178,7 +179,7 @@ static ferry_status parse_crowd(const parser *p, const char *elem, const json_t 
   return FERRY_OK;
 }
 
-static ferry_status parse_polygons(const parser *p, const char *elem, const json_t *seg, coco_ann *ann) {
+static ferry_status parse_polygons(const parser *p, const char *elem, const json_t *seg, ferry__coco_ann *ann) {
   ferry_coco *coco = p->coco;
   ann->pub.segm = FERRY_SEGM_POLYGONS;
   ann->seg_first = coco->parts.n;
@@ -191,7 +192,7 @@ static ferry_status parse_polygons(const parser *p, const char *elem, const json
     if (!json_is_array(part))
       return bad(p, elem, field, "expected a polygon (an array of numbers), got %s", json_kind(part));
     size_t len = json_array_size(part);
-    coco_part cp = {.first = coco->coords.n, .k = len / 2};
+    ferry__coco_part cp = {.first = coco->coords.n, .k = len / 2};
     if ((st = ferry__coco_vec_reserve(&coco->coords, cp.k * 2)) < 0) return st;
     for (size_t t = 0; t < cp.k * 2 + len % 2; t++) {
       const json_t *x = json_array_get(part, t);
@@ -206,7 +207,7 @@ static ferry_status parse_polygons(const parser *p, const char *elem, const json
   return st;
 }
 
-static ferry_status parse_rle_size(const parser *p, const char *elem, const json_t *seg, coco_ann *ann) {
+static ferry_status parse_rle_size(const parser *p, const char *elem, const json_t *seg, ferry__coco_ann *ann) {
   const json_t *size = json_object_get(seg, "size");
   int64_t hw[2];
   if (!json_is_array(size) || json_array_size(size) != 2 || !integer_value(json_array_get(size, 0), &hw[0]) ||
@@ -222,7 +223,7 @@ static ferry_status parse_rle_size(const parser *p, const char *elem, const json
   return FERRY_OK;
 }
 
-static ferry_status parse_rle_counts(const parser *p, const char *elem, const json_t *counts, coco_ann *ann) {
+static ferry_status parse_rle_counts(const parser *p, const char *elem, const json_t *counts, ferry__coco_ann *ann) {
   ferry_coco *coco = p->coco;
   size_t m = json_array_size(counts);
   ferry_status st = ferry__coco_vec_reserve(&coco->counts, m);
@@ -252,7 +253,7 @@ static ferry_status parse_rle_counts(const parser *p, const char *elem, const js
   return FERRY_OK;
 }
 
-static ferry_status parse_segmentation(const parser *p, const char *elem, const json_t *obj, coco_ann *ann) {
+static ferry_status parse_segmentation(const parser *p, const char *elem, const json_t *obj, ferry__coco_ann *ann) {
   const json_t *seg = json_object_get(obj, "segmentation");
   ann->pub.segm = FERRY_SEGM_NONE;
   if (!seg || json_is_null(seg) || (json_is_array(seg) && json_array_size(seg) == 0)) return FERRY_OK;
@@ -271,7 +272,7 @@ static ferry_status parse_segmentation(const parser *p, const char *elem, const 
   return bad(p, elem, "segmentation.counts", "expected a string or an array of run lengths");
 }
 
-static ferry_status parse_keypoints(const parser *p, const char *elem, const json_t *obj, coco_ann *ann) {
+static ferry_status parse_keypoints(const parser *p, const char *elem, const json_t *obj, ferry__coco_ann *ann) {
   ferry_coco *coco = p->coco;
   const json_t *kp = json_object_get(obj, "keypoints");
   if (!kp || json_is_null(kp)) return FERRY_OK;
@@ -298,7 +299,7 @@ static ferry_status parse_keypoints(const parser *p, const char *elem, const jso
 }
 
 /* image_id and category_id, resolved against the file's images and categories. */
-static ferry_status parse_references(const parser *p, const char *elem, const json_t *obj, coco_ann *ann) {
+static ferry_status parse_references(const parser *p, const char *elem, const json_t *obj, ferry__coco_ann *ann) {
   ferry_coco *coco = p->coco;
   int present, result = coco->result_list;
   ferry_status st = get_integer(p, elem, obj, "image_id", 1, &ann->pub.image_id, &present);
@@ -324,7 +325,7 @@ static ferry_status parse_references(const parser *p, const char *elem, const js
   return FERRY_OK;
 }
 
-static ferry_status parse_annotation(const parser *p, const json_t *obj, const char *elem, coco_ann *ann) {
+static ferry_status parse_annotation(const parser *p, const json_t *obj, const char *elem, ferry__coco_ann *ann) {
   if (!json_is_object(obj)) return bad(p, elem, "", "expected an object, got %s", json_kind(obj));
   int present;
   ferry_status st = get_integer(p, elem, obj, "id", 0, &ann->pub.id, &present);
@@ -370,7 +371,7 @@ static const json_t *top_array(const parser *p, const char *key, int required, f
 /* Ties broken by position: qsort is not stable, and a duplicate must always be reported
  * on the later element, naming the earlier one. */
 static int compare_ids(const void *a, const void *b) {
-  const id_entry *x = a, *y = b;
+  const ferry__coco_id_entry *x = a, *y = b;
   if (x->id != y->id) return x->id < y->id ? -1 : 1;
   return x->index < y->index ? -1 : x->index > y->index;
 }
@@ -378,9 +379,9 @@ static int compare_ids(const void *a, const void *b) {
 /* Sorted id table of n elements read by `id_of`; duplicate ids are problems, named by
  * their positions in the file's array (json_pos[i] for stored element i: they differ
  * once a faulty element was reported and left out). */
-static ferry_status build_id_table(const parser *p, const char *array, const coco_vec *v, size_t id_offset,
-                                   const size_t *json_pos, id_entry **out) {
-  id_entry *t = ferry__malloc((v->n ? v->n : 1) * sizeof *t);
+static ferry_status build_id_table(const parser *p, const char *array, const ferry__coco_vec *v, size_t id_offset,
+                                   const size_t *json_pos, ferry__coco_id_entry **out) {
+  ferry__coco_id_entry *t = ferry__malloc((v->n ? v->n : 1) * sizeof *t);
   if (!t) return ferry__fail(FERRY_ENOMEM, "%s: out of memory indexing %s", p->name, array);
   for (size_t i = 0; i < v->n; i++) {
     memcpy(&t[i].id, (const char *)v->data + i * v->elem + id_offset, sizeof(int64_t));
@@ -413,16 +414,16 @@ static ferry_status image_element(const parser *p, const json_t *obj, const char
 /* Parse every element of top-level `array` into `vec` (a faulty element is reported
  * and skipped when the options allow it), then index the elements by id. */
 static ferry_status parse_id_array(const parser *p, const char *array, int required,
-                                   element_parser parse, coco_vec *vec, size_t id_offset,
-                                   id_entry **ids) {
+                                   element_parser parse, ferry__coco_vec *vec, size_t id_offset,
+                                   ferry__coco_id_entry **ids) {
   ferry_status st;
   const json_t *arr = top_array(p, array, required, &st);
   if (st < 0 && (st = element_problem(p, st)) < 0) return st;
-  coco_vec json_pos = {.elem = sizeof(size_t)}; /* of each element kept */
+  ferry__coco_vec json_pos = {.elem = sizeof(size_t)}; /* of each element kept */
   for (size_t i = 0; arr && i < json_array_size(arr); i++) {
     char elem[PATH_MAX_LEN];
     snprintf(elem, sizeof elem, "%s[%zu]", array, i);
-    union { coco_category category; coco_image image; } value;
+    union { ferry__coco_category category; ferry__coco_image image; } value;
     st = parse(p, json_array_get(arr, i), elem, &value);
     if (st == FERRY_OK) {
       if ((st = ferry__coco_vec_push(vec, &value)) == FERRY_OK) st = ferry__coco_vec_push(&json_pos, &i);
@@ -439,9 +440,9 @@ static ferry_status parse_id_array(const parser *p, const char *array, int requi
 static ferry_status parse_categories(const parser *p) {
   ferry_coco *coco = p->coco;
   ferry_status st = parse_id_array(p, "categories", 0, category_element, &coco->categories,
-                                   offsetof(coco_category, id), &coco->category_ids);
+                                   offsetof(ferry__coco_category, id), &coco->category_ids);
   for (size_t i = 0; st == FERRY_OK && i < coco->categories.n; i++) {
-    size_t k = COCO_AT(coco->categories, coco_category, i).num_keypoints;
+    size_t k = COCO_AT(coco->categories, ferry__coco_category, i).num_keypoints;
     if (k > coco->num_keypoints) coco->num_keypoints = k;
   }
   return st;
@@ -449,7 +450,7 @@ static ferry_status parse_categories(const parser *p) {
 
 static ferry_status parse_images(const parser *p) {
   ferry_coco *coco = p->coco;
-  return parse_id_array(p, "images", 1, image_element, &coco->images, offsetof(coco_image, id),
+  return parse_id_array(p, "images", 1, image_element, &coco->images, offsetof(ferry__coco_image, id),
                         &coco->image_ids);
 }
 
@@ -458,7 +459,7 @@ static ferry_status add_annotation(const parser *p, const json_t *obj, size_t i)
   ferry_coco *coco = p->coco;
   char elem[PATH_MAX_LEN];
   snprintf(elem, sizeof elem, "%s[%zu]", ferry__coco_ann_array_name(coco), i);
-  coco_ann ann;
+  ferry__coco_ann ann;
   memset(&ann, 0, sizeof ann);
   ann.pub.json_index = i;
   size_t marks[5] = {coco->parts.n, coco->coords.n, coco->counts.n, coco->keypoints.n, coco->strings.n};
@@ -489,9 +490,9 @@ static ferry_status build_image_index(ferry_coco *coco) {
   size_t n = coco->anns.n;
   coco->image_anns = ferry__malloc((n ? n : 1) * sizeof(size_t));
   if (!coco->image_anns) return ferry__fail(FERRY_ENOMEM, "%s: out of memory indexing annotations", coco->name);
-  coco_image *imgs = coco->images.data;
+  ferry__coco_image *imgs = coco->images.data;
   for (size_t i = 0; i < n; i++) {
-    size_t img = COCO_AT(coco->anns, coco_ann, i).pub.image_index;
+    size_t img = COCO_AT(coco->anns, ferry__coco_ann, i).pub.image_index;
     if (img != SIZE_MAX) imgs[img].num_anns++;
   }
   size_t offset = 0;
@@ -501,7 +502,7 @@ static ferry_status build_image_index(ferry_coco *coco) {
     imgs[i].num_anns = 0;
   }
   for (size_t i = 0; i < n; i++) {
-    size_t img = COCO_AT(coco->anns, coco_ann, i).pub.image_index;
+    size_t img = COCO_AT(coco->anns, ferry__coco_ann, i).pub.image_index;
     if (img != SIZE_MAX) coco->image_anns[imgs[img].first_ann + imgs[img].num_anns++] = i;
   }
   return FERRY_OK;

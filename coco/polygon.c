@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coco/rle_internal.h"
+#include "coco/rle.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

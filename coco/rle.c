@@ -4,7 +4,7 @@
  * Owns: nothing between calls. Each function reads the caller's ferry_rle values and
  * returns new ones whose counts it allocated (ferry__malloc; ferry_rle_free).
  * Callers: coco/segm.c (annToRLE, on the loader's worker threads, many at once),
- * polygon.c and rle_decode.c (the helpers of rle_internal.h), ferry-coco and the
+ * polygon.c and rle_decode.c (the helpers of rle.h), ferry-coco and the
  * tests. Decoding runs to pixels is rle_decode.c's. No state and no lock: any number of
  * threads at once, each on its own outputs.
  *
@@ -34,7 +34,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "coco/rle_internal.h"
+#include "coco/rle.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 

@@ -1,6 +1,6 @@
 /* coco/rle_decode.c - RLE masks to pixels: at their own size, resized, or through any
  * nearest index map (an augmentation's resize/crop/resize/flip), never building the
- * full-size mask (mask_map.h).
+ * full-size mask (rle_decode.h).
  *
  * Owns: nothing between calls but what a ferry__mask_map holds (its two tables, freed
  * by ferry__mask_map_free).
@@ -21,8 +21,8 @@
  */
 #include <string.h>
 
-#include "coco/mask_map.h"
-#include "coco/rle_internal.h"
+#include "coco/rle_decode.h"
+#include "coco/rle.h"
 #include "lib/alloc.h"
 #include "lib/nearest.h"
 #include "lib/status.h"

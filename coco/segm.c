@@ -19,11 +19,12 @@
  * by rle.c for RLE dicts); a failure's message names the file, the annotation's JSON
  * path and, for a polygon, the part.
  */
-#include "coco/coco_internal.h"
+#include "coco/segm.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
-static ferry_status polygons_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out) {
+static ferry_status polygons_rle(const ferry_coco *coco, const ferry__coco_ann *ann, ferry_rle *out) {
   const char *array = ferry__coco_ann_array_name(coco);
   size_t idx = ann->pub.json_index;
   /* annToRLE looks the image up by image_id; a result list has no images, so there is
@@ -31,7 +32,7 @@ static ferry_status polygons_rle(const ferry_coco *coco, const coco_ann *ann, fe
   if (ann->pub.image_index == SIZE_MAX)
     return ferry__fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and a result list has no images",
                       coco->name, array, idx);
-  const coco_image *img = &COCO_AT(coco->images, coco_image, ann->pub.image_index);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, ann->pub.image_index);
   if (img->height <= 0 || img->width <= 0)
     return ferry__fail(FERRY_EFORMAT, "%s: %s[%zu].segmentation: polygons need an image size, and image %lld has no height/width",
                       coco->name, array, idx, (long long)img->id);
@@ -46,7 +47,7 @@ static ferry_status polygons_rle(const ferry_coco *coco, const coco_ann *ann, fe
   if (!parts) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu polygon parts", coco->name, n);
   ferry_status st = FERRY_OK;
   for (size_t j = 0; j < n && st == FERRY_OK; j++) {
-    const coco_part *part = &COCO_AT(coco->parts, coco_part, ann->seg_first + j);
+    const ferry__coco_part *part = &COCO_AT(coco->parts, ferry__coco_part, ann->seg_first + j);
     /* a part without a vertex pair may have no coordinates behind it at all */
     const double *xy = part->k ? &COCO_AT(coco->coords, double, part->first) : NULL;
     st = ferry_rle_from_polygon(xy, part->k, h, w, &parts[j]);
@@ -60,7 +61,7 @@ static ferry_status polygons_rle(const ferry_coco *coco, const coco_ann *ann, fe
   return st;
 }
 
-ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const coco_ann *ann, ferry_rle *out) {
+ferry_status ferry__coco_ann_rle(const ferry_coco *coco, const ferry__coco_ann *ann, ferry_rle *out) {
   const char *array = ferry__coco_ann_array_name(coco);
   size_t idx = ann->pub.json_index;
   ferry_status st;

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
+#include "coco/coco.h"
+#include "coco/json_load.h"
 #include "coco/sidecars.h"
 #include "lib/alloc.h"
 #include "lib/status.h"

@@ -29,7 +29,7 @@
 typedef struct ferry__sidecars ferry__sidecars;
 
 /* A builder for the split `spec` (named in its messages); installs ferry's allocator in
- * jansson (coco_internal.h). */
+ * jansson (coco/json_load.h). */
 ferry_status ferry__sidecars_new(const char *spec, ferry__sidecars **out);
 void ferry__sidecars_free(ferry__sidecars *b);
 

@@ -5,7 +5,7 @@
  * json_stream.c fill one from JSON, index_read.c points one into an index's bytes,
  * coco.c opens a buffer and reads, index_cache.c opens a path); this file calls none of them, so coco/'s dependencies run
  * one way, down to here.
- * Invariants: a coco_vec's n <= cap and its data holds cap elements of `elem` bytes;
+ * Invariants: a ferry__coco_vec's n <= cap and its data holds cap elements of `elem` bytes;
  * id tables are sorted by id; string offset 0 is the empty string. A coco with
  * `backing` owns no arrays (they point into the backing bytes, mapped read-only or
  * copied), so closing it frees the backing and nothing else of its arrays.
@@ -16,13 +16,13 @@
 
 #include <jansson.h>
 
-#include "coco/coco_internal.h"
+#include "coco/store.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
 /* ---- growable arrays ------------------------------------------------------------- */
 
-ferry_status ferry__coco_vec_reserve(coco_vec *v, size_t more) {
+ferry_status ferry__coco_vec_reserve(ferry__coco_vec *v, size_t more) {
   if (more <= v->cap - v->n) return FERRY_OK;
   size_t cap = v->cap ? v->cap : 16;
   while (cap - v->n < more) {
@@ -36,7 +36,7 @@ ferry_status ferry__coco_vec_reserve(coco_vec *v, size_t more) {
   return FERRY_OK;
 }
 
-ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem) {
+ferry_status ferry__coco_vec_push(ferry__coco_vec *v, const void *elem) {
   ferry_status st = ferry__coco_vec_reserve(v, 1);
   if (st < 0) return st;
   memcpy((char *)v->data + v->n * v->elem, elem, v->elem);
@@ -44,13 +44,13 @@ ferry_status ferry__coco_vec_push(coco_vec *v, const void *elem) {
   return FERRY_OK;
 }
 
-void ferry__coco_vec_free(coco_vec *v) {
+void ferry__coco_vec_free(ferry__coco_vec *v) {
   ferry__free(v->data);
   v->data = NULL;
   v->n = v->cap = 0;
 }
 
-size_t ferry__coco_id_lookup(const id_entry *table, size_t n, int64_t id) {
+size_t ferry__coco_id_lookup(const ferry__coco_id_entry *table, size_t n, int64_t id) {
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -78,7 +78,7 @@ ferry_status ferry__coco_intern(ferry_coco *coco, const char *s, size_t len, uin
   return FERRY_OK;
 }
 
-int64_t ferry__coco_label(const ferry_coco *coco, const coco_ann *ann) {
+int64_t ferry__coco_label(const ferry_coco *coco, const ferry__coco_ann *ann) {
   if (!coco->opts.remap_categories || coco->categories.n == 0) return ann->pub.category_id;
   size_t i = ferry__coco_id_lookup(coco->category_ids, coco->categories.n, ann->pub.category_id);
   /* RF-DETR's table: the open checked that every annotation's category has a label */
@@ -95,10 +95,10 @@ ferry_status ferry__coco_new(const char *name, const ferry_coco_options *opts, f
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory", name);
   }
   if (opts) coco->opts = *opts;
-  coco->images.elem = sizeof(coco_image);
-  coco->categories.elem = sizeof(coco_category);
-  coco->anns.elem = sizeof(coco_ann);
-  coco->parts.elem = sizeof(coco_part);
+  coco->images.elem = sizeof(ferry__coco_image);
+  coco->categories.elem = sizeof(ferry__coco_category);
+  coco->anns.elem = sizeof(ferry__coco_ann);
+  coco->parts.elem = sizeof(ferry__coco_part);
   coco->coords.elem = sizeof(double);
   coco->counts.elem = sizeof(uint32_t);
   coco->keypoints.elem = sizeof(float);
@@ -114,7 +114,7 @@ void ferry_coco_close(ferry_coco *coco) {
     if (coco->backing_mapped) munmap(coco->backing, coco->backing_len);
     else ferry__free(coco->backing);
   } else {
-    coco_vec *vecs[] = {&coco->images, &coco->categories, &coco->anns, &coco->parts,
+    ferry__coco_vec *vecs[] = {&coco->images, &coco->categories, &coco->anns, &coco->parts,
                         &coco->coords, &coco->counts, &coco->keypoints, &coco->strings};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) ferry__coco_vec_free(vecs[i]);
     ferry__free(coco->image_ids);

@@ -11,7 +11,7 @@
  * Bit-exactness rules, each from ConvertCoco / pycocotools:
  *   - boxes are computed in float32 from the float32 of each xywh value (x2 = x + w in
  *     float32, as torch does on a float32 tensor), then clamped to [0, w] x [0, h];
- *   - for an image decoded at a reduced size (the loader's draft_size, coco/target_at.h)
+ *   - for an image decoded at a reduced size (the loader's draft_size, coco/target.h)
  *     each xywh value and the area are first multiplied by decoded/annotated per axis
  *     in double (RF-DETR's scale_coco_annotation), and the clamp is to the decoded size;
  *   - a kept annotation has x2 > x1 and y2 > y1 after the clamp; the test drops the
@@ -27,9 +27,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/coco_internal.h"
-#include "coco/mask_map.h"
-#include "coco/target_at.h"
+#include "coco/rle_decode.h"
+#include "coco/segm.h"
+#include "coco/store.h"
+#include "coco/target.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
 
@@ -46,7 +47,7 @@ static ferry_status check_args(const ferry_coco *coco, size_t index, const ferry
       opts->mask_width > UINT32_MAX)
     return ferry__fail(FERRY_EINVAL, "%s: mask size %lldx%lld is invalid", fn, (long long)opts->mask_height,
                       (long long)opts->mask_width);
-  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, index);
   if (img->height <= 0 || img->width <= 0)
     return ferry__fail(FERRY_EFORMAT, "%s: images[%zu] (id %lld): no height/width, which targets need", coco->name,
                       index, (long long)img->id);
@@ -67,7 +68,7 @@ typedef struct target_frame {
   int scaled;
 } target_frame;
 
-static ferry_status frame_of(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
+static ferry_status frame_of(const ferry_coco *coco, const ferry__coco_image *img, const ferry_target_options *opts,
                              int64_t source_w, int64_t source_h, target_frame *f) {
   f->scaled = (source_w || source_h) && (source_w != img->width || source_h != img->height);
   if (!f->scaled) source_w = img->width, source_h = img->height;
@@ -84,7 +85,7 @@ static ferry_status frame_of(const ferry_coco *coco, const coco_image *img, cons
 
 /* The annotation's box as ConvertCoco makes it (float32 xywh -> xyxy, clamped) in the
  * frame; 1 when the annotation is kept. */
-static ferry_status kept_box(const ferry_coco *coco, const coco_image *img, const coco_ann *ann,
+static ferry_status kept_box(const ferry_coco *coco, const ferry__coco_image *img, const ferry__coco_ann *ann,
                              const ferry_target_options *opts, const target_frame *f, float box[4], int *keep) {
   *keep = 0;
   /* Crowds first: a crowd without a "bbox" is dropped, not an error, as ConvertCoco
@@ -110,12 +111,12 @@ ferry_status ferry__coco_target_count_at(const ferry_coco *coco, size_t index, c
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_count");
   if (st < 0) return st;
   if (!count) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_count: NULL count");
-  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, index);
   target_frame f;
   if ((st = frame_of(coco, img, opts, source_w, source_h, &f)) < 0) return st;
   int64_t n = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
-    const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
+    const ferry__coco_ann *ann = &COCO_AT(coco->anns, ferry__coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
     int keep;
     if ((st = kept_box(coco, img, ann, opts, &f, box, &keep)) < 0) return st;
@@ -132,7 +133,7 @@ ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const
 
 /* The annotation's mask through the image's map into dst; all zero without a
  * segmentation. */
-static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, const coco_ann *ann, uint8_t *dst,
+static ferry_status write_mask(const ferry_coco *coco, const ferry__coco_image *img, const ferry__coco_ann *ann, uint8_t *dst,
                                const ferry__mask_map *map) {
   size_t n = (size_t)map->dst_h * map->dst_w;
   if (ann->pub.segm == FERRY_SEGM_NONE) {
@@ -154,7 +155,7 @@ static ferry_status write_mask(const ferry_coco *coco, const coco_image *img, co
 /* K triplets per annotation: the dataset's K (the largest category's), zero-filled past
  * what the annotation gives, so every slot has the same shape. Nothing past K is
  * written (parse.c refuses more than K once categories declare keypoints). */
-static void write_keypoints(const ferry_coco *coco, const coco_ann *ann, float *dst) {
+static void write_keypoints(const ferry_coco *coco, const ferry__coco_ann *ann, float *dst) {
   size_t K = coco->num_keypoints, given = ann->pub.num_keypoints < K ? ann->pub.num_keypoints : K;
   memset(dst, 0, K * 3 * sizeof(float));
   if (given) memcpy(dst, &COCO_AT(coco->keypoints, float, ann->kp_first), given * 3 * sizeof(float));
@@ -163,20 +164,20 @@ static void write_keypoints(const ferry_coco *coco, const coco_ann *ann, float *
 /* Say which image the failing annotation belongs to, after the rest of the message.
  * The message is copied first: ferry__fail formats into the same thread-local buffer
  * that ferry_last_error returns. */
-static ferry_status with_image(const ferry_coco *coco, ferry_status st, const coco_image *img) {
+static ferry_status with_image(const ferry_coco *coco, ferry_status st, const ferry__coco_image *img) {
   char msg[FERRY_ERROR_MAX];
   snprintf(msg, sizeof msg, "%s", ferry_last_error());
   return ferry__fail(st, "%s (image %lld, \"%s\")", msg, (long long)img->id, COCO_STRING(coco, img->file_name));
 }
 
 /* Every kept annotation of the image into the target's arrays, in file order. */
-static ferry_status write_kept(const ferry_coco *coco, const coco_image *img, const ferry_target_options *opts,
+static ferry_status write_kept(const ferry_coco *coco, const ferry__coco_image *img, const ferry_target_options *opts,
                                const target_frame *f, ferry_coco_target *out, const ferry__mask_map *map,
                                size_t mask_bytes, size_t K) {
   ferry_status st;
   size_t slot = 0, kept = 0;
   for (size_t k = 0; k < img->num_anns; k++) {
-    const coco_ann *ann = &COCO_AT(coco->anns, coco_ann, coco->image_anns[img->first_ann + k]);
+    const ferry__coco_ann *ann = &COCO_AT(coco->anns, ferry__coco_ann, coco->image_anns[img->first_ann + k]);
     float box[4];
     int keep;
     if ((st = kept_box(coco, img, ann, opts, f, box, &keep)) < 0) return st;
@@ -200,7 +201,7 @@ ferry_status ferry__coco_target_write_at(const ferry_coco *coco, size_t index, c
   ferry_status st = check_args(coco, index, opts, "ferry_coco_target_write");
   if (st < 0) return st;
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_coco_target_write: NULL target");
-  const coco_image *img = &COCO_AT(coco->images, coco_image, index);
+  const ferry__coco_image *img = &COCO_AT(coco->images, ferry__coco_image, index);
   target_frame f;
   if ((st = frame_of(coco, img, opts, source_w, source_h, &f)) < 0) return st;
   /* Masks and keypoints are in the annotated frame; RF-DETR never reduces a decode

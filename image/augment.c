@@ -24,7 +24,8 @@
 #include <string.h>
 
 #include "image/augment.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/resize_kernels.h"
 #include "lib/nearest.h"
 #include "lib/rng.h"
@@ -322,13 +323,13 @@ void ferry__augment_mask_maps(const int32_t *rec, int src_h, int src_w, uint32_t
  * resize's columns taken right to left. The bytes are those of the full chain. */
 ferry_status ferry__augment_pixels(ferry_decoder *d, const int32_t *rec, const uint8_t *src, int src_w, int src_h,
                                    ferry_image_layout layout, void *dst) {
-  const ferry_resize_kernels *k = ferry__resize_best_kernels();
+  const ferry__resize_kernels *k = ferry__resize_best_kernels();
   int oh = rec[FERRY_AUGMENT_OUT_H], ow = rec[FERRY_AUGMENT_OUT_W];
-  ferry_resize_view last = {ow, oh, 0, 0, ow, oh, rec[FERRY_AUGMENT_FLIP] != 0};
+  ferry__resize_view last = {ow, oh, 0, 0, ow, oh, rec[FERRY_AUGMENT_FLIP] != 0};
   if (!rec[FERRY_AUGMENT_BRANCH])
     return ferry__image_resize_view(k, d, src, (size_t)src_w * 3, src_w, src_h, &last, layout, dst);
   int ch = rec[FERRY_AUGMENT_CROP_H], cw = rec[FERRY_AUGMENT_CROP_W];
-  ferry_resize_view crop = {rec[FERRY_AUGMENT_RESIZE_W], rec[FERRY_AUGMENT_RESIZE_H], rec[FERRY_AUGMENT_CROP_LEFT],
+  ferry__resize_view crop = {rec[FERRY_AUGMENT_RESIZE_W], rec[FERRY_AUGMENT_RESIZE_H], rec[FERRY_AUGMENT_CROP_LEFT],
                             rec[FERRY_AUGMENT_CROP_TOP], cw, ch, 0};
   ferry_status st = ferry__scratch_reserve(&d->augment, (size_t)ch * cw * 3, "augment");
   if (st == FERRY_OK)

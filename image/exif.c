@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "image/image_internal.h"
+#include "image/exif.h"
 
 static unsigned read16(const uint8_t *p, int big_endian) {
   return big_endian ? (unsigned)p[0] << 8 | p[1] : (unsigned)p[1] << 8 | p[0];

@@ -4,7 +4,7 @@
  * The pixels move in resize.c; the targets that describe them move here, so the two
  * cannot disagree about a geometry. Boxes are float32 xyxy rows, in pixels of the
  * image they are drawn on. Masks follow the same geometry through nearest index maps
- * (lib/nearest.h, coco/mask_map.h), not here.
+ * (lib/nearest.h, coco/rle_decode.h), not here.
  */
 #ifndef FERRY_IMAGE_GEOMETRY_H
 #define FERRY_IMAGE_GEOMETRY_H

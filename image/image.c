@@ -31,7 +31,11 @@
 #include "lib/alloc.h"
 #include "lib/status.h"
 #include "image/geometry.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
+#include "image/png_codec.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 
 void ferry_image_options_default(ferry_image_options *o) {
@@ -101,7 +105,7 @@ void ferry_decoder_close(ferry_decoder *d) {
 static ferry_status probe_prefix(const uint8_t *data, size_t len, const char *name, int *width,
                                  int *height) {
   if (ferry__jpeg_signature(data, len)) {
-    ferry_jpeg_info info;
+    ferry__jpeg_info info;
     ferry_status st = ferry__jpeg_header(data, len, name, &info);
     *width = info.width;
     *height = info.height;
@@ -193,12 +197,12 @@ ferry_status ferry_image_probe_file(const char *path, int *width, int *height) {
  * two buffers swap roles, so no copy back is made and both stay with the decoder for
  * the next image. The full (header) size is oriented too: the loader compares it with
  * the annotations (fill.c). */
-static ferry_status apply_orientation(ferry_decoder *d, const char *name, ferry_decoded *img) {
+static ferry_status apply_orientation(ferry_decoder *d, const char *name, ferry__decoded *img) {
   if (img->orientation == 1) return FERRY_OK;
   ferry_status st = ferry__scratch_reserve(&d->aux, (size_t)img->width * img->height * 3, name);
   if (st < 0) return st;
   ferry__exif_transpose(img->orientation, img->rgb, img->width, img->height, d->aux.data);
-  ferry_scratch swap = d->pixels; /* the oriented image becomes "the pixels" */
+  ferry__scratch swap = d->pixels; /* the oriented image becomes "the pixels" */
   d->pixels = d->aux;
   d->aux = swap;
   img->rgb = d->pixels.data;
@@ -220,7 +224,7 @@ static int signature_prefix(const uint8_t *data, size_t len) {
  * signature are told apart from other bytes, so that they say "empty" or
  * "truncated", not "not a JPEG or PNG file". */
 static ferry_status decode_any(ferry_decoder *d, const void *data, size_t len, const char *name,
-                               const ferry_decode_request *req, ferry_decoded *img) {
+                               const ferry__decode_request *req, ferry__decoded *img) {
   if (len == 0) return truncated_header(name, 0); /* "empty file" */
   ferry_status st;
   if (ferry__jpeg_signature(data, len))
@@ -253,8 +257,8 @@ ferry_status ferry_decode_rgb(ferry_decoder *d, const void *data, size_t len, co
     return ferry__fail(FERRY_EINVAL, "%s: ferry_decode_rgb: NULL output", name);
   if (!opts) ferry_image_options_default(&defaults);
   /* target_size 0: the full image is asked for, so no DCT-scaled decode. */
-  ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = 0};
-  ferry_decoded img;
+  ferry__decode_request req = {.opts = opts ? opts : &defaults, .target_size = 0};
+  ferry__decoded img;
   st = decode_any(d, data, len, name, &req, &img);
   if (st < 0) return st;
   *out = img.rgb;
@@ -274,8 +278,8 @@ ferry_status ferry_image_decode_resized(ferry_decoder *d, const void *data, size
   if (!opts) ferry_image_options_default(&defaults);
   /* The size the resize will make, so that with dct_scaling a JPEG may be decoded
    * smaller (jpeg.c picks the scale); the reported size stays the full one. */
-  ferry_decode_request req = {.opts = opts ? opts : &defaults, .target_size = size};
-  ferry_decoded img;
+  ferry__decode_request req = {.opts = opts ? opts : &defaults, .target_size = size};
+  ferry__decoded img;
   st = decode_any(d, data, len, name, &req, &img);
   if (st < 0) return st;
   st = ferry_image_resize(d, img.rgb, img.width, img.height, size, layout, dst);

@@ -21,7 +21,11 @@
 
 #include "lib/status.h"
 #include "image/image_config.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
+#include "image/pixel_limit.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 
 /* ---- a thin layer over the two TurboJPEG API generations ---- */
@@ -102,14 +106,14 @@ static int is_standalone_marker(unsigned m) {
 
 /* The first APP1 that starts "Exif\0\0" wins; the TIFF structure follows the six
  * bytes. Other APP1 segments (XMP) are not EXIF. */
-static void note_exif(const uint8_t *seg, size_t seg_len, ferry_jpeg_info *info) {
+static void note_exif(const uint8_t *seg, size_t seg_len, ferry__jpeg_info *info) {
   if (info->exif || seg_len < 6 || memcmp(seg, "Exif\0\0", 6) != 0) return;
   info->exif = seg + 6;
   info->exif_len = seg_len - 6;
 }
 
 ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
-                               ferry_jpeg_info *info) {
+                               ferry__jpeg_info *info) {
   memset(info, 0, sizeof *info);
   /* past SOI (the caller checked the signature) */
   size_t pos = 2;
@@ -176,7 +180,7 @@ int ferry_image_draft_factor(int width, int height, int draft_size) {
 
 /* The scale of this decode: draft_size's 1/f (Pillow's draft: libjpeg's scale_num = 1,
  * scale_denom = f, which TurboJPEG's 1/f is), else dct_scaling's pick, else 1/1. */
-static tjscalingfactor decode_scale(const ferry_jpeg_info *hdr, const ferry_decode_request *req) {
+static tjscalingfactor decode_scale(const ferry__jpeg_info *hdr, const ferry__decode_request *req) {
   tjscalingfactor sf = {1, 1};
   if (req->opts->draft_size > 0) sf.denom = ferry_image_draft_factor(hdr->width, hdr->height, req->opts->draft_size);
   else if (req->opts->dct_scaling && req->target_size > 0) sf = pick_scale(hdr->width, hdr->height, req->target_size);
@@ -244,8 +248,8 @@ static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len
 }
 
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                               const ferry_decode_request *req, ferry_decoded *out) {
-  ferry_jpeg_info hdr;
+                               const ferry__decode_request *req, ferry__decoded *out) {
+  ferry__jpeg_info hdr;
   ferry_status st = ferry__jpeg_header(data, len, name, &hdr);
   if (st == FERRY_EAGAIN)
     return ferry__fail(FERRY_EFORMAT, "%s: JPEG: truncated before the frame header", name);

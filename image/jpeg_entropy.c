@@ -36,7 +36,8 @@
 #include <string.h>
 
 #include "image/image_config.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/jpeg_entropy.h"
 #include "lib/alloc.h"
 #include "lib/status.h"
@@ -77,11 +78,11 @@ typedef struct error_trap {
   int warnings;
 } error_trap;
 
-struct ferry_jpeg_entropy {
+struct ferry__jpeg_entropy {
   struct jpeg_decompress_struct cinfo; /* made anew for every file */
   int created;                         /* cinfo holds a decompressor to destroy */
   error_trap err;
-  ferry_scratch scan;      /* the scan's bytes, unstuffed, then PAD zeros */
+  ferry__scratch scan;      /* the scan's bytes, unstuffed, then PAD zeros */
   size_t scan_len;         /* bytes of data in scan */
   const uint8_t *resume;   /* where libjpeg reads on after the scan (its marker) */
   bit_reader br;
@@ -197,12 +198,12 @@ static inline int long_code(uint64_t *acc, int *n, const huff_table *t) {
   return -1;
 }
 
-static inline size_t bits_consumed(const ferry_jpeg_entropy *e, const uint8_t *p, int n) {
+static inline size_t bits_consumed(const ferry__jpeg_entropy *e, const uint8_t *p, int n) {
   return (size_t)(p - (const uint8_t *)e->scan.data) * 8 - (size_t)n;
 }
 
 /* One block's coefficients into block (zeroed by libjpeg). 0 on data to decline. */
-static inline int decode_block(ferry_jpeg_entropy *e, bit_reader *br, JCOEF *block, int b) {
+static inline int decode_block(ferry__jpeg_entropy *e, bit_reader *br, JCOEF *block, int b) {
   uint64_t acc = br->acc;
   int n = br->n;
   const uint8_t *p = br->p;
@@ -268,7 +269,7 @@ static inline int decode_block(ferry_jpeg_entropy *e, bit_reader *br, JCOEF *blo
 
 /* After the last MCU: the bits used must lie inside the scan, and libjpeg reads on
  * from the marker that ended it. */
-static void finish_scan(j_decompress_ptr cinfo, ferry_jpeg_entropy *e) {
+static void finish_scan(j_decompress_ptr cinfo, ferry__jpeg_entropy *e) {
   if (bits_consumed(e, e->br.p, e->br.n) > e->scan_len * 8) e->failed = 1;
   if (e->failed) return;
   cinfo->src->bytes_in_buffer -= (size_t)(e->resume - cinfo->src->next_input_byte);
@@ -278,7 +279,7 @@ static void finish_scan(j_decompress_ptr cinfo, ferry_jpeg_entropy *e) {
 /* libjpeg's decode_mcu slot. Always TRUE (never "suspend"): after a failure the
  * remaining MCUs stay zero and the caller stops reading rows. */
 static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
-  ferry_jpeg_entropy *e = cinfo->client_data;
+  ferry__jpeg_entropy *e = cinfo->client_data;
   if (!e->failed && bits_consumed(e, e->br.p, e->br.n) > e->scan_len * 8) e->failed = 1;
   for (int b = 0; b < cinfo->blocks_in_MCU && !e->failed; b++)
     if (!decode_block(e, &e->br, MCU_data[b][0], b)) e->failed = 1;
@@ -314,7 +315,7 @@ static int scan_is_plain(j_decompress_ptr c, int width, int height) {
 
 /* Take the scan over: tables, the unstuffed copy, libjpeg's decode_mcu slot. 0 when
  * declined, FERRY_ENOMEM when the copy cannot grow. */
-static int take_scan(ferry_jpeg_entropy *e, const char *name, ferry_status *st) {
+static int take_scan(ferry__jpeg_entropy *e, const char *name, ferry_status *st) {
   j_decompress_ptr c = &e->cinfo;
   unsigned built = 0; /* bit t: dc table t; bit 4 + t: ac table t */
   for (int b = 0; b < c->blocks_in_MCU; b++) {
@@ -346,7 +347,7 @@ static int take_scan(ferry_jpeg_entropy *e, const char *name, ferry_status *st) 
 }
 
 /* Rows into rgb until done or the scan fails; libjpeg longjmps out on an error. */
-static void read_rows(ferry_jpeg_entropy *e, uint8_t *rgb, int width) {
+static void read_rows(ferry__jpeg_entropy *e, uint8_t *rgb, int width) {
   j_decompress_ptr c = &e->cinfo;
   JSAMPROW rows[32];
   while (c->output_scanline < c->output_height && !e->failed) {
@@ -359,7 +360,7 @@ static void read_rows(ferry_jpeg_entropy *e, uint8_t *rgb, int width) {
 
 /* The decode, with libjpeg's errors landing in ferry__jpeg_entropy_decode's setjmp.
  * Not inlined there, so none of its locals lives in the frame that longjmp returns to. */
-static __attribute__((noinline)) ferry_status decode_trapped(ferry_jpeg_entropy *e, const uint8_t *data,
+static __attribute__((noinline)) ferry_status decode_trapped(ferry__jpeg_entropy *e, const uint8_t *data,
                                                              size_t len, const char *name, uint8_t *rgb,
                                                              int width, int height, int scale_denom) {
   j_decompress_ptr c = &e->cinfo;
@@ -385,7 +386,7 @@ decline:
 /* A new decompressor for every file: libjpeg keeps the tables a file defines for the
  * next one (abbreviated streams), and a file without its own must fail as it does in
  * Pillow, not borrow the previous file's (jpeg.c renews TurboJPEG's handle alike). */
-ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
                                         const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) return FERRY_EAGAIN;
   e->err.warnings = 0;
@@ -410,8 +411,8 @@ static void count_warning(j_common_ptr c, int level) {
 static void silent(j_common_ptr c) { (void)c; }
 
 /* The decompressor itself is made per file (ferry__jpeg_entropy_decode). */
-ferry_jpeg_entropy *ferry__jpeg_entropy_open(void) {
-  ferry_jpeg_entropy *e = ferry__calloc(1, sizeof *e);
+ferry__jpeg_entropy *ferry__jpeg_entropy_open(void) {
+  ferry__jpeg_entropy *e = ferry__calloc(1, sizeof *e);
   if (!e) return NULL;
   e->cinfo.err = jpeg_std_error(&e->err.pub);
   e->err.pub.error_exit = trap_error;
@@ -420,7 +421,7 @@ ferry_jpeg_entropy *ferry__jpeg_entropy_open(void) {
   return e;
 }
 
-void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e) {
+void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e) {
   if (!e) return;
   if (e->created) jpeg_destroy_decompress(&e->cinfo);
   ferry__scratch_free(&e->scan);
@@ -430,9 +431,9 @@ void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e) {
 #else /* built without libjpeg's API: every file goes to TurboJPEG */
 
 int ferry__jpeg_entropy_available(void) { return 0; }
-ferry_jpeg_entropy *ferry__jpeg_entropy_open(void) { return NULL; }
-void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e) { (void)e; }
-ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
+ferry__jpeg_entropy *ferry__jpeg_entropy_open(void) { return NULL; }
+void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e) { (void)e; }
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
                                         const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
   (void)e, (void)data, (void)len, (void)name, (void)rgb, (void)width, (void)height, (void)scale_denom;
   return FERRY_EAGAIN;

@@ -26,21 +26,21 @@
 
 #include "ferry/error.h"
 
-typedef struct ferry_jpeg_entropy ferry_jpeg_entropy;
+typedef struct ferry__jpeg_entropy ferry__jpeg_entropy;
 
 /* 1 when this build has the path (libjpeg-turbo's libjpeg API and its jpegint.h). */
 int ferry__jpeg_entropy_available(void);
 
 /* Its state for one decoder (one thread): libjpeg's decompressor, the Huffman tables,
  * the scan's bytes. NULL when out of memory or not built. */
-ferry_jpeg_entropy *ferry__jpeg_entropy_open(void);
-void ferry__jpeg_entropy_close(ferry_jpeg_entropy *e);
+ferry__jpeg_entropy *ferry__jpeg_entropy_open(void);
+void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e);
 
 /* Decode data[0, len), a JPEG, at 1/scale_denom of its size (1, 2, 4 or 8; width x
  * height must be that size: ceil(side / scale_denom)) into rgb (3 * width * height bytes).
  * FERRY_OK: done, TurboJPEG's pixels. FERRY_EAGAIN: declined, rgb's contents are
  * undefined; decode with TurboJPEG. FERRY_ENOMEM (with a message naming `name`). */
-ferry_status ferry__jpeg_entropy_decode(ferry_jpeg_entropy *e, const uint8_t *data, size_t len,
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
                                         const char *name, uint8_t *rgb, int width, int height, int scale_denom);
 
 #endif

@@ -8,7 +8,7 @@
  * cannot overflow it.
  */
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/pixel_limit.h"
 
 ferry_status ferry__image_check_limit(const char *name, int width, int height,
                                      const ferry_image_options *opts) {

@@ -33,7 +33,7 @@ static float divide_by_fma(float a, float b, float recip) {
   return fmaf(fmaf(-q, b, a), recip, q);
 }
 
-static ferry_resize_norm imagenet;
+static ferry__resize_norm imagenet;
 static pthread_once_t imagenet_once = PTHREAD_ONCE_INIT;
 
 /* The table, and whether the fma division reproduces every entry bit for bit
@@ -41,7 +41,7 @@ static pthread_once_t imagenet_once = PTHREAD_ONCE_INIT;
  * can never change a value). */
 static void init_imagenet(void) {
   static const float mean[3] = FERRY_IMAGENET_MEAN, std[3] = FERRY_IMAGENET_STD;
-  ferry_resize_norm *n = &imagenet;
+  ferry__resize_norm *n = &imagenet;
   n->recip255 = 1.0f / 255.0f;
   n->fma_exact = 1;
   for (int c = 0; c < 3; c++) {
@@ -60,14 +60,14 @@ static void init_imagenet(void) {
   }
 }
 
-const ferry_resize_norm *ferry__resize_imagenet_norm(void) {
+const ferry__resize_norm *ferry__resize_imagenet_norm(void) {
   pthread_once(&imagenet_once, init_imagenet);
   return &imagenet;
 }
 
 /* HWC bytes in, three CHW planes out: plane c starts plane_stride floats after
  * plane c-1 (R*R for an image, the planes of one output row at a time). */
-void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
                                      float *dst, size_t plane_stride) {
   for (int c = 0; c < 3; c++)
     for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];

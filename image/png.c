@@ -30,7 +30,11 @@
 
 #include "lib/alloc.h"
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/pixel_limit.h"
+#include "image/png_codec.h"
+#include "image/scratch.h"
 
 int ferry__png_signature(const uint8_t *data, size_t len) {
   return len >= 8 && png_sig_cmp((png_const_bytep)data, 0, 8) == 0;
@@ -131,8 +135,8 @@ static int exif_orientation_of(png_structp png, png_infop info) {
 
 /* Everything between png_read_info and the last row; runs under setjmp. */
 static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop info,
-                                const char *name, const ferry_decode_request *req,
-                                ferry_decoded *out) {
+                                const char *name, const ferry__decode_request *req,
+                                ferry__decoded *out) {
   png_read_info(png, info);
   int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
   ferry_status st = ferry__image_check_limit(name, w, h, req->opts);
@@ -165,7 +169,7 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
 
 static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info,
                                png_source *src, const char *name,
-                               const ferry_decode_request *req, ferry_decoded *out) {
+                               const ferry__decode_request *req, ferry__decoded *out) {
   /* Locals changed after setjmp are volatile so a longjmp cannot lose them. */
   volatile ferry_status st = FERRY_OK;
   if (setjmp(png_jmpbuf(png))) {
@@ -200,7 +204,7 @@ static ferry_status check_chunk_lengths(const uint8_t *data, size_t len, const c
 }
 
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                              const ferry_decode_request *req, ferry_decoded *out) {
+                              const ferry__decode_request *req, ferry__decoded *out) {
   ferry_status checked = check_chunk_lengths(data, len, name);
   if (checked < 0) return checked;
   /* src outlives every callback: it is on this frame, which the jump back into

@@ -11,7 +11,7 @@
  *    this file (vertical_first);
  *  - the source may be a rectangle of a larger image (a row stride): a crop is
  *    resampled where it lies, as Pillow resamples the image Image.crop made;
- *  - the output may be a view of the full resize (ferry_resize_view): a rectangle
+ *  - the output may be a view of the full resize (ferry__resize_view): a rectangle
  *    of it, mirrored left to right or not. Every output pixel's filter depends only
  *    on (input size, full output size, its index), and the pass order on the full
  *    sizes, so a view's bytes are those of the full resize cropped (and flipped):
@@ -47,12 +47,13 @@
 #include <string.h>
 
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/scratch.h"
 #include "image/resize_kernels.h"
 
 enum { WEIGHT_BITS = FERRY_RESIZE_WEIGHT_BITS, MAX_SIZE = 32768 };
 
-typedef ferry_resize_axis axis_taps;
+typedef ferry__resize_axis axis_taps;
 _Static_assert(sizeof((ferry_decoder *)0)->taps_shape == FERRY_RESIZE_SHAPE_INTS * sizeof(int),
                "the decoder keeps a whole view's shape");
 
@@ -183,7 +184,7 @@ static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, i
 
 /* A short last block repeats its last row rather than reading past the image; only
  * its `n` real rows are written back. */
-void ferry__resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in,
                                     size_t in_stride, int rows, int in_w,
                                     const axis_taps *h, int out_w, uint8_t *out,
                                     size_t out_stride, void *scratch) {
@@ -208,13 +209,13 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
   }
 }
 
-const ferry_resize_kernels ferry__resize_portable = {horizontal_portable, vertical_portable,
+const ferry__resize_kernels ferry__resize_portable = {horizontal_portable, vertical_portable,
                                                     ferry__resize_normalize_portable, 1, NULL, NULL};
 
 /* Most capable first; each set needs every feature its file is compiled for (the
  * build leaves out a set its compiler cannot make). Asked on every resize: the
  * answer is a few cached CPUID bits. */
-const ferry_resize_kernels *ferry__resize_best_kernels(void) {
+const ferry__resize_kernels *ferry__resize_best_kernels(void) {
 #if FERRY_HAVE_VBMI_KERNELS
   if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
@@ -236,7 +237,7 @@ const ferry_resize_kernels *ferry__resize_best_kernels(void) {
  * kernel, and where finished output rows go (straight into dst for U8_HWC; for
  * F32_CHW through staging rows that rows_done spreads, normalised, over the planes). */
 typedef struct resize_job {
-  const ferry_resize_kernels *k;
+  const ferry__resize_kernels *k;
   axis_taps h, v;
   int out_w, out_h;
   size_t src_stride; /* bytes from one source row to the next */
@@ -246,7 +247,7 @@ typedef struct resize_job {
   void *block;      /* the horizontal kernel's scratch */
   const void *plan; /* and its plan for j->h */
   int src_rows;     /* the source image's height */
-  const ferry_resize_norm *norm; /* F32_CHW */
+  const ferry__resize_norm *norm; /* F32_CHW */
 } resize_job;
 
 /* Where output rows y.. are written as RGB8 (rows of out_w pixels). */
@@ -369,7 +370,7 @@ static int vertical_first(int width, int height, int out_w, int out_h) {
 
 size_t ferry__resize_axis_bytes(int in_size, int out_size) { return taps_bytes(in_size, out_size, out_size); }
 
-void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem) {
+void ferry__resize_axis_build(ferry__resize_axis *axis, int in_size, int out_size, void *mem) {
   build_taps(axis, in_size, out_size, 0, out_size, 0, mem);
 }
 
@@ -377,7 +378,7 @@ int ferry__resize_vertical_first(int width, int height, int size) {
   return vertical_first(width, height, size, size);
 }
 
-static ferry_status check_resize_args(const uint8_t *src, int width, int height, const ferry_resize_view *v,
+static ferry_status check_resize_args(const uint8_t *src, int width, int height, const ferry__resize_view *v,
                                       ferry_image_layout layout, const void *dst) {
   if (!src || !dst || width <= 0 || height <= 0)
     return ferry__fail(FERRY_EINVAL, "image resize: no pixels or no destination");
@@ -406,7 +407,7 @@ static void *aligned_plan(const ferry_decoder *d) {
   return align_pointer(d->plan.data, FERRY_RESIZE_PLAN_ALIGN);
 }
 
-static scratch_plan plan_scratch(int width, int height, const ferry_resize_view *v) {
+static scratch_plan plan_scratch(int width, int height, const ferry__resize_view *v) {
   scratch_plan p;
   p.v_taps = 0;
   p.h_taps = align_to(taps_bytes(height, v->full_h, v->h), 8);
@@ -419,8 +420,8 @@ static scratch_plan plan_scratch(int width, int height, const ferry_resize_view 
 /* The kernel set's plan for the horizontal filter h (resize_kernels.h), kept in
  * the decoder and laid out again only when the shape, the view's columns or the set
  * changes. */
-static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder *d, const axis_taps *h,
-                                    int width, const ferry_resize_view *v, const void **plan) {
+static ferry_status horizontal_plan(const ferry__resize_kernels *k, ferry_decoder *d, const axis_taps *h,
+                                    int width, const ferry__resize_view *v, const void **plan) {
   *plan = NULL;
   if (!k->plan_horizontal) return FERRY_OK;
   int size = v->w;
@@ -442,7 +443,7 @@ static ferry_status horizontal_plan(const ferry_resize_kernels *k, ferry_decoder
 /* The filters of both axes for the view, or the last ones when they are for the
  * same shape and view. */
 static void view_taps(ferry_decoder *d, uint8_t *mem, const scratch_plan *parts, int reuse, int width, int height,
-                      const ferry_resize_view *v, resize_job *j) {
+                      const ferry__resize_view *v, resize_job *j) {
   if (reuse) {
     layout_taps(&j->v, height, v->full_h, v->h, mem + parts->v_taps);
     layout_taps(&j->h, width, v->full_w, v->w, mem + parts->h_taps);
@@ -452,8 +453,8 @@ static void view_taps(ferry_decoder *d, uint8_t *mem, const scratch_plan *parts,
   build_taps(&j->h, width, v->full_w, v->x, v->w, v->mirror, mem + parts->h_taps);
 }
 
-ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, const ferry_resize_view *view,
+ferry_status ferry__image_resize_view(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, const ferry__resize_view *view,
                                      ferry_image_layout layout, void *dst) {
   ferry_status st = check_resize_args(src, width, height, view, layout, dst);
   if (st < 0) return st;
@@ -501,14 +502,14 @@ ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decod
   return FERRY_OK;
 }
 
-ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+ferry_status ferry__image_resize_rect(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
                                      size_t src_stride, int width, int height, int out_w, int out_h,
                                      ferry_image_layout layout, void *dst) {
-  ferry_resize_view whole = {out_w, out_h, 0, 0, out_w, out_h, 0};
+  ferry__resize_view whole = {out_w, out_h, 0, 0, out_w, out_h, 0};
   return ferry__image_resize_view(k, d, src, src_stride, width, height, &whole, layout, dst);
 }
 
-ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,
                                      ferry_image_layout layout, void *dst) {
   return ferry__image_resize_rect(k, d, src, (size_t)width * 3, width, height, size, size, layout, dst);

@@ -120,7 +120,7 @@ static __m256i widen_word(const uint64_t *w) {
 
 /* Output pixel x of the transposed block: R, G and B of all eight rows, each a
  * sum over the pixel's taps, stored as three words of u. */
-static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int x, uint64_t *u) {
+static void convolve_columns(const uint64_t *t, const ferry__resize_axis *h, int x, uint64_t *u) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const uint64_t *col = t + 3 * (size_t)h->first[x];
   const int32_t *k = h->weights + h->offset[x];
@@ -143,15 +143,15 @@ static void convolve_columns(const uint64_t *t, const ferry_resize_axis *h, int 
 
 /* Outputs in by_count order: each is written to its own words, so the order changes
  * no byte, only how often the tap loop's trip count changes. */
-static void convolve_block(const void *words, const ferry_resize_axis *h, int out_w, void *out_words) {
+static void convolve_block(const void *words, const ferry__resize_axis *h, int out_w, void *out_words) {
   for (int i = 0; i < out_w; i++) convolve_columns(words, h, h->by_count[i], out_words);
 }
 
-static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
+static const ferry__resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
 
 /* `plan` is unused: this set has no plan_horizontal. */
 static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                            const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                            const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                             void *scratch, const void *plan) {
   ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
@@ -225,7 +225,7 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
  * planes are 32-byte aligned the stores are non-temporal (about 2.5x faster into
  * cold memory, the same into warm). They are ordered by ferry__resize_drain_avx2,
  * once per image; a fence per row would wait on every row's writes. */
-void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
                                  float *dst, size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
   int stream = (((uintptr_t)dst | plane_stride * sizeof(float)) & 31) == 0;
@@ -257,6 +257,6 @@ void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resi
  * sfence puts them before every store that follows it. */
 void ferry__resize_drain_avx2(void) { _mm_sfence(); }
 
-const ferry_resize_kernels ferry__resize_avx2 = {horizontal_avx2, vertical_avx2,
+const ferry__resize_kernels ferry__resize_avx2 = {horizontal_avx2, vertical_avx2,
                                                 ferry__resize_normalize_avx2, ROWS, NULL,
                                                 ferry__resize_drain_avx2};

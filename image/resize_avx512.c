@@ -96,7 +96,7 @@ static void transpose_out(const void *words, size_t bytes, uint8_t *out, size_t 
 static __m512i widen_word(const __m128i *w) { return _mm512_cvtepu8_epi32(_mm_load_si128(w)); }
 
 /* Output pixel x of the transposed block: R, G, B words of all 16 rows. */
-static void convolve_columns(const __m128i *t, const ferry_resize_axis *h, int x, __m128i *u) {
+static void convolve_columns(const __m128i *t, const ferry__resize_axis *h, int x, __m128i *u) {
   const __m128i *col = t + 3 * (size_t)h->first[x];
   const int32_t *k = h->weights + h->offset[x];
   __m512i r = _mm512_set1_epi32(BIAS), g = r, b = r;
@@ -111,14 +111,14 @@ static void convolve_columns(const __m128i *t, const ferry_resize_axis *h, int x
   _mm_store_si128(u + 3 * (size_t)x + 2, finish16(b));
 }
 
-static void convolve_block(const void *words, const ferry_resize_axis *h, int out_w, void *out_words) {
+static void convolve_block(const void *words, const ferry__resize_axis *h, int out_w, void *out_words) {
   for (int i = 0; i < out_w; i++) convolve_columns(words, h, h->by_count[i], out_words);
 }
 
-static const ferry_resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
+static const ferry__resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
 
 static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                              const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                              const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                               void *scratch, const void *plan) {
   ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
@@ -147,6 +147,6 @@ void ferry__resize_vertical_avx512(const uint8_t *rows, size_t stride, const int
   if (i < n) ferry__resize_avx2.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
-const ferry_resize_kernels ferry__resize_avx512 = {horizontal_avx512, ferry__resize_vertical_avx512,
+const ferry__resize_kernels ferry__resize_avx512 = {horizontal_avx512, ferry__resize_vertical_avx512,
                                                   ferry__resize_normalize_avx2, ROWS, NULL,
                                                   ferry__resize_drain_avx2};

@@ -27,16 +27,16 @@ enum { FERRY_RESIZE_WEIGHT_BITS = 22 };
  * weights[offset[i] .. +count[i]), fixed point with FERRY_RESIZE_WEIGHT_BITS.
  * by_count lists the outputs ordered by count (a kernel whose outputs are
  * independent may take them in that order, for predictable loop trip counts). */
-typedef struct ferry_resize_axis {
+typedef struct ferry__resize_axis {
   int *first, *count, *offset, *by_count;
   int32_t *weights;
-} ferry_resize_axis;
+} ferry__resize_axis;
 
 /* The filter tables of one axis, as the CPU resize builds them, for another
  * resampler that must agree with it byte for byte (the GPU resize, image/gpu/resize_cuda.h):
  * the bytes they need (8-byte aligned memory), and the tables laid out in `mem`. */
 size_t ferry__resize_axis_bytes(int in_size, int out_size);
-void ferry__resize_axis_build(ferry_resize_axis *axis, int in_size, int out_size, void *mem);
+void ferry__resize_axis_build(ferry__resize_axis *axis, int in_size, int out_size, void *mem);
 /* The pass order the CPU resize takes for this shape (1: vertical first). */
 int ferry__resize_vertical_first(int width, int height, int size);
 
@@ -46,23 +46,23 @@ int ferry__resize_vertical_first(int width, int height, int size);
  * compute it with the same operations; when fma_exact is set, dividing by std as a
  * product with the reciprocal and one fma correction (q = a*r; q += fma(-q, b, a) * r,
  * fused) gives every entry too. */
-typedef struct ferry_resize_norm {
+typedef struct ferry__resize_norm {
   float mean[3], std[3];
   float recip255, recip_std[3];
   int fma_exact;
   float lut[3][256];
-} ferry_resize_norm;
+} ferry__resize_norm;
 
 /* The table for FERRY_IMAGENET_MEAN and _STD (built once). */
-const ferry_resize_norm *ferry__resize_imagenet_norm(void);
+const ferry__resize_norm *ferry__resize_imagenet_norm(void);
 
-typedef struct ferry_resize_kernels {
+typedef struct ferry__resize_kernels {
   /* Horizontal pass of `rows` RGB8 rows of in_w pixels (row stride in_stride) into
    * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
    * ferry_resize_block_bytes(in_w, out_w) long; `plan` is what plan_horizontal
    * laid out for this filter (NULL for a set without one). */
   void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                     const ferry_resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                     const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
                      void *scratch, const void *plan);
   /* out[i] = clip8(bias + sum_t rows[t*stride + i] * k[t]) for i < n: one output
    * row of the vertical pass. */
@@ -71,7 +71,7 @@ typedef struct ferry_resize_kernels {
   /* One RGB8 row of n pixels into three float planes (plane c at dst + c*plane_stride),
    * each value what the table says for its byte. `rgb` may be read up to
    * FERRY_RESIZE_ROW_SLACK bytes past 3*n. */
-  void (*normalize)(const uint8_t *rgb, size_t n, const struct ferry_resize_norm *norm, float *dst,
+  void (*normalize)(const uint8_t *rgb, size_t n, const struct ferry__resize_norm *norm, float *dst,
                     size_t plane_stride);
   /* Rows the horizontal kernel works on at once (callers hand it at least this
    * many where they can; at most FERRY_RESIZE_MAX_BLOCK). */
@@ -81,12 +81,12 @@ typedef struct ferry_resize_kernels {
    * when mem is not NULL, writes them there (FERRY_RESIZE_PLAN_ALIGN-aligned).
    * resize.c keeps the plan with the filters, so it is rebuilt only when the
    * shape or the kernel set changes. */
-  size_t (*plan_horizontal)(const ferry_resize_axis *h, int in_w, int out_w, void *mem);
+  size_t (*plan_horizontal)(const ferry__resize_axis *h, int in_w, int out_w, void *mem);
   /* NULL, or what orders the kernels' non-temporal stores before anything that
    * follows (an sfence): resize.c calls it once an image is written, so the
    * image is complete before whatever hands it to another thread. */
   void (*drain)(void);
-} ferry_resize_kernels;
+} ferry__resize_kernels;
 
 enum { FERRY_RESIZE_PLAN_ALIGN = 64 };
 
@@ -97,22 +97,22 @@ enum { FERRY_RESIZE_MAX_BLOCK = 16 };
 
 /* A vector set's three steps for one block; ferry__resize_horizontal_blocks runs
  * them over the rows. Words are `rows` bytes: byte r of word j is row r's byte j. */
-typedef struct ferry_resize_block_ops {
+typedef struct ferry__resize_block_ops {
   int rows;
   /* row[0..rows) (the last rows of a short block repeat its last row), `bytes`
    * bytes each, into words[0..bytes) */
   void (*transpose_in)(const uint8_t *const *row, size_t bytes, void *words);
   /* every output pixel of the block: words -> out_words[0 .. 3*out_w) */
-  void (*convolve)(const void *words, const ferry_resize_axis *h, int out_w, void *out_words);
+  void (*convolve)(const void *words, const ferry__resize_axis *h, int out_w, void *out_words);
   /* out_words[0..bytes) back into the first `rows` rows of out */
   void (*transpose_out)(const void *out_words, size_t bytes, uint8_t *out, size_t stride, int rows);
-} ferry_resize_block_ops;
+} ferry__resize_block_ops;
 
 /* The horizontal kernel of a vector set, in blocks of ops->rows rows (the
  * `horizontal` signature otherwise). */
-void ferry__resize_horizontal_blocks(const ferry_resize_block_ops *ops, const uint8_t *in,
+void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in,
                                     size_t in_stride, int rows, int in_w,
-                                    const ferry_resize_axis *h, int out_w, uint8_t *out,
+                                    const ferry__resize_axis *h, int out_w, uint8_t *out,
                                     size_t out_stride, void *scratch);
 
 /* Their scratch: the transposed input block (one word per source byte column)
@@ -124,50 +124,50 @@ static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
 /* Bytes of slack the normalize kernels may read past a row. */
 enum { FERRY_RESIZE_ROW_SLACK = 4 };
 
-extern const ferry_resize_kernels ferry__resize_portable;
-void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+extern const ferry__resize_kernels ferry__resize_portable;
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
                                      float *dst, size_t plane_stride);
 #if FERRY_HAVE_AVX2_KERNELS
-extern const ferry_resize_kernels ferry__resize_avx2;
-void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry_resize_norm *norm,
+extern const ferry__resize_kernels ferry__resize_avx2;
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
                                  float *dst, size_t plane_stride);
 void ferry__resize_drain_avx2(void);
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
-extern const ferry_resize_kernels ferry__resize_avx512;
+extern const ferry__resize_kernels ferry__resize_avx512;
 void ferry__resize_vertical_avx512(const uint8_t *rows, size_t stride, const int32_t *k, int count,
                                   size_t n, uint8_t *out);
 #endif
 #if FERRY_HAVE_VBMI_KERNELS
-extern const ferry_resize_kernels ferry__resize_vbmi;
+extern const ferry__resize_kernels ferry__resize_vbmi;
 #endif
 
 /* The fastest set this CPU runs. */
-const ferry_resize_kernels *ferry__resize_best_kernels(void);
+const ferry__resize_kernels *ferry__resize_best_kernels(void);
 
 /* A resize of the width x height RGB8 image at src (rows src_stride bytes apart: a
  * rectangle of a larger image, a crop) to out_w x out_h in `layout`, with kernel set k. */
-ferry_status ferry__image_resize_rect(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+ferry_status ferry__image_resize_rect(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
                                      size_t src_stride, int width, int height, int out_w, int out_h,
                                      ferry_image_layout layout, void *dst);
 /* Part of a resize's output: the rectangle (x, y, w, h) of the full_w x full_h
  * resize, mirrored left to right when `mirror` (output column j is the rectangle's
  * w-1-j). Its bytes are the full resize's, cropped (and flipped), whatever part:
  * each output pixel's filter depends only on the sizes and its own index. */
-typedef struct ferry_resize_view {
+typedef struct ferry__resize_view {
   int full_w, full_h;
   int x, y, w, h;
   int mirror;
-} ferry_resize_view;
+} ferry__resize_view;
 enum { FERRY_RESIZE_SHAPE_INTS = 9 }; /* width, height and the view: the decoder's taps_shape */
 
 /* The view of a resize of the width x height RGB8 image at src (rows src_stride
  * apart) into dst, view->w x view->h in `layout`. */
-ferry_status ferry__image_resize_view(const ferry_resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, const ferry_resize_view *view,
+ferry_status ferry__image_resize_view(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
+                                     size_t src_stride, int width, int height, const ferry__resize_view *view,
                                      ferry_image_layout layout, void *dst);
 /* ferry_image_resize with a given kernel set (tests compare the sets). */
-ferry_status ferry__image_resize_with(const ferry_resize_kernels *k, ferry_decoder *d,
+ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d,
                                      const uint8_t *src, int width, int height, int size,
                                      ferry_image_layout layout, void *dst);
 

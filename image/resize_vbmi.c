@@ -67,7 +67,7 @@ typedef union plan_line {
 /* Outputs x0 .. x0+n of axis h read source bytes [*base, *base + span), the span
  * returned, and have at most `most` taps each. The lowest first input is not always
  * x0's: a mirrored axis (resize.c's views) runs right to left. */
-static int group_span(const ferry_resize_axis *h, int x0, int n, int *most, int *base) {
+static int group_span(const ferry__resize_axis *h, int x0, int n, int *most, int *base) {
   int end = 0, lo = h->first[x0];
   *most = 0;
   for (int x = x0; x < x0 + n; x++) {
@@ -82,7 +82,7 @@ static int group_span(const ferry_resize_axis *h, int x0, int n, int *most, int 
 
 /* The most pixels per group (down to 1) for which every group's taps fit the
  * window; 0 if not even single pixels do. */
-static int pick_group_pixels(const ferry_resize_axis *h, int out_w) {
+static int pick_group_pixels(const ferry__resize_axis *h, int out_w) {
   /* most pixels first: fewer groups, fewer windows and vpermbs per row */
   for (int p = MAX_GROUP_PIXELS; p >= 1; p--) {
     int fits = 1, most, base;
@@ -98,7 +98,7 @@ static int pick_group_pixels(const ferry_resize_axis *h, int out_w) {
  * taps 2*pair and 2*pair+1 go to the lane's bytes 0 and 2 (the low bytes of its
  * two words), with their weights split across v[1] and v[2]. Taps a pixel does
  * not have get index 0 and weight 0. */
-static void fill_pair(const ferry_resize_axis *h, int x0, int n, int base, int pair,
+static void fill_pair(const ferry__resize_axis *h, int x0, int n, int base, int pair,
                       plan_line v[3]) {
   memset(v, 0, 3 * sizeof *v);
   for (int j = 0; j < 3 * n; j++) {
@@ -119,7 +119,7 @@ static void fill_pair(const ferry_resize_axis *h, int x0, int n, int base, int p
 
 /* Lay the plan out in mem (LINE-aligned) and return its size; with mem NULL,
  * only the size. */
-static size_t plan_vbmi(const ferry_resize_axis *h, int in_w, int out_w, void *mem) {
+static size_t plan_vbmi(const ferry__resize_axis *h, int in_w, int out_w, void *mem) {
   plan_line *line = mem;
   int p = pick_group_pixels(h, out_w), groups = p ? (out_w + p - 1) / p : 0;
   size_t lines = 1;
@@ -179,7 +179,7 @@ __attribute__((always_inline)) static inline void group_rows(const plan_line *g,
 /* Group by group, each down all the rows, so its indices and weights stay in
  * registers. */
 static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                            const ferry_resize_axis *h, int out_w, uint8_t *out,
+                            const ferry__resize_axis *h, int out_w, uint8_t *out,
                             size_t out_stride, void *scratch, const void *plan) {
   const plan_line *line = plan;
   if (line[0].header.group_pixels == 0) {
@@ -200,6 +200,6 @@ static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int i
   }
 }
 
-const ferry_resize_kernels ferry__resize_vbmi = {horizontal_vbmi, ferry__resize_vertical_avx512,
+const ferry__resize_kernels ferry__resize_vbmi = {horizontal_vbmi, ferry__resize_vertical_avx512,
                                                 ferry__resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
                                                 plan_vbmi, ferry__resize_drain_avx2};

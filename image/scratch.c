@@ -1,6 +1,6 @@
 /* image/scratch.c - the decoder's growable scratch buffers.
  *
- * A ferry_scratch only grows: its capacity never shrinks while the decoder lives, so
+ * A ferry__scratch only grows: its capacity never shrinks while the decoder lives, so
  * a worker stops allocating once it has met its largest image. Its contents are not
  * kept across a reserve that grows it (every user rewrites the buffer it reserved).
  * Used by image.c, jpeg.c, png.c and resize.c; it calls nothing of theirs, which keeps
@@ -8,9 +8,9 @@
  */
 #include "lib/alloc.h"
 #include "lib/status.h"
-#include "image/image_internal.h"
+#include "image/scratch.h"
 
-ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what) {
+ferry_status ferry__scratch_reserve(ferry__scratch *b, size_t n, const char *what) {
   if (n <= b->cap) return FERRY_OK;
   /* grow by half again so a run of slightly larger images does not realloc each time */
   size_t cap = n + n / 2;
@@ -23,7 +23,7 @@ ferry_status ferry__scratch_reserve(ferry_scratch *b, size_t n, const char *what
   return FERRY_OK;
 }
 
-void ferry__scratch_free(ferry_scratch *b) {
+void ferry__scratch_free(ferry__scratch *b) {
   ferry__free(b->data);
   b->data = NULL;
   b->cap = 0;

@@ -79,7 +79,7 @@ static ferry_status check_spec(const ferry_field_spec *spec, size_t f, size_t *r
 /* Fill one field's offset table from its row counts; check for overflow. */
 /* `rows` is read only for a ROWS field, which the caller has checked it is given for.
  * A count is accepted only while the running total stays <= INT64_MAX / 2. */
-static ferry_status fill_offsets(batch_field *field, size_t batch_size, const int64_t *rows) {
+static ferry_status fill_offsets(ferry__batch_field *field, size_t batch_size, const int64_t *rows) {
   field->offsets[0] = 0;
   for (size_t i = 0; i < batch_size; i++) {
     int64_t n = field->spec.kind == FERRY_FIELD_PER_SAMPLE ? 1 : rows[i];
@@ -93,7 +93,7 @@ static ferry_status fill_offsets(batch_field *field, size_t batch_size, const in
 
 /* The inner shape of sample i of a field: the spec's, its sample dimensions replaced
  * by the sample's height and width. */
-static void sample_inner_shape(const ferry_batch *b, const batch_field *field, size_t i, int64_t *shape) {
+static void sample_inner_shape(const ferry_batch *b, const ferry__batch_field *field, size_t i, int64_t *shape) {
   for (int d = 0; d < field->spec.inner_ndim; d++) {
     int64_t n = field->spec.inner_shape[d];
     shape[d] = n == FERRY_DIM_SAMPLE_H ? b->sample_hw[2 * i] : n == FERRY_DIM_SAMPLE_W ? b->sample_hw[2 * i + 1] : n;
@@ -101,7 +101,7 @@ static void sample_inner_shape(const ferry_batch *b, const batch_field *field, s
 }
 
 /* The bytes of a field with sample dimensions, sample by sample into sample_at. */
-static ferry_status lay_out_samples(ferry_batch *b, batch_field *field, uint64_t *total) {
+static ferry_status lay_out_samples(ferry_batch *b, ferry__batch_field *field, uint64_t *total) {
   size_t elem = ferry_dtype_size(field->spec.dtype);
   uint64_t at = 0;
   for (size_t i = 0; i < b->batch_size; i++) {
@@ -125,7 +125,7 @@ static ferry_status lay_out_samples(ferry_batch *b, batch_field *field, uint64_t
 static ferry_status lay_out(ferry_batch *b) {
   size_t cursor = 0;
   for (size_t f = 0; f < b->nfields; f++) {
-    batch_field *field = &b->fields[f];
+    ferry__batch_field *field = &b->fields[f];
     uint64_t total_rows = (uint64_t)field->offsets[b->batch_size], total_bytes = 0;
     if (field->sample_at) {
       ferry_status st = lay_out_samples(b, field, &total_bytes);
@@ -248,7 +248,7 @@ static ferry_status shell_checked(size_t batch_size, const ferry__batch_fields *
     next += 2 * batch_size;
   }
   for (size_t f = 0; f < nfields && st == FERRY_OK; f++) {
-    batch_field *field = &b->fields[f];
+    ferry__batch_field *field = &b->fields[f];
     memcpy(field->name, fields->names[f], sizeof field->name);
     field->spec = fields->specs[f];
     field->spec.name = field->name;
@@ -352,7 +352,7 @@ static ferry_status attach_unpacked(ferry_device *host, ferry_batch *b, ferry_ba
   b->storage = STORAGE_UNPACKED;
   b->device = host;
   for (size_t f = 0; f < b->nfields && st == FERRY_OK; f++) {
-    batch_field *field = &b->fields[f];
+    ferry__batch_field *field = &b->fields[f];
     field->sample_data = ferry__calloc(batch_size, sizeof(void *));
     if (!field->sample_data) st = FERRY_ENOMEM;
     for (size_t i = 0; i < batch_size && st == FERRY_OK; i++) {
@@ -413,7 +413,7 @@ size_t ferry_batch_row_bytes(const ferry_batch *b, size_t field) {
 
 /* The shape of sample i's `rows` rows of a field: [rows, inner...], or inner alone
  * per sample (the sample's own, where the field has sample dimensions). */
-static int view_shape(const ferry_batch *b, const batch_field *field, size_t i, int64_t rows, int64_t *shape) {
+static int view_shape(const ferry_batch *b, const ferry__batch_field *field, size_t i, int64_t rows, int64_t *shape) {
   int ndim = 0;
   if (field->spec.kind == FERRY_FIELD_ROWS || rows != 1) shape[ndim++] = rows;
   sample_inner_shape(b, field, i, shape + ndim);
@@ -424,7 +424,7 @@ ferry_status ferry_batch_sample(const ferry_batch *b, size_t field, size_t sampl
                                 ferry_tensor *view) {
   if (!b || !view || field >= b->nfields || sample >= b->batch_size)
     return ferry__fail(FERRY_EINVAL, "batch: no field %zu / sample %zu", field, sample);
-  const batch_field *fd = &b->fields[field];
+  const ferry__batch_field *fd = &b->fields[field];
   int64_t begin = fd->offsets[sample], rows = fd->offsets[sample + 1] - begin;
   int64_t shape[FERRY_MAX_RANK];
   int ndim = view_shape(b, fd, sample, rows, shape);
@@ -448,7 +448,7 @@ ferry_status ferry_batch_field(const ferry_batch *b, size_t field, ferry_tensor 
   if (b->storage == STORAGE_UNPACKED)
     return ferry__fail(FERRY_EUNSUPPORTED, "batch field '%s': an unpacked batch has no whole-field view",
                       b->fields[field].name);
-  const batch_field *fd = &b->fields[field];
+  const ferry__batch_field *fd = &b->fields[field];
   if (fd->sample_at)
     return ferry__fail(FERRY_EUNSUPPORTED, "batch field '%s': its samples have their own shapes "
                        "(ferry_batch_sample views each)", fd->name);

@@ -8,7 +8,7 @@
 #include "ferry/batch.h"
 #include "lib/batch_fields.h"
 
-typedef struct batch_field {
+typedef struct ferry__batch_field {
   ferry_field_spec spec;        /* spec.name points at name below */
   char name[FERRY_FIELD_NAME_MAX];
   int64_t *offsets;             /* batch_size + 1 row indices */
@@ -18,20 +18,20 @@ typedef struct batch_field {
   size_t byte_offset;           /* packed: where the field starts in the storage */
   size_t nbytes;                /* packed: total bytes of the field */
   void **sample_data;           /* unpacked: one allocation per sample */
-} batch_field;
+} ferry__batch_field;
 
 /* Who owns a batch's storage decides how it is given back. */
-typedef enum { STORAGE_ARENA, STORAGE_DEVICE, STORAGE_UNPACKED } batch_storage;
+typedef enum { STORAGE_ARENA, STORAGE_DEVICE, STORAGE_UNPACKED } ferry__batch_storage;
 
 struct ferry_batch {
   size_t batch_size;
   size_t nfields;
-  batch_field fields[FERRY_MAX_FIELDS];
+  ferry__batch_field fields[FERRY_MAX_FIELDS];
   ferry_field_role roles[FERRY_MAX_FIELDS]; /* field f's role; each role held by one field at most */
   size_t total_bytes;           /* packed: bytes of the laid-out storage */
   int64_t *sample_hw;           /* [2 * batch_size]: each sample's height and width, where a
                                  * field has sample dimensions; NULL otherwise */
-  batch_storage storage;
+  ferry__batch_storage storage;
   ferry_device *device;         /* where the bytes live */
   void *base;                   /* packed: start of storage */
   ferry_arena *arena;           /* STORAGE_ARENA */

@@ -55,7 +55,7 @@
 
 /* "host", "cuda" or "cuda:N" -> backend and index. N <= 1023 keeps "cuda:N" inside
  * the device's 16-byte name. */
-static ferry_status parse_name(const char *name, const ferry_backend **ops, int *index) {
+static ferry_status parse_name(const char *name, const ferry__backend **ops, int *index) {
   if (strcmp(name, "host") == 0) {
     *ops = &ferry__host_backend;
     *index = 0;
@@ -80,7 +80,7 @@ static ferry_status parse_name(const char *name, const ferry_backend **ops, int 
 }
 
 ferry_status ferry_device_open(const char *name, ferry_device **out) {
-  const ferry_backend *ops = NULL;
+  const ferry__backend *ops = NULL;
   int index = 0;
   if (!name || !out) return ferry__fail(FERRY_EINVAL, "ferry_device_open: name and out are required");
   *out = NULL;

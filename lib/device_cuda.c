@@ -254,7 +254,7 @@ static ferry_status cuda_pool_reset(ferry_device *device) {
   return err == cudaSuccess ? FERRY_OK : cuda_error(device, "resetting the pool watermark", err);
 }
 
-const ferry_backend ferry__cuda_backend = {
+const ferry__backend ferry__cuda_backend = {
   .name = "cuda",
   .probe = cuda_probe,
   .init = cuda_init,
@@ -288,6 +288,6 @@ static ferry_status cuda_unavailable(int index) {
                     "the \"host\" device runs on the CPU instead (--device host in the examples)");
 }
 
-const ferry_backend ferry__cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
+const ferry__backend ferry__cuda_backend = {.name = "cuda", .probe = cuda_unavailable};
 
 #endif

@@ -300,7 +300,7 @@ static ferry_status host_event_sync(ferry_event *event) {
 
 static void host_event_destroy(ferry_event *event) { event_unref(event->impl); }
 
-const ferry_backend ferry__host_backend = {
+const ferry__backend ferry__host_backend = {
   .name = "host",
   .probe = host_probe,
   .init = host_init,

@@ -31,7 +31,7 @@ typedef struct ferry__plane_copy {
 /* Every entry but probe is called only on a device whose probe succeeded; pool_high
  * and pool_reset may be NULL (the host backend has no pool of its own). What `impl`
  * points at, in a device, stream or event, belongs to the backend. */
-typedef struct ferry_backend {
+typedef struct ferry__backend {
   const char *name;
   /* At open: is device `index` there? Must not create a context. */
   ferry_status (*probe)(int index);
@@ -57,7 +57,7 @@ typedef struct ferry_backend {
   /* The backend's own high watermark of device memory, if it has one. */
   ferry_status (*pool_high)(ferry_device *device, uint64_t *out);
   ferry_status (*pool_reset)(ferry_device *device);
-} ferry_backend;
+} ferry__backend;
 
 struct ferry_stream {
   ferry_device *device;
@@ -74,7 +74,7 @@ struct ferry_event {
 struct ferry_device {
   /* ops, kind, index and name are set at open and never change; impl is the
    * backend's, set by its init. */
-  const ferry_backend *ops;
+  const ferry__backend *ops;
   ferry_device_kind kind;
   int index;
   char name[16];
@@ -91,8 +91,8 @@ struct ferry_device {
   ferry_stream *streams;
 
   pthread_mutex_t accounting_lock;
-  ferry_ptrmap device_sizes;
-  ferry_rangeset pinned; /* live ferry_device_host_alloc allocations */
+  ferry__ptrmap device_sizes;
+  ferry__rangeset pinned; /* live ferry_device_host_alloc allocations */
   uint64_t live_bytes, peak_bytes, allocations, live_allocations;
   uint64_t pinned_live_bytes, pinned_peak_bytes;
   uint64_t byte_cap; /* 0: none; else live_bytes never passes it (ferry__device_cap_bytes) */
@@ -109,7 +109,7 @@ void ferry__device_cap_bytes(ferry_device *device, uint64_t cap);
  * pinned, otherwise done and waited for, as ferry__memcpy_or_wait. */
 ferry_status ferry__copy_plane_or_wait(ferry_stream *stream, const ferry__plane_copy *plane, ferry_copy_kind kind);
 
-extern const ferry_backend ferry__host_backend;
-extern const ferry_backend ferry__cuda_backend;
+extern const ferry__backend ferry__host_backend;
+extern const ferry__backend ferry__cuda_backend;
 
 #endif

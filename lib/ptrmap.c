@@ -22,13 +22,13 @@
 #define EMPTY ((uintptr_t)0)
 #define REMOVED ((uintptr_t)1)
 
-void ferry__ptrmap_init(ferry_ptrmap *map) {
+void ferry__ptrmap_init(ferry__ptrmap *map) {
   map->keys = NULL;
   map->values = NULL;
   map->capacity = map->used = map->live = 0;
 }
 
-void ferry__ptrmap_destroy(ferry_ptrmap *map) {
+void ferry__ptrmap_destroy(ferry__ptrmap *map) {
   ferry__free(map->keys);
   ferry__free(map->values);
   ferry__ptrmap_init(map);
@@ -44,7 +44,7 @@ static size_t slot_of(uintptr_t key, size_t capacity) {
 
 /* Put into the first EMPTY or REMOVED slot of the key's probe chain; only taking an
  * EMPTY one makes the chain longer, so only that counts in `used`. */
-static void insert_fresh(ferry_ptrmap *map, uintptr_t key, size_t value) {
+static void insert_fresh(ferry__ptrmap *map, uintptr_t key, size_t value) {
   size_t i = slot_of(key, map->capacity);
   while (map->keys[i] > REMOVED) i = (i + 1) & (map->capacity - 1);
   if (map->keys[i] == EMPTY) map->used++;
@@ -56,7 +56,7 @@ static void insert_fresh(ferry_ptrmap *map, uintptr_t key, size_t value) {
 /* Rehash into a table of at least 4 x (live + 1) slots (at least 64), dropping
  * tombstones: right after it the table is at most a quarter full, so the next rehash
  * is about capacity / 4 puts away. On failure the map is left as it was. */
-static int rehash(ferry_ptrmap *map) {
+static int rehash(ferry__ptrmap *map) {
   size_t capacity = 64;
   while (capacity < 4 * (map->live + 1)) capacity *= 2;
   uintptr_t *keys = ferry__calloc(capacity, sizeof *keys);
@@ -66,7 +66,7 @@ static int rehash(ferry_ptrmap *map) {
     ferry__free(values);
     return -1;
   }
-  ferry_ptrmap old = *map;
+  ferry__ptrmap old = *map;
   map->keys = keys;
   map->values = values;
   map->capacity = capacity;
@@ -78,7 +78,7 @@ static int rehash(ferry_ptrmap *map) {
   return 0;
 }
 
-int ferry__ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size) {
+int ferry__ptrmap_put(ferry__ptrmap *map, const void *ptr, size_t size) {
   if (2 * (map->used + 1) > map->capacity && rehash(map) != 0) return -1;
   insert_fresh(map, (uintptr_t)ptr, size);
   return 0;
@@ -86,7 +86,7 @@ int ferry__ptrmap_put(ferry_ptrmap *map, const void *ptr, size_t size) {
 
 /* The slot becomes a tombstone, not EMPTY: an EMPTY slot would cut the probe chain of
  * any key inserted after this one that collided with it. */
-int ferry__ptrmap_take(ferry_ptrmap *map, const void *ptr, size_t *size) {
+int ferry__ptrmap_take(ferry__ptrmap *map, const void *ptr, size_t *size) {
   if (map->capacity == 0) return 0;
   uintptr_t key = (uintptr_t)ptr;
   for (size_t i = slot_of(key, map->capacity);; i = (i + 1) & (map->capacity - 1)) {

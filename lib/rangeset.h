@@ -12,23 +12,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ferry_range {
+typedef struct ferry__range {
   uintptr_t start;
   size_t size;
-} ferry_range;
+} ferry__range;
 
-typedef struct ferry_rangeset {
-  ferry_range *items; /* sorted by start, pairwise disjoint */
+typedef struct ferry__rangeset {
+  ferry__range *items; /* sorted by start, pairwise disjoint */
   size_t count, capacity;
-} ferry_rangeset;
+} ferry__rangeset;
 
-void ferry__rangeset_init(ferry_rangeset *set);
-void ferry__rangeset_destroy(ferry_rangeset *set);
+void ferry__rangeset_init(ferry__rangeset *set);
+void ferry__rangeset_destroy(ferry__rangeset *set);
 /* Add [start, start+size), disjoint from every range held. 0, or -1 out of memory. */
-int ferry__rangeset_put(ferry_rangeset *set, const void *start, size_t size);
+int ferry__rangeset_put(ferry__rangeset *set, const void *start, size_t size);
 /* Remove the range that starts exactly at `start`: 1 and its size, or 0 if none does. */
-int ferry__rangeset_take(ferry_rangeset *set, const void *start, size_t *size);
+int ferry__rangeset_take(ferry__rangeset *set, const void *start, size_t *size);
 /* 1 when [ptr, ptr+n) lies inside one range held (n = 0 asks about ptr alone). */
-int ferry__rangeset_covers(const ferry_rangeset *set, const void *ptr, size_t n);
+int ferry__rangeset_covers(const ferry__rangeset *set, const void *ptr, size_t n);
 
 #endif

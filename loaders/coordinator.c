@@ -70,7 +70,7 @@ static ferry_status run_reserve(epoch_run *run, size_t n) {
  * batch's scale; its size; its instance count, which a crop may cut (the survivors
  * counted as the worker will, ferry__augment_targets on the same boxes). A sample
  * past the pixel limit is laid out as 1 x 1 without instances: its fill fails. */
-static ferry_status plan_sample(ferry_loader *l, epoch_run *run, plan *p, size_t i, int batch_scale,
+static ferry_status plan_sample(ferry_loader *l, epoch_run *run, ferry__plan *p, size_t i, int batch_scale,
                                 int64_t *count) {
   size_t index = p->dataset_index[i];
   int32_t *rec = p->augment[i];
@@ -99,7 +99,7 @@ static ferry_status plan_sample(ferry_loader *l, epoch_run *run, plan *p, size_t
 
 /* The rows of every field: each sample's instance count (a per-sample field ignores
  * it, lib/batch.c); with a recipe, its records and sizes too. */
-static ferry_status plan_rows(ferry_loader *l, epoch_run *run, plan *p) {
+static ferry_status plan_rows(ferry_loader *l, epoch_run *run, ferry__plan *p) {
   int batch_scale = l->fill.recipe.options.multi_scale == FERRY_MULTI_SCALE_PER_BATCH
                         ? ferry__augment_batch_scale(&l->fill.recipe, l->fill.seed, run->epoch, p->batch_index)
                         : 0;
@@ -121,8 +121,8 @@ static ferry_status plan_rows(ferry_loader *l, epoch_run *run, plan *p) {
 /* Choose the samples of the batch starting at run->next_start, lay it out in `p`
  * and take its memory. FERRY_EEND when no (complete enough) batch is left. Called
  * without the lock: it may block in the pool. */
-static ferry_status plan_create(ferry_loader *l, epoch_run *run, plan *p) {
-  const ferry_sampler *s = &l->sampler;
+static ferry_status plan_create(ferry_loader *l, epoch_run *run, ferry__plan *p) {
+  const ferry__sampler *s = &l->sampler;
   size_t B = l->config.batch_size;
   uint64_t pos = run->next_start;
   p->count = 0;
@@ -175,9 +175,9 @@ static void fail_fatally(ferry_loader *l, ferry_status status, const char *messa
 
 /* An end-of-epoch or error item. Without memory for it the consumer would wait
  * forever, so the spare list keeps one in reserve (see begin_epoch). */
-static void push_marker(ferry_loader *l, epoch_run *run, item_kind kind, ferry_status status,
+static void push_marker(ferry_loader *l, epoch_run *run, ferry__item_kind kind, ferry_status status,
                         const char *message) {
-  ready_item *item = ferry__handoff_marker_item(l);
+  ferry__ready_item *item = ferry__handoff_marker_item(l);
   if (!item) {
     fail_fatally(l, FERRY_ENOMEM, "loader: out of memory ending an epoch");
     return;
@@ -198,11 +198,11 @@ static void cancel_inflight(ferry_loader *l) {
    * a plan still queued would have more of its slots claimed meanwhile. A worker
    * that finishes a cancelled plan's last slot signals coord_cv (workers.c finish)
    * and never delivers it (handoff.c checks `canceled`). */
-  for (plan *p = l->hand.inflight_head; p; p = p->next) {
+  for (ferry__plan *p = l->hand.inflight_head; p; p = p->next) {
     p->canceled = 1;
     ferry__loader_withdraw(l, p);
   }
-  for (plan *p = l->hand.inflight_head; p; p = p->next)
+  for (ferry__plan *p = l->hand.inflight_head; p; p = p->next)
     while (p->pending) ferry__loader_wait(l, &l->coord_cv, &l->stats.coordinator_idle_cpu_ns);
   ferry__handoff_release_inflight(l);
 }
@@ -243,7 +243,7 @@ static int rerouted(const ferry_loader *l, ferry_status st) {
  * again for the CPU decoder are neither: a plan with only those is laid out again
  * under either policy. */
 static void learn_from_failures(ferry_loader *l, epoch_run *run) {
-  plan *head = l->hand.inflight_head;
+  ferry__plan *head = l->hand.inflight_head;
   /* Skip (or only reroutes, under either policy): the failed positions are marked for
    * the rest of the epoch, and the head and everything behind it (laid out on the
    * assumption that they would succeed) are laid out again from the head's start. The
@@ -290,8 +290,8 @@ static void commit_head(ferry_loader *l, epoch_run *run) {
  * one made without the lock. NULL when out of memory. Called and returns with the
  * lock held; a new plan's allocations (batch_size entries each) are made without
  * it, so workers recording results do not wait on them. */
-static plan *plan_get(ferry_loader *l) {
-  plan *p = ferry__handoff_plan_spare(l);
+static ferry__plan *plan_get(ferry_loader *l) {
+  ferry__plan *p = ferry__handoff_plan_spare(l);
   if (!p) {
     ferry__loader_unlock(l);
     p = ferry__handoff_plan_new(l->config.batch_size, l->nfields);
@@ -307,7 +307,7 @@ static plan *plan_get(ferry_loader *l) {
 }
 
 /* Queue a laid-out plan behind the others and hand its slots to the workers. */
-static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
+static void append_plan(ferry_loader *l, epoch_run *run, ferry__plan *p) {
   ferry__handoff_append(l, p);
   run->next_start = p->end;
   run->next_batch = p->batch_index + 1;
@@ -319,13 +319,13 @@ static void append_plan(ferry_loader *l, epoch_run *run, plan *p) {
  * that exists, the consumer's included, which is what makes a slow consumer stop
  * the planning rather than have more batches made. */
 static int plan_ahead(ferry_loader *l, epoch_run *run) {
-  const handoff *h = &l->hand;
+  const ferry__handoff *h = &l->hand;
   if (run->exhausted || h->inflight + h->ready >= l->prefetch || h->outstanding >= l->arenas ||
       (run->retry_when_drained && h->inflight_head))
     return 0;
   run->retry_when_drained = 0;
   ferry__handoff_layout_begin(l);
-  plan *p = plan_get(l);
+  ferry__plan *p = plan_get(l);
   ferry_status st = FERRY_ENOMEM;
   char message[FERRY_ERROR_MAX] = "loader: out of memory laying out a batch";
   if (p) {

@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "source/tar.h"
-#include "coco/target_at.h"
+#include "coco/target.h"
 #include "image/augment.h"
 #include "image/geometry.h"
 #include "lib/alloc.h"
@@ -36,7 +36,7 @@ static int escapes(const char *name) { return ferry__tar_name_refused(name) != N
 /* The file of image `img`: file_name under the images folder, or as it is when it is
  * absolute and allow_escaping_paths lets it be. A name that does not fit in `size`
  * is an error rather than a cut path that could name another file. */
-static ferry_status image_path(const fill_context *ctx, const ferry_coco_image *img, char *path,
+static ferry_status image_path(const ferry__fill_context *ctx, const ferry_coco_image *img, char *path,
                                size_t size) {
   if (!img->file_name || !img->file_name[0])
     return ferry__fail(FERRY_EFORMAT, "image id %lld has no file_name", (long long)img->id);
@@ -61,7 +61,7 @@ void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot) {
 /* Boxes arrive as xyxy in the file's pixels; make them what the config asks. w and h
  * are the annotated size, which the caller has checked against the image
  * (ferry__loader_check_size). */
-static void convert_boxes(float *boxes, int64_t n, const fill_context *ctx, double w, double h) {
+static void convert_boxes(float *boxes, int64_t n, const ferry__fill_context *ctx, double w, double h) {
   if (ctx->box_format == FERRY_BOXES_CXCYWH_NORM) ferry__boxes_to_cxcywh_norm(boxes, n, w, h);
   else ferry__boxes_scale(boxes, n, ctx->resolution / w, ctx->resolution / h);
 }
@@ -76,7 +76,7 @@ static int named_as_jpeg(const char *name) {
          !strcasecmp(dot, ".jfif");
 }
 
-void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *img, int *w, int *h) {
+void ferry__loader_source_size(const ferry__fill_context *ctx, const ferry_coco_image *img, int *w, int *h) {
   int64_t f = 1;
   if (ctx->image.draft_size > 0 && named_as_jpeg(img->file_name))
     f = ferry_image_draft_factor((int)img->width, (int)img->height, ctx->image.draft_size);
@@ -84,7 +84,7 @@ void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *
   *h = (int)((img->height + f - 1) / f);
 }
 
-ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const ferry_target_options *opts,
+ferry_status ferry__loader_targets(const ferry__fill_context *ctx, size_t index, const ferry_target_options *opts,
                                    ferry_coco_target *out) {
   ferry_coco_image img;
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
@@ -94,7 +94,7 @@ ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const 
   return ferry__coco_target_write_at(ctx->coco, index, opts, w, h, out);
 }
 
-ferry_status ferry__loader_target_count(const fill_context *ctx, size_t index, int64_t *count) {
+ferry_status ferry__loader_target_count(const ferry__fill_context *ctx, size_t index, int64_t *count) {
   ferry_coco_image img;
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
   int w, h;
@@ -103,7 +103,7 @@ ferry_status ferry__loader_target_count(const fill_context *ctx, size_t index, i
   return ferry__coco_target_count_at(ctx->coco, index, &ctx->target, w, h, count);
 }
 
-ferry_status ferry__loader_check_decoded(const fill_context *ctx, const char *path, int w, int h,
+ferry_status ferry__loader_check_decoded(const ferry__fill_context *ctx, const char *path, int w, int h,
                                          const ferry_coco_image *img) {
   int pw, ph;
   ferry__loader_source_size(ctx, img, &pw, &ph);
@@ -116,9 +116,9 @@ ferry_status ferry__loader_check_decoded(const fill_context *ctx, const char *pa
                      (long long)img->width, (long long)img->height, pw, ph);
 }
 
-ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
+ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot,
                                         size_t index, const ferry_coco_image *img) {
-  const field_slots *f = &ctx->slots;
+  const ferry__field_slots *f = &ctx->slots;
   ferry_coco_target t = {
     .boxes = ferry__loader_slice(batch, f->boxes, slot),
     .labels = ferry__loader_slice(batch, f->labels, slot),
@@ -155,7 +155,7 @@ ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *b
   return FERRY_OK;
 }
 
-ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
+ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img,
                                      char *path, size_t size) {
   ferry_status st = ferry_coco_image_at(ctx->coco, index, img);
   if (st == FERRY_OK && ctx->source) ctx->source->describe(ctx->source, index, path, size);
@@ -164,12 +164,12 @@ ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, fer
   return FERRY_OK;
 }
 
-int ferry__loader_over_instance_cap(const fill_context *ctx, int64_t count) {
+int ferry__loader_over_instance_cap(const ferry__fill_context *ctx, int64_t count) {
   return count > 0 && (uint64_t)count > (uint64_t)ctx->max_instances;
 }
 
 /* Before the image is opened: its rows were never laid out, so nothing may be written. */
-ferry_status ferry__loader_check_instances(const fill_context *ctx, size_t index, int64_t count) {
+ferry_status ferry__loader_check_instances(const ferry__fill_context *ctx, size_t index, int64_t count) {
   if (!ferry__loader_over_instance_cap(ctx, count)) return FERRY_OK;
   ferry_coco_image img;
   ferry_status st = ferry_coco_image_at(ctx->coco, index, &img);
@@ -190,7 +190,7 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
 
 /* The image's bytes from the fill's source into the worker's scratch; *data NULL when
  * the image is a file of the images folder, which the decoder reads itself. */
-static ferry_status source_bytes(const fill_context *ctx, fill_scratch *s, size_t index, const uint8_t **data,
+static ferry_status source_bytes(const ferry__fill_context *ctx, ferry__fill_scratch *s, size_t index, const uint8_t **data,
                                  size_t *len) {
   *data = NULL;
   *len = 0;
@@ -200,7 +200,7 @@ static ferry_status source_bytes(const fill_context *ctx, fill_scratch *s, size_
   return st;
 }
 
-static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+static ferry_status fill_square(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
                                 ferry_batch *batch, size_t slot, size_t index, const ferry_coco_image *img,
                                 const char *path) {
   /* Straight into the slot's image slice, no copy. w and h come back as the file's
@@ -238,7 +238,7 @@ static ferry_status fill_square(const fill_context *ctx, ferry_decoder *decoder,
 
 /* ---- a recipe's record ------------------------------------------------------------ */
 
-void ferry__fill_scratch_free(fill_scratch *s) {
+void ferry__fill_scratch_free(ferry__fill_scratch *s) {
   ferry__free(s->boxes);
   ferry__free(s->areas);
   ferry__free(s->keep);
@@ -247,7 +247,7 @@ void ferry__fill_scratch_free(fill_scratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-static ferry_status scratch_reserve(fill_scratch *s, size_t instances, size_t map_entries) {
+static ferry_status scratch_reserve(ferry__fill_scratch *s, size_t instances, size_t map_entries) {
   if (instances > s->instances) {
     ferry__free(s->boxes);
     ferry__free(s->areas);
@@ -267,7 +267,7 @@ static ferry_status scratch_reserve(fill_scratch *s, size_t instances, size_t ma
   return FERRY_OK;
 }
 
-int ferry__augment_over_limit(const fill_context *ctx, const int32_t *rec) {
+int ferry__augment_over_limit(const ferry__fill_context *ctx, const int32_t *rec) {
   uint64_t limit = ctx->image.max_pixels;
   uint64_t out = (uint64_t)rec[FERRY_AUGMENT_OUT_H] * (uint64_t)rec[FERRY_AUGMENT_OUT_W];
   uint64_t mid = (uint64_t)rec[FERRY_AUGMENT_RESIZE_H] * (uint64_t)rec[FERRY_AUGMENT_RESIZE_W];
@@ -277,7 +277,7 @@ int ferry__augment_over_limit(const fill_context *ctx, const int32_t *rec) {
 /* Boxes in the output image: xyxy as they are, or DETR's normalised cxcywh in
  * float32 steps as RF-DETR's Normalize computes them (box_xyxy_to_cxcywh, then a
  * division by [w, h, w, h]). */
-static void write_augmented_boxes(const fill_context *ctx, const float *in, size_t n, int out_h, int out_w,
+static void write_augmented_boxes(const ferry__fill_context *ctx, const float *in, size_t n, int out_h, int out_w,
                                   float *out) {
   for (size_t k = 0; k < n; k++) {
     const float *b = in + 4 * k;
@@ -293,8 +293,8 @@ static void write_augmented_boxes(const fill_context *ctx, const float *in, size
 
 /* The instance rows the layout gave the slot (every per-instance field has the same),
  * -1 when no per-instance field was asked for. */
-static int64_t laid_out_rows(const fill_context *ctx, ferry_batch *batch, size_t slot) {
-  const field_slots *f = &ctx->slots;
+static int64_t laid_out_rows(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot) {
+  const ferry__field_slots *f = &ctx->slots;
   const int fields[] = {f->boxes, f->labels, f->masks, f->area, f->iscrowd};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
     if (fields[i] >= 0)
@@ -306,9 +306,9 @@ static int64_t laid_out_rows(const fill_context *ctx, ferry_batch *batch, size_t
  * iscrowd and masks written by the target writer for the survivors only, the masks
  * decoded straight through the chain's index maps. `rows` is the layout's instance
  * count, which the survivors must match (the coordinator counted them the same way). */
-static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratch *sc, ferry_batch *batch, size_t slot,
+static ferry_status write_augmented_targets(const ferry__fill_context *ctx, ferry__fill_scratch *sc, ferry_batch *batch, size_t slot,
                                             size_t index, const ferry_coco_image *img, const int32_t *rec) {
-  const field_slots *f = &ctx->slots;
+  const ferry__field_slots *f = &ctx->slots;
   int out_h = rec[FERRY_AUGMENT_OUT_H], out_w = rec[FERRY_AUGMENT_OUT_W], src_w, src_h;
   ferry__loader_source_size(ctx, img, &src_w, &src_h);
   int64_t n0;
@@ -339,9 +339,9 @@ static ferry_status write_augmented_targets(const fill_context *ctx, fill_scratc
 }
 
 /* The per-sample fields that do not move with the geometry. */
-static void write_sample_fields(const fill_context *ctx, ferry_batch *batch, size_t slot, size_t index,
+static void write_sample_fields(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot, size_t index,
                                 const ferry_coco_image *img, const int32_t *rec) {
-  const field_slots *f = &ctx->slots;
+  const ferry__field_slots *f = &ctx->slots;
   int64_t *id = ferry__loader_slice(batch, f->image_id, slot);
   if (id) id[0] = img->id;
   int w, h; /* RF-DETR's orig_size: the decoded image's size */
@@ -355,7 +355,7 @@ static void write_sample_fields(const fill_context *ctx, ferry_batch *batch, siz
   *(int64_t *)ferry__loader_slice(batch, f->sample_index, slot) = (int64_t)index;
 }
 
-static ferry_status fill_augmented(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+static ferry_status fill_augmented(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
                                    ferry_batch *batch, size_t slot, size_t index, const ferry_coco_image *img,
                                    const char *path, const int32_t *rec) {
   if (ferry__augment_over_limit(ctx, rec))
@@ -380,7 +380,7 @@ static ferry_status fill_augmented(const fill_context *ctx, ferry_decoder *decod
   return st;
 }
 
-ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
                                       ferry_batch *batch, size_t slot, size_t index, const int32_t *record) {
   ferry_coco_image img;
   char path[4096];

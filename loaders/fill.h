@@ -11,7 +11,7 @@
  * Callers: the workers (workers.c), many at once, without the lock, each on a slot it
  * alone claimed; open (counts, the GPU decoder's stats and stage); the coordinator
  * (the layout's counts and rows).
- * Invariant: a fill_context is written only at open and read-only once the threads
+ * Invariant: a ferry__fill_context is written only at open and read-only once the threads
  * start. What changes while they run is not in it but pointed to from it: the GPU
  * decoder's routes, owned by loaders/gpu_route.c, which alone writes them.
  */
@@ -29,12 +29,12 @@
 #include "source/image_source.h"
 
 /* Where each requested field sits in a batch (-1 when absent). */
-typedef struct field_slots {
+typedef struct ferry__field_slots {
   int images, sample_index, boxes, labels, masks, area, iscrowd, image_id, orig_size, size,
       keypoints, jpeg, cpu_images, augment;
-} field_slots;
+} ferry__field_slots;
 
-struct ferry_nvjpeg_api;
+struct ferry__nvjpeg_api;
 
 /* The GPU decoder's worker side (gpu_fill.c), set at open when it is in use. A sample
  * is laid out before its file is read, so where its pixels go is decided from what
@@ -43,15 +43,15 @@ struct ferry_nvjpeg_api;
  * worker that finds an image laid out for nvJPEG must go to the CPU reports its route
  * and fails the slot with FERRY_EAGAIN; the coordinator lays the batch out again
  * (each image at most once per loader), whatever config.on_error says. */
-typedef struct gpu_decode {
-  const struct ferry_nvjpeg_api *api;
+typedef struct ferry__gpu_decode {
+  const struct ferry__nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
   struct ferry__gpu_routes *routes; /* the routes and the stage's skipped count: gpu_route.c's */
-  struct ferry_jpeg_stage *stage; /* attached to every batch; closed after the threads */
-} gpu_decode;
+  struct ferry__jpeg_stage *stage; /* attached to every batch; closed after the threads */
+} ferry__gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
-typedef struct fill_context {
+typedef struct ferry__fill_context {
   const ferry_coco *coco;
   const char *images_dir;
   const ferry__image_source *source;  /* NULL: files of images_dir; else where the bytes are (shards) */
@@ -61,19 +61,19 @@ typedef struct fill_context {
   ferry_image_options image;
   ferry_target_options target;
   int allow_escaping_paths;
-  field_slots slots;
-  gpu_decode gpu;            /* api NULL: the CPU decoder */
+  ferry__field_slots slots;
+  ferry__gpu_decode gpu;            /* api NULL: the CPU decoder */
   /* The recipe (image/augment.h); varies: samples have their own sizes and records
    * (any recipe but none), drawn at layout time from (seed, epoch, dataset index). */
   ferry__augment_recipe recipe;
   int varies;
   uint64_t seed;
   size_t max_instances;      /* config.max_instances: more on one image fail its sample */
-} fill_context;
+} ferry__fill_context;
 
 /* A worker's own buffers for the fill of an augmented sample: the targets before the
  * crop and the masks' index maps (fill.c grows them; workers.c frees them). */
-typedef struct fill_scratch {
+typedef struct ferry__fill_scratch {
   float *boxes, *areas;
   uint8_t *keep;
   size_t instances;       /* room for this many in boxes, areas and keep */
@@ -81,28 +81,28 @@ typedef struct fill_scratch {
   size_t map_entries;
   uint8_t *bytes;         /* an image's bytes from the fill's source (shards) */
   size_t bytes_cap;
-} fill_scratch;
-void ferry__fill_scratch_free(fill_scratch *s);
+} ferry__fill_scratch;
+void ferry__fill_scratch_free(ferry__fill_scratch *s);
 
 /* Fill sample `slot` of `batch` with dataset image `index` (fill.c): by the square
  * resize, or, with a recipe, by its record (the plan's, drawn at layout time). */
-ferry_status ferry__loader_fill_sample(const fill_context *ctx, ferry_decoder *decoder, fill_scratch *scratch,
+ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
                                       ferry_batch *batch, size_t slot, size_t index, const int32_t *record);
 /* A sample's record is laid out with no pixel and no instance when its sizes pass
  * the image options' pixel limit; its fill then fails, naming the sizes. 1 when so. */
-int ferry__augment_over_limit(const fill_context *ctx, const int32_t *record);
+int ferry__augment_over_limit(const ferry__fill_context *ctx, const int32_t *record);
 /* An image with more instances than config.max_instances is laid out with no rows
  * (the coordinator asks ferry__loader_over_instance_cap), and its sample fails before
  * its fill starts (the worker calls ferry__loader_check_instances: FERRY_ELIMIT, the
  * message naming the image, its count and the cap). `count` is loader->instances[index]. */
-int ferry__loader_over_instance_cap(const fill_context *ctx, int64_t count);
-ferry_status ferry__loader_check_instances(const fill_context *ctx, size_t index, int64_t count);
+int ferry__loader_over_instance_cap(const ferry__fill_context *ctx, int64_t count);
+ferry_status ferry__loader_check_instances(const ferry__fill_context *ctx, size_t index, int64_t count);
 /* The image's record and the path of its file, refusing names that leave the images
  * folder; the message names the dataset index (fill.c). */
-ferry_status ferry__loader_image_file(const fill_context *ctx, size_t index, ferry_coco_image *img,
+ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img,
                                      char *path, size_t size);
 /* Write sample `slot`'s targets (everything but the pixels) for image `index` (fill.c). */
-ferry_status ferry__loader_write_targets(const fill_context *ctx, ferry_batch *batch, size_t slot,
+ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot,
                                         size_t index, const ferry_coco_image *img);
 /* The check every decoder makes: the pixels are the size the annotations say. */
 ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img);
@@ -110,47 +110,47 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
  * orig_size: the annotated size, or under config.image.draft_size the reduced size of
  * a file named as a JPEG. Known before the file is read, from its annotations and its
  * name, because a crop's instance count, which lays the batch out, depends on it. */
-void ferry__loader_source_size(const fill_context *ctx, const ferry_coco_image *img, int *w, int *h);
-/* ferry_coco_target_write / _count of image `index` in that frame (coco/target_at.h);
+void ferry__loader_source_size(const ferry__fill_context *ctx, const ferry_coco_image *img, int *w, int *h);
+/* ferry_coco_target_write / _count of image `index` in that frame (coco/target.h);
  * every count and write of the loader goes through these, so they agree. */
-ferry_status ferry__loader_targets(const fill_context *ctx, size_t index, const ferry_target_options *opts,
+ferry_status ferry__loader_targets(const ferry__fill_context *ctx, size_t index, const ferry_target_options *opts,
                                    ferry_coco_target *out);
-ferry_status ferry__loader_target_count(const fill_context *ctx, size_t index, int64_t *count);
+ferry_status ferry__loader_target_count(const ferry__fill_context *ctx, size_t index, int64_t *count);
 /* ferry__loader_check_size for a decoder that gives the decoded pixels' size: they
  * must have the size ferry__loader_source_size planned. */
-ferry_status ferry__loader_check_decoded(const fill_context *ctx, const char *path, int w, int h,
+ferry_status ferry__loader_check_decoded(const ferry__fill_context *ctx, const char *path, int w, int h,
                                          const ferry_coco_image *img);
 /* A field's slice for one sample, NULL when the field is absent (-1). */
 void *ferry__loader_slice(ferry_batch *batch, int field, size_t slot);
 
 /* The GPU decoder's side of the workers (gpu_fill.c). A worker's parser: opened once
  * per worker, NULL with the CPU decoder. */
-typedef struct gpu_worker gpu_worker;
-ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out);
-void ferry__gpu_worker_close(gpu_worker *w);
+typedef struct ferry__gpu_worker ferry__gpu_worker;
+ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_worker **out);
+void ferry__gpu_worker_close(ferry__gpu_worker *w);
 /* Fill a sample laid out for the GPU decoder: its file's bytes into the jpeg rows, or
  * (routed to the CPU) its u8 pixels into cpu_images. *fallback is the
  * ferry_decode_fallback it went to the CPU for, -1 when nvJPEG takes it. FERRY_EAGAIN:
  * laid out for nvJPEG but found to need the CPU (its route reported, gpu_route.h). */
-ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback);
 /* The jpeg and cpu_images rows of a plan's samples (rows: [nfields * count], the
  * coordinator's layout, every other field's rows already set). O(count), no lock. */
-void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
+void ferry__gpu_plan_rows(const ferry__fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows);
 /* Whether the GPU decoder can start with `api`: a parser opened and closed, as every
  * worker will open one (nvjpegCreateEx refuses a GPU nvJPEG does not run on). The
  * message names the failing call and its status. */
-ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api);
+ferry_status ferry__gpu_decoder_probe(const struct ferry__nvjpeg_api *api);
 /* The routes (ctx->gpu.routes) and the transfer stage that decodes this loader's
  * batches on the device (ctx->gpu.stage, image/gpu/jpeg_stage.h), its hooks answered
  * by the routes; skip_unreadable: config.on_error is SKIP. At open. */
-ferry_status ferry__gpu_stage_open(fill_context *ctx, int skip_unreadable);
+ferry_status ferry__gpu_stage_open(ferry__fill_context *ctx, int skip_unreadable);
 /* The slot of ferry_loader_stats.samples_cpu_fallback that counts `reason` (a
  * ferry_decode_fallback): the loader's own table of image/'s reasons;
  * FERRY_LOADER_FALLBACK_SLOTS for none (-1). */
 size_t ferry__loader_fallback_slot(int reason);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
-ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads);
+ferry_status ferry__gpu_stat_files(ferry__fill_context *ctx, size_t threads);
 
 #endif

@@ -27,11 +27,11 @@
 #include "loaders/gpu_route.h"
 #include "loaders/loader_internal.h"
 
-static ferry_nvjpeg_route route_of(const fill_context *ctx, size_t index) {
+static ferry__nvjpeg_route_kind route_of(const ferry__fill_context *ctx, size_t index) {
   return ferry__gpu_route(ctx->gpu.routes, index);
 }
 
-void ferry__gpu_plan_rows(const fill_context *ctx, const size_t *dataset_index, size_t count,
+void ferry__gpu_plan_rows(const ferry__fill_context *ctx, const size_t *dataset_index, size_t count,
                          int64_t *rows) {
   int64_t *jpeg = rows + (size_t)ctx->slots.jpeg * count;
   int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
@@ -53,12 +53,12 @@ const char *ferry_loader_decoder_note(const ferry_loader *l) { return l ? l->dec
 
 /* ---- the transfer stage ---- */
 
-ferry_status ferry__gpu_stage_open(fill_context *ctx, int skip_unreadable) {
-  static const ferry_jpeg_stage_fields fields = {
+ferry_status ferry__gpu_stage_open(ferry__fill_context *ctx, int skip_unreadable) {
+  static const ferry__jpeg_stage_fields fields = {
       .images = FERRY_FIELD_IMAGES, .jpeg = FERRY_FIELD_JPEG, .cpu_images = FERRY_FIELD_CPU_IMAGES};
   ferry_status st = ferry__gpu_routes_open(ctx->coco, skip_unreadable, &ctx->gpu.routes);
   if (st != FERRY_OK) return st;
-  ferry_jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(ctx->gpu.routes);
+  ferry__jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(ctx->gpu.routes);
   return ferry__jpeg_stage_open(ctx->gpu.api, ctx->resolution, &ctx->image, &fields, &hooks, &ctx->gpu.stage);
 }
 
@@ -85,7 +85,7 @@ _Static_assert(FERRY_FALLBACK_REASONS <= FERRY_LOADER_FALLBACK_SLOTS,
 /* ---- the stat at open ---- */
 
 typedef struct stat_range {
-  fill_context *ctx;
+  ferry__fill_context *ctx;
   size_t begin, end;
 } stat_range;
 
@@ -108,7 +108,7 @@ static void *stat_files(void *arg) {
 /* Images per thread at least: below this a thread costs more than the stats it saves. */
 enum { STAT_CHUNK = 2048, STAT_MAX_THREADS = 32 };
 
-ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
+ferry_status ferry__gpu_stat_files(ferry__fill_context *ctx, size_t threads) {
   size_t n = ferry_coco_num_images(ctx->coco);
   ctx->gpu.file_bytes = ferry__calloc(n ? n : 1, sizeof *ctx->gpu.file_bytes);
   if (!ctx->gpu.file_bytes) return ferry__fail(FERRY_ENOMEM, "loader: out of memory for %zu images' sizes", n);
@@ -135,7 +135,7 @@ ferry_status ferry__gpu_stat_files(fill_context *ctx, size_t threads) {
 
 /* A CPU-planned sample: the CPU path's decode and resize, as u8 [R,R,3] (the transfer
  * stage normalises it on the device as it does nvJPEG's pixels). */
-static ferry_status fill_on_cpu(const fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
+static ferry_status fill_on_cpu(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
                                 size_t slot, const char *path, const ferry_coco_image *img) {
   int w = 0, h = 0;
   ferry_status st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution,
@@ -168,11 +168,11 @@ static ferry_status read_exact(const char *path, uint8_t *dst, int64_t want) {
   return status;
 }
 
-struct gpu_worker {
-  ferry_nvjpeg_parser parser;
+struct ferry__gpu_worker {
+  ferry__nvjpeg_parser parser;
 };
 
-ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_worker **out) {
   *out = ferry__calloc(1, sizeof **out);
   if (!*out) return ferry__fail(FERRY_ENOMEM, "worker: out of memory for an nvJPEG parser");
   ferry_status st = ferry__nvjpeg_parser_open(ctx->gpu.api, &(*out)->parser);
@@ -183,15 +183,15 @@ ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
   return st;
 }
 
-ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
-  ferry_nvjpeg_parser p;
+ferry_status ferry__gpu_decoder_probe(const struct ferry__nvjpeg_api *api) {
+  ferry__nvjpeg_parser p;
   ferry_status st = ferry__nvjpeg_parser_open(api, &p);
   if (st != FERRY_OK) return ferry__error_prefix(st, "nvJPEG does not start on this device: ");
   ferry__nvjpeg_parser_close(&p);
   return FERRY_OK;
 }
 
-void ferry__gpu_worker_close(gpu_worker *w) {
+void ferry__gpu_worker_close(ferry__gpu_worker *w) {
   if (!w) return;
   ferry__nvjpeg_parser_close(&w->parser);
   ferry__free(w);
@@ -200,7 +200,7 @@ void ferry__gpu_worker_close(gpu_worker *w) {
 /* A sample laid out for nvJPEG: its bytes into the jpeg rows, then the routing rules.
  * One nvJPEG takes is checked against the annotations' size as the CPU path checks
  * its decode; one it does not is recorded for the next layout (FERRY_EAGAIN). */
-static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_batch *batch, size_t slot,
+static ferry_status fill_for_gpu(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_batch *batch, size_t slot,
                                  size_t index, const char *path, const ferry_coco_image *img,
                                  int *fallback) {
   int64_t bytes = ctx->gpu.file_bytes[index];
@@ -208,7 +208,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
   uint8_t *data = ferry__loader_slice(batch, ctx->slots.jpeg, slot);
   ferry_status st = read_exact(path, data, (int64_t)len);
   if (st != FERRY_OK) return st;
-  ferry_nvjpeg_route route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
+  ferry__nvjpeg_route_kind route = ferry__nvjpeg_route(&w->parser, data, len, ctx->image.apply_exif);
   if (route != FERRY_NVJPEG_ROUTE_GPU) {
     ferry__gpu_route_to_cpu(ctx->gpu.routes, index, route);
     return ferry__fail(FERRY_EAGAIN, "%s: goes to the CPU decoder (%s); laid out again", path,
@@ -221,7 +221,7 @@ static ferry_status fill_for_gpu(const fill_context *ctx, gpu_worker *w, ferry_b
   return st;
 }
 
-ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   ferry_coco_image img;
   char path[4096];
@@ -231,7 +231,7 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
   /* The slot's layout decides, not the route now: a route recorded after this plan
    * was laid out (by another worker, or by the transfer stage) finds a slot with jpeg
    * rows and no cpu_images row, which is laid out again. */
-  ferry_nvjpeg_route route = route_of(ctx, index);
+  ferry__nvjpeg_route_kind route = route_of(ctx, index);
   const int64_t *cpu_rows = ferry_batch_offsets(batch, (size_t)ctx->slots.cpu_images);
   if (cpu_rows[slot + 1] > cpu_rows[slot]) {
     /* A cpu_images row was laid out from a CPU route, which never goes back to GPU. */
@@ -254,20 +254,20 @@ ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferr
 
 #else /* !FERRY_HAVE_NVJPEG: the loader never selects the GPU decoder */
 
-ferry_status ferry__gpu_decoder_probe(const struct ferry_nvjpeg_api *api) {
+ferry_status ferry__gpu_decoder_probe(const struct ferry__nvjpeg_api *api) {
   (void)api;
   return ferry__fail(FERRY_ENODEV, "ferry was built without nvJPEG");
 }
 
-ferry_status ferry__gpu_worker_open(const fill_context *ctx, gpu_worker **out) {
+ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_worker **out) {
   (void)ctx;
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "worker: ferry was built without nvJPEG");
 }
 
-void ferry__gpu_worker_close(gpu_worker *w) { (void)w; }
+void ferry__gpu_worker_close(ferry__gpu_worker *w) { (void)w; }
 
-ferry_status ferry__gpu_fill_sample(const fill_context *ctx, gpu_worker *w, ferry_decoder *decoder,
+ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   *fallback = -1;
   return ferry__fail(FERRY_EUNSUPPORTED, "dataset index %zu: ferry was built without nvJPEG", index);

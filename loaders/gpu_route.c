@@ -12,7 +12,7 @@ struct ferry__gpu_routes {
   const ferry_coco *coco; /* fixed: names an image in a message */
   size_t images;
   int skip_unreadable; /* fixed: config.on_error is SKIP */
-  atomic_uchar *route; /* [images] ferry_nvjpeg_route; zeroed: every image on the GPU */
+  atomic_uchar *route; /* [images] ferry__nvjpeg_route_kind; zeroed: every image on the GPU */
   atomic_uint_fast64_t skipped_in_transfer;
 };
 
@@ -40,14 +40,14 @@ void ferry__gpu_routes_close(ferry__gpu_routes *r) {
   ferry__free(r);
 }
 
-ferry_nvjpeg_route ferry__gpu_route(const ferry__gpu_routes *r, size_t index) {
+ferry__nvjpeg_route_kind ferry__gpu_route(const ferry__gpu_routes *r, size_t index) {
   if (index >= r->images) return FERRY_NVJPEG_ROUTE_GPU;
-  return (ferry_nvjpeg_route)atomic_load_explicit(&r->route[index], memory_order_relaxed);
+  return (ferry__nvjpeg_route_kind)atomic_load_explicit(&r->route[index], memory_order_relaxed);
 }
 
 /* The one write of a route: from GPU only (compare and exchange), so the invariant
  * holds whoever reports and in whatever order. */
-int ferry__gpu_route_to_cpu(ferry__gpu_routes *r, size_t index, ferry_nvjpeg_route route) {
+int ferry__gpu_route_to_cpu(ferry__gpu_routes *r, size_t index, ferry__nvjpeg_route_kind route) {
   if (index >= r->images || route <= FERRY_NVJPEG_ROUTE_GPU || route >= FERRY_NVJPEG_ROUTES) return 0;
   unsigned char gpu = FERRY_NVJPEG_ROUTE_GPU;
   if (atomic_compare_exchange_strong_explicit(&r->route[index], &gpu, (unsigned char)route, memory_order_relaxed,
@@ -78,8 +78,8 @@ static int unreadable(void *arg, int64_t index, char *name, size_t size) {
   return 1;
 }
 
-ferry_jpeg_stage_hooks ferry__gpu_routes_stage_hooks(ferry__gpu_routes *r) {
-  return (ferry_jpeg_stage_hooks){.ctx = r, .gpu_failed = gpu_failed, .unreadable = unreadable};
+ferry__jpeg_stage_hooks ferry__gpu_routes_stage_hooks(ferry__gpu_routes *r) {
+  return (ferry__jpeg_stage_hooks){.ctx = r, .gpu_failed = gpu_failed, .unreadable = unreadable};
 }
 
 uint64_t ferry__gpu_routes_skipped(const ferry__gpu_routes *r) {

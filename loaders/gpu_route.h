@@ -39,14 +39,14 @@ ferry_status ferry__gpu_routes_open(const ferry_coco *coco, int skip_unreadable,
 void ferry__gpu_routes_close(ferry__gpu_routes *routes);
 
 /* Image `index`'s route now (GPU out of range). */
-ferry_nvjpeg_route ferry__gpu_route(const ferry__gpu_routes *routes, size_t index);
+ferry__nvjpeg_route_kind ferry__gpu_route(const ferry__gpu_routes *routes, size_t index);
 /* A worker's report: image `index` must go to the CPU decoder for `route` (a CPU
  * route). 1 when it now does for that route; 0 when it already had a CPU route (kept),
  * or for GPU or an index out of range. */
-int ferry__gpu_route_to_cpu(ferry__gpu_routes *routes, size_t index, ferry_nvjpeg_route route);
+int ferry__gpu_route_to_cpu(ferry__gpu_routes *routes, size_t index, ferry__nvjpeg_route_kind route);
 
 /* The hooks to open the transfer stage with: they answer it from `routes`. */
-ferry_jpeg_stage_hooks ferry__gpu_routes_stage_hooks(ferry__gpu_routes *routes);
+ferry__jpeg_stage_hooks ferry__gpu_routes_stage_hooks(ferry__gpu_routes *routes);
 /* Samples the stage left out of device batches under the skip policy (0 for NULL). */
 uint64_t ferry__gpu_routes_skipped(const ferry__gpu_routes *routes);
 

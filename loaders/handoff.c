@@ -61,7 +61,7 @@ enum { OWED_WORKERS_MAX = 32 };
 
 void ferry__loader_unlock(ferry_loader *l) {
   ferry__loader_check(l);
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   ferry__cond *workers[OWED_WORKERS_MAX];
   while (h->nowed_workers > OWED_WORKERS_MAX) ferry__cond_wake(h->owed_workers[--h->nowed_workers]);
   size_t nworkers = h->nowed_workers;
@@ -97,7 +97,7 @@ int ferry__loader_wait_until(ferry_loader *l, ferry__cond *cv, uint64_t *idle_ns
 
 /* ---- plans and items ------------------------------------------------------------- */
 
-static void plan_free(plan *p) {
+static void plan_free(ferry__plan *p) {
   if (!p) return;
   ferry__free(p->item);
   ferry__free(p->dataset_index);
@@ -112,8 +112,8 @@ static void plan_free(plan *p) {
 
 /* Sized for batch_size once, so a recycled plan fits any batch, the short last one
  * too. */
-plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields) {
-  plan *p = ferry__calloc(1, sizeof *p);
+ferry__plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields) {
+  ferry__plan *p = ferry__calloc(1, sizeof *p);
   if (!p) return NULL;
   p->dataset_index = ferry__calloc(batch_size, sizeof *p->dataset_index);
   p->position = ferry__calloc(batch_size, sizeof *p->position);
@@ -129,8 +129,8 @@ plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields) {
   return p;
 }
 
-plan *ferry__handoff_plan_spare(ferry_loader *l) {
-  plan *p = l->hand.spare_plans;
+ferry__plan *ferry__handoff_plan_spare(ferry_loader *l) {
+  ferry__plan *p = l->hand.spare_plans;
   if (p) {
     l->hand.spare_plans = p->next;
     p->next = NULL;
@@ -138,7 +138,7 @@ plan *ferry__handoff_plan_spare(ferry_loader *l) {
   return p;
 }
 
-void ferry__handoff_plan_put(ferry_loader *l, plan *p) {
+void ferry__handoff_plan_put(ferry_loader *l, ferry__plan *p) {
   p->batch = NULL;
   p->next = l->hand.spare_plans;
   l->hand.spare_plans = p;
@@ -146,21 +146,21 @@ void ferry__handoff_plan_put(ferry_loader *l, plan *p) {
 
 void ferry__handoff_free_spare_plans(ferry_loader *l) {
   while (l->hand.spare_plans) {
-    plan *p = l->hand.spare_plans;
+    ferry__plan *p = l->hand.spare_plans;
     l->hand.spare_plans = p->next;
     plan_free(p);
   }
 }
 
-ready_item *ferry__handoff_item_get(ferry_loader *l) {
-  ready_item *item = l->hand.spare_items;
+ferry__ready_item *ferry__handoff_item_get(ferry_loader *l) {
+  ferry__ready_item *item = l->hand.spare_items;
   if (item) l->hand.spare_items = item->next;
   else item = ferry__calloc(1, sizeof *item);
   if (item) memset(item, 0, sizeof *item);
   return item;
 }
 
-void ferry__handoff_item_put(ferry_loader *l, ready_item *item) {
+void ferry__handoff_item_put(ferry_loader *l, ferry__ready_item *item) {
   if (!item) return;
   ferry__free(item->message);
   item->message = NULL;
@@ -169,8 +169,8 @@ void ferry__handoff_item_put(ferry_loader *l, ready_item *item) {
   l->hand.spare_items = item;
 }
 
-ready_item *ferry__handoff_marker_item(ferry_loader *l) {
-  ready_item *item = ferry__handoff_item_get(l);
+ferry__ready_item *ferry__handoff_marker_item(ferry_loader *l) {
+  ferry__ready_item *item = ferry__handoff_item_get(l);
   if (!item) {
     item = l->hand.reserve_item;
     l->hand.reserve_item = NULL;
@@ -184,8 +184,8 @@ void ferry__handoff_restock_reserve(ferry_loader *l) {
   if (!l->hand.reserve_item) l->hand.reserve_item = ferry__calloc(1, sizeof *l->hand.reserve_item);
 }
 
-void ferry__handoff_push_item(ferry_loader *l, ready_item *item) {
-  handoff *h = &l->hand;
+void ferry__handoff_push_item(ferry_loader *l, ferry__ready_item *item) {
+  ferry__handoff *h = &l->hand;
   item->next = NULL;
   if (h->ready_tail) h->ready_tail->next = item;
   else h->ready_head = item;
@@ -206,8 +206,8 @@ void ferry__handoff_layout_end(ferry_loader *l, int made) {
   if (!made) l->hand.outstanding--;
 }
 
-void ferry__handoff_append(ferry_loader *l, plan *p) {
-  handoff *h = &l->hand;
+void ferry__handoff_append(ferry_loader *l, ferry__plan *p) {
+  ferry__handoff *h = &l->hand;
   p->next = NULL;
   if (h->inflight_tail) h->inflight_tail->next = p;
   else h->inflight_head = p;
@@ -225,9 +225,9 @@ void ferry__handoff_discard(ferry_loader *l, ferry_batch *b) {
 }
 
 void ferry__handoff_release_inflight(ferry_loader *l) {
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   while (h->inflight_head) {
-    plan *p = h->inflight_head;
+    ferry__plan *p = h->inflight_head;
     h->inflight_head = p->next;
     h->inflight--;
     ferry__handoff_discard(l, p->batch);
@@ -240,12 +240,12 @@ void ferry__handoff_release_inflight(ferry_loader *l) {
  * ready_tail is rebuilt as the walk goes. With UINT64_MAX, a generation never
  * reached, every item goes (the coordinator's exit). */
 size_t ferry__handoff_drop_stale(ferry_loader *l, uint64_t generation) {
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   size_t batches = 0;
-  ready_item **link = &h->ready_head;
+  ferry__ready_item **link = &h->ready_head;
   h->ready_tail = NULL;
   while (*link) {
-    ready_item *item = *link;
+    ferry__ready_item *item = *link;
     if (item->generation == generation) {
       h->ready_tail = item;
       link = &item->next;
@@ -271,9 +271,9 @@ void ferry__handoff_coordinator_busy(ferry_loader *l) { l->hand.coordinator_wait
 /* ---- delivery --------------------------------------------------------------------- */
 
 void ferry__handoff_deliver_head(ferry_loader *l) {
-  handoff *h = &l->hand;
-  plan *head = h->inflight_head;
-  ready_item *item = head->item;
+  ferry__handoff *h = &l->hand;
+  ferry__plan *head = h->inflight_head;
+  ferry__ready_item *item = head->item;
   head->item = NULL;
   h->inflight_head = head->next;
   if (!h->inflight_head) h->inflight_tail = NULL;
@@ -294,7 +294,7 @@ void ferry__handoff_deliver_head(ferry_loader *l) {
 }
 
 int ferry__handoff_deliver_complete(ferry_loader *l) {
-  plan *head;
+  ferry__plan *head;
   while ((head = l->hand.inflight_head) && head->pending == 0) {
     if (head->failures || head->canceled || head->generation != l->generation) return 0;
     ferry__handoff_deliver_head(l);
@@ -303,7 +303,7 @@ int ferry__handoff_deliver_complete(ferry_loader *l) {
 }
 
 void ferry__handoff_wake_coordinator_for_room(ferry_loader *l) {
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   if (h->coordinator_waits != COORD_WAITS_ROOM) return;
   size_t taken = h->inflight + h->ready;
   size_t room = taken < l->prefetch ? l->prefetch - taken : 0;
@@ -327,9 +327,9 @@ static void room_freed(ferry_loader *l) {
 
 /* ---- the consumer's side ---------------------------------------------------------- */
 
-ready_item *ferry__handoff_pop_ready(ferry_loader *l) {
-  handoff *h = &l->hand;
-  ready_item *item = h->ready_head;
+ferry__ready_item *ferry__handoff_pop_ready(ferry_loader *l) {
+  ferry__handoff *h = &l->hand;
+  ferry__ready_item *item = h->ready_head;
   /* An item of an older generation is left for the coordinator to drop (it wakes on
    * the restart that made it stale). */
   if (!item || item->generation != l->generation) return NULL;
@@ -344,7 +344,7 @@ void ferry__handoff_hold(ferry_loader *l, ferry_batch *batch) { l->hand.held[l->
 
 void ferry__loader_release_hook(ferry_batch *batch, void *arg) {
   ferry_loader *l = arg;
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   pthread_mutex_lock(&l->lock);
   for (size_t i = 0; i < h->nheld; i++)
     if (h->held[i] == batch) {
@@ -364,7 +364,7 @@ ferry_status ferry__handoff_open(ferry_loader *l, size_t workers, size_t arenas)
 }
 
 void ferry__handoff_close(ferry_loader *l) {
-  handoff *h = &l->hand;
+  ferry__handoff *h = &l->hand;
   for (size_t i = 0; i < h->nheld; i++) {
     ferry_batch_set_release_hook(h->held[i], NULL, NULL);
     ferry_batch_release(h->held[i]);
@@ -373,7 +373,7 @@ void ferry__handoff_close(ferry_loader *l) {
   ferry__free(h->held);
   h->held = NULL;
   while (h->spare_items) {
-    ready_item *next = h->spare_items->next;
+    ferry__ready_item *next = h->spare_items->next;
     ferry__free(h->spare_items->message);
     ferry__free(h->spare_items);
     h->spare_items = next;

@@ -117,7 +117,7 @@ static struct timespec deadline_after(int ms) {
  * held by the consumer, no batch can be made until one is released: that is an
  * error, not a wait that would never end. With a deadline (NULL: none), the wait
  * also ends, FERRY_EAGAIN, when it passes or a signal handler ran on this thread. */
-static ready_item *wait_item(ferry_loader *l, const struct timespec *deadline, ferry_status *st) {
+static ferry__ready_item *wait_item(ferry_loader *l, const struct timespec *deadline, ferry_status *st) {
   for (;;) {
     if (l->stopping) {
       *st = ferry__fail(FERRY_ECANCELED, "loader: closed");
@@ -127,7 +127,7 @@ static ready_item *wait_item(ferry_loader *l, const struct timespec *deadline, f
       *st = ferry__error_restore(l->coord.fatal_status, l->coord.fatal_message);
       return NULL;
     }
-    ready_item *item = ferry__handoff_pop_ready(l);
+    ferry__ready_item *item = ferry__handoff_pop_ready(l);
     if (item) return item;
     if (!l->hand.ready_head && l->hand.nheld >= l->arenas) {
       *st = ferry__fail(FERRY_ELIMIT, "loader: the consumer holds all %zu batches; release one "
@@ -144,7 +144,7 @@ static ready_item *wait_item(ferry_loader *l, const struct timespec *deadline, f
 /* After an end or an error, the consumer's view moves to the next epoch, as the
  * coordinator did when it queued the marker (coordinator.c begin_epoch). */
 static void next_epoch_view(ferry_loader *l, int64_t ended) {
-  consumer_view *v = &l->view;
+  ferry__consumer_view *v = &l->view;
   v->state.epoch = ended + 1;
   v->state.batches_delivered = 0;
   v->state.cursor = 0;
@@ -160,9 +160,9 @@ ferry_status ferry_loader_next_timed(ferry_loader *l, ferry_batch **out, int tim
   ferry_status st = enter(l, "ferry_loader_next");
   if (st != FERRY_OK) return st;
   struct timespec deadline = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
-  ready_item *item = wait_item(l, timeout_ms >= 0 ? &deadline : NULL, &st);
+  ferry__ready_item *item = wait_item(l, timeout_ms >= 0 ? &deadline : NULL, &st);
   ferry_loader_progress progress = {0};
-  consumer_view *v = &l->view;
+  ferry__consumer_view *v = &l->view;
   if (item && item->kind == ITEM_BATCH) {
     ferry__handoff_hold(l, item->batch);
     v->state.epoch = item->epoch;
@@ -200,7 +200,7 @@ ferry_status ferry_loader_next(ferry_loader *l, ferry_batch **out) { return ferr
  * be taken in between. Batches the consumer holds stay valid. The lock is held. */
 static void restart(ferry_loader *l, int64_t epoch, uint64_t cursor, uint64_t delivered) {
   ferry__coordinator_restart(l, epoch, cursor, delivered);
-  consumer_view *v = &l->view;
+  ferry__consumer_view *v = &l->view;
   v->state.epoch = epoch;
   v->state.batches_delivered = delivered;
   v->state.cursor = cursor;

@@ -39,10 +39,10 @@ static int broken(report *r, const char *fmt, ...) {
 /* The plans in flight: counts, claims, cursor order (contiguous within a generation,
  * the generation never ahead of the loader's), the tail. */
 static int check_inflight(const ferry_loader *l, report *r, size_t *batches) {
-  const handoff *h = &l->hand;
+  const ferry__handoff *h = &l->hand;
   size_t n = 0;
-  const plan *last = NULL;
-  for (const plan *p = h->inflight_head; p; last = p, p = p->next, n++) {
+  const ferry__plan *last = NULL;
+  for (const ferry__plan *p = h->inflight_head; p; last = p, p = p->next, n++) {
     if (p->claimed > p->count || p->pending > p->count || p->count - p->claimed > p->pending)
       return broken(r, "plan %zu in flight: count %zu, claimed %zu, pending %zu", n, p->count, p->claimed,
                     p->pending);
@@ -64,10 +64,10 @@ static int check_inflight(const ferry_loader *l, report *r, size_t *batches) {
 
 /* The ready queue: its length, its tail, batches in batch items, generations. */
 static int check_ready(const ferry_loader *l, report *r, size_t *batches) {
-  const handoff *h = &l->hand;
+  const ferry__handoff *h = &l->hand;
   size_t n = 0;
-  const ready_item *last = NULL;
-  for (const ready_item *it = h->ready_head; it; last = it, it = it->next, n++) {
+  const ferry__ready_item *last = NULL;
+  for (const ferry__ready_item *it = h->ready_head; it; last = it, it = it->next, n++) {
     if (it->generation > l->generation) return broken(r, "ready item %zu is of a future generation", n);
     if ((it->kind == ITEM_BATCH) != (it->batch != NULL))
       return broken(r, "ready item %zu: kind %d with batch %p", n, (int)it->kind, (void *)it->batch);
@@ -78,8 +78,8 @@ static int check_ready(const ferry_loader *l, report *r, size_t *batches) {
   return 0;
 }
 
-static int is_in_flight(const ferry_loader *l, const plan *q) {
-  for (const plan *p = l->hand.inflight_head; p; p = p->next)
+static int is_in_flight(const ferry_loader *l, const ferry__plan *q) {
+  for (const ferry__plan *p = l->hand.inflight_head; p; p = p->next)
     if (p == q) return 1;
   return 0;
 }
@@ -87,10 +87,10 @@ static int is_in_flight(const ferry_loader *l, const plan *q) {
 /* The work queue: plans in flight with unclaimed slots, their sum, the workers'
  * counts and the idle stack. */
 static int check_work(const ferry_loader *l, report *r) {
-  const work_queue *w = &l->work;
+  const ferry__work_queue *w = &l->work;
   size_t unclaimed = 0, n = 0;
-  const plan *last = NULL;
-  for (const plan *p = w->head; p; last = p, p = p->next_work, n++) {
+  const ferry__plan *last = NULL;
+  for (const ferry__plan *p = w->head; p; last = p, p = p->next_work, n++) {
     if (p->claimed >= p->count) return broken(r, "plan %zu on the work queue has no unclaimed slot", n);
     if (p->canceled || !is_in_flight(l, p))
       return broken(r, "plan %zu on the work queue is cancelled or not in flight", n);
@@ -110,7 +110,7 @@ static int check_work(const ferry_loader *l, report *r) {
 /* Every batch that exists is in flight, ready, held by the consumer, or being laid
  * out, and there are never more than arenas. */
 static int check_batches(const ferry_loader *l, report *r, size_t made) {
-  const handoff *h = &l->hand;
+  const ferry__handoff *h = &l->hand;
   if (h->laying_out > 1) return broken(r, "laying_out is %zu", h->laying_out);
   if (h->nheld > l->arenas || h->outstanding > l->arenas)
     return broken(r, "%zu batches outstanding, %zu held, for %zu arenas", h->outstanding, h->nheld, l->arenas);

@@ -28,7 +28,7 @@
  * loader's lock while it waits for an arena).
  * Who writes what: fields fixed at open (config, fill, fields, instances, the depth
  * and arena counts) are read without the lock; the GPU decoder's route bytes change
- * by atomics (gpu_decode below). Once the threads run, everything from `lock` down
+ * by atomics (ferry__gpu_decode below). Once the threads run, everything from `lock` down
  * changes under it, except a claimed slot, which its worker fills without the lock
  * (and writes its message before retaking it, workers.c). That state is in parts,
  * each written by one file: `work` by workers.c, `hand` by handoff.c, `coord`,
@@ -55,11 +55,11 @@
 #include "source/image_source.h"
 #include "source/shards.h"
 
-struct ready_item;
+struct ferry__ready_item;
 
 /* One batch being filled. The arrays hold batch_size entries (count are used);
  * they are allocated once and reused when the plan is recycled. */
-typedef struct plan {
+typedef struct ferry__plan {
   uint64_t start, end;     /* the cursor range of this rank's order it consumed */
   size_t count;            /* samples in the batch */
   size_t *dataset_index;   /* [count] */
@@ -79,15 +79,15 @@ typedef struct plan {
   /* the loader's generation when it was laid out (a restart voids older ones) */
   uint64_t generation;
   ferry_batch *batch;
-  struct ready_item *item; /* what it is delivered in, taken up front so committing cannot fail */
-  struct plan *next;       /* the in-flight list, or the spare list */
-  struct plan *next_work;  /* the work queue: plans with unclaimed slots */
-} plan;
+  struct ferry__ready_item *item; /* what it is delivered in, taken up front so committing cannot fail */
+  struct ferry__plan *next;       /* the in-flight list, or the spare list */
+  struct ferry__plan *next_work;  /* the work queue: plans with unclaimed slots */
+} ferry__plan;
 
 /* An entry of the queue between coordinator and consumer. */
-typedef enum { ITEM_BATCH, ITEM_END, ITEM_ERROR } item_kind;
-typedef struct ready_item {
-  item_kind kind;
+typedef enum { ITEM_BATCH, ITEM_END, ITEM_ERROR } ferry__item_kind;
+typedef struct ferry__ready_item {
+  ferry__item_kind kind;
   uint64_t generation;
   int64_t epoch;
   uint64_t cursor_after;   /* where the next batch starts once this one is delivered */
@@ -96,8 +96,8 @@ typedef struct ready_item {
   uint64_t skipped;        /* samples skipped in the epoch so far */
   ferry_status status;
   char *message;
-  struct ready_item *next;
-} ready_item;
+  struct ferry__ready_item *next;
+} ferry__ready_item;
 
 /* ---- the loader's state, in parts, each written by one file ----------------------
  *
@@ -108,31 +108,31 @@ typedef struct ready_item {
  * comments state, at every release of the lock in the debug and sanitizer builds. */
 
 /* The work queue and the worker threads (workers.c). */
-typedef struct work_queue {
+typedef struct ferry__work_queue {
   pthread_t *threads;
   struct worker_slot *slots;       /* [nworkers]: each thread's index and wake-up */
   struct worker_slot **idle_stack; /* [nworkers]: idle workers, the last to go idle on top */
   size_t nworkers, started;
-  plan *head, *tail;               /* plans with unclaimed slots, oldest first */
+  ferry__plan *head, *tail;               /* plans with unclaimed slots, oldest first */
   size_t unclaimed;                /* their unclaimed slots, all plans together */
   size_t idle;                     /* workers on the idle stack */
   size_t busy;                     /* workers holding a slot (between claim and finish) */
   size_t max_busy;                 /* at most this many hold one at once: the usable cores */
   size_t waking;                   /* workers taken off the idle stack and not yet running */
   int stop;
-} work_queue;
+} ferry__work_queue;
 
 /* What passes between the threads (handoff.c): the plans in flight in delivery order,
  * the ready queue, spare plans and items, the batches that exist, and the wake-ups
  * owed. */
-typedef struct handoff {
-  plan *inflight_head, *inflight_tail;
+typedef struct ferry__handoff {
+  ferry__plan *inflight_head, *inflight_tail;
   size_t inflight;
-  plan *spare_plans;               /* recycled plans */
-  ready_item *ready_head, *ready_tail;
+  ferry__plan *spare_plans;               /* recycled plans */
+  ferry__ready_item *ready_head, *ready_tail;
   size_t ready;
-  ready_item *spare_items;         /* recycled items */
-  ready_item *reserve_item;        /* so an end or error marker can always be queued */
+  ferry__ready_item *spare_items;         /* recycled items */
+  ferry__ready_item *reserve_item;        /* so an end or error marker can always be queued */
   size_t outstanding;              /* batches made (or being made) and not yet released */
   size_t laying_out;               /* of which the coordinator is making now, unlocked: 0 or 1 */
   ferry_batch **held;              /* [arenas]: batches the consumer holds, for close */
@@ -148,10 +148,10 @@ typedef struct handoff {
   int owed_coord;                  /* a wake-up owed to coord_cv */
   ferry__cond **owed_workers;      /* [nworkers]: workers taken off the idle stack */
   size_t nowed_workers;
-} handoff;
+} ferry__handoff;
 
 /* The coordinator thread's (coordinator.c). */
-typedef struct coordinator_part {
+typedef struct ferry__coordinator_part {
   pthread_t thread;
   int started;
   int failed;                      /* out of memory for its own bookkeeping: see fatal_* */
@@ -162,13 +162,13 @@ typedef struct coordinator_part {
    * index in the epoch of the batch that starts there */
   int64_t restart_epoch;
   uint64_t restart_cursor, restart_batch;
-} coordinator_part;
+} ferry__coordinator_part;
 
 /* The consumer's view: what has been delivered (loader.c). */
-typedef struct consumer_view {
+typedef struct ferry__consumer_view {
   ferry_loader_state state;
   uint64_t samples_in_epoch, skipped_in_epoch;
-} consumer_view;
+} ferry__consumer_view;
 
 struct ferry_loader {
   /* Fixed at open (loader_open.c), read without the lock. */
@@ -188,13 +188,13 @@ struct ferry_loader {
   ferry_field_spec fields[FERRY_MAX_FIELDS];
   ferry__batch_fields checked_fields; /* the same, checked at open, for every batch */
   size_t nfields;
-  fill_context fill;
+  ferry__fill_context fill;
   size_t keypoints;
   int64_t *instances;          /* per image: instances its target keeps (layout first) */
   char decoder_note[FERRY_ERROR_MAX]; /* ferry_loader_decoder_note (gpu_fill.c) */
   /* The sample order: per_rank fixed at open; the order drawn by the coordinator
    * alone, for the epoch it lays out (coordinator.c). */
-  ferry_sampler sampler;
+  ferry__sampler sampler;
 
   pthread_mutex_t lock;
   ferry__cond coord_cv;        /* coordinator: head complete, room ahead, restart or stop */
@@ -207,10 +207,10 @@ struct ferry_loader {
   unsigned forks;              /* the process's fork count at open (loader_open.c): another
                                   count means this is a child's copy of the loader */
   uint64_t generation;         /* bumped by set_epoch/state_set (coordinator.c) and close */
-  work_queue work;             /* workers.c */
-  handoff hand;                /* handoff.c */
-  coordinator_part coord;      /* coordinator.c */
-  consumer_view view;          /* loader.c */
+  ferry__work_queue work;             /* workers.c */
+  ferry__handoff hand;                /* handoff.c */
+  ferry__coordinator_part coord;      /* coordinator.c */
+  ferry__consumer_view view;          /* loader.c */
   /* Counters, each written by one file: samples_decoded and peak_busy_workers by
    * workers.c, samples_skipped, replans, batches_dropped and coordinator_idle_cpu_ns by
    * coordinator.c, batches_delivered and consumer_idle_cpu_ns by loader.c; the rest
@@ -221,7 +221,7 @@ struct ferry_loader {
 /* ferry_loader_open (loader_open.c) with the GPU decoder's worker side on `api` (a
  * fake table in the tests), on whatever device the config names: the host backend
  * included, so the layout, routing, re-layout and stats are tested without a GPU. */
-ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry__nvjpeg_api *api,
                                    ferry_loader **out);
 
 /* The loader decodes on the CPU under AUTO: remember why (the message `st` left;
@@ -241,9 +241,9 @@ ferry_status ferry__loader_start_workers(ferry_loader *loader, size_t count, siz
 void ferry__loader_stop_workers(ferry_loader *loader);
 /* Queue a plan's slots for the workers and wake the idle ones it needs; O(1) but
  * for the wake-ups. */
-void ferry__loader_dispatch(ferry_loader *loader, plan *p);
+void ferry__loader_dispatch(ferry_loader *loader, ferry__plan *p);
 /* Take a plan's unclaimed slots back from the workers (it is being cancelled). */
-void ferry__loader_withdraw(ferry_loader *loader, plan *p);
+void ferry__loader_withdraw(ferry_loader *loader, ferry__plan *p);
 
 /* ---- the coordinator (coordinator.c) ----------------------------------------------- */
 
@@ -292,19 +292,19 @@ int ferry__loader_wait_until(ferry_loader *loader, ferry__cond *cv, uint64_t *id
  * without needing the lock), a spare one (NULL when there is none), one back to the
  * spare list (no worker may hold one of its slots), and the spare list freed (the
  * coordinator's exit). */
-plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields);
-plan *ferry__handoff_plan_spare(ferry_loader *loader);
-void ferry__handoff_plan_put(ferry_loader *loader, plan *p);
+ferry__plan *ferry__handoff_plan_new(size_t batch_size, size_t nfields);
+ferry__plan *ferry__handoff_plan_spare(ferry_loader *loader);
+void ferry__handoff_plan_put(ferry_loader *loader, ferry__plan *p);
 void ferry__handoff_free_spare_plans(ferry_loader *loader);
 /* Items: one from the spare list or the heap (NULL when out of memory), one back. */
-ready_item *ferry__handoff_item_get(ferry_loader *loader);
-void ferry__handoff_item_put(ferry_loader *loader, ready_item *item);
+ferry__ready_item *ferry__handoff_item_get(ferry_loader *loader);
+void ferry__handoff_item_put(ferry_loader *loader, ferry__ready_item *item);
 /* An item for an end or error marker: a spare one, else the reserve (NULL only when
  * both fail). ferry__handoff_restock_reserve makes a new reserve if it was used. */
-ready_item *ferry__handoff_marker_item(ferry_loader *loader);
+ferry__ready_item *ferry__handoff_marker_item(ferry_loader *loader);
 void ferry__handoff_restock_reserve(ferry_loader *loader);
 /* Append an item to the ready queue and wake the consumer. */
-void ferry__handoff_push_item(ferry_loader *loader, ready_item *item);
+void ferry__handoff_push_item(ferry_loader *loader, ferry__ready_item *item);
 
 /* The coordinator lays a batch out: _begin counts it among the batches that exist
  * before the lock is let go for the layout; _end with made 0 (the layout failed)
@@ -312,7 +312,7 @@ void ferry__handoff_push_item(ferry_loader *loader, ready_item *item);
 void ferry__handoff_layout_begin(ferry_loader *loader);
 void ferry__handoff_layout_end(ferry_loader *loader, int made);
 /* A laid-out plan goes in flight, behind the others. */
-void ferry__handoff_append(ferry_loader *loader, plan *p);
+void ferry__handoff_append(ferry_loader *loader, ferry__plan *p);
 /* Give a batch back on the coordinator's side, without the consumer's hook. */
 void ferry__handoff_discard(ferry_loader *loader, ferry_batch *batch);
 /* Every plan in flight, cancelled and with no slot held by a worker any more
@@ -338,7 +338,7 @@ void ferry__handoff_coordinator_busy(ferry_loader *loader);
 void ferry__handoff_wake_coordinator_for_room(ferry_loader *loader);
 /* The consumer's side: the ready item at the head if it is of the current
  * generation (taken off the queue), else NULL; a delivered batch recorded as held. */
-ready_item *ferry__handoff_pop_ready(ferry_loader *loader);
+ferry__ready_item *ferry__handoff_pop_ready(ferry_loader *loader);
 void ferry__handoff_hold(ferry_loader *loader, ferry_batch *batch);
 /* The consumer's release hook: a delivered batch was released. Takes the lock. */
 void ferry__loader_release_hook(ferry_batch *batch, void *loader);

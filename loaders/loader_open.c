@@ -200,7 +200,7 @@ static void define_fields(ferry_loader *l) {
   int64_t H = l->fill.varies ? FERRY_DIM_SAMPLE_H : c->resolution, W = l->fill.varies ? FERRY_DIM_SAMPLE_W : c->resolution;
   int64_t R = c->resolution;
   unsigned want = c->fields;
-  field_slots *s = &l->fill.slots;
+  ferry__field_slots *s = &l->fill.slots;
   memset(s, -1, sizeof *s);
   if (want & FERRY_LOADER_FIELD_NO_IMAGES) {
     /* no pixels: nothing is decoded */
@@ -233,7 +233,7 @@ static void define_fields(ferry_loader *l) {
  * the images and the sample index without knowing their names: every batch laid out
  * carries them. */
 static ferry_status check_fields(ferry_loader *l) {
-  const field_slots *s = &l->fill.slots;
+  const ferry__field_slots *s = &l->fill.slots;
   ferry_status st = ferry__batch_fields_check(l->nfields, l->fields, &l->checked_fields);
   if (st == FERRY_OK && s->images >= 0)
     st = ferry__batch_fields_set_role(&l->checked_fields, (size_t)s->images, FERRY_ROLE_IMAGES);
@@ -315,7 +315,7 @@ static ferry_status open_data(ferry_loader *l) {
  * stride across ranks, reads a shard's members far apart. */
 static ferry_status plan_source_reads(ferry_loader *l) {
   if (!l->source || !l->source->plan_reads) return FERRY_OK;
-  const ferry_sampler *s = &l->sampler;
+  const ferry__sampler *s = &l->sampler;
   int neighbours = s->shard_samples ? 1 : !s->shuffle && s->world_size == 1;
   size_t buffer = s->shard_samples && s->shuffle ? s->buffer : 1;
   return l->source->plan_reads(l->source, neighbours, buffer, l->workers);
@@ -441,7 +441,7 @@ static ferry_status open_memory(ferry_loader *l) {
  * fails at open without them, AUTO falls back to the CPU. With the GPU decoder the
  * batches carry compressed bytes (gpu_fill.c) and ferry_transfer's direct path makes
  * the images tensor on the device (image/gpu/jpeg_stage.h). */
-static ferry_status resolve_decoder(ferry_loader *l, const struct ferry_nvjpeg_api *api) {
+static ferry_status resolve_decoder(ferry_loader *l, const struct ferry__nvjpeg_api *api) {
   ferry_decode_mode want = l->config.image.decode;
   l->stats.decoder = FERRY_DECODE_CPU;
   if (want != FERRY_DECODE_CPU && want != FERRY_DECODE_GPU && want != FERRY_DECODE_AUTO)
@@ -498,7 +498,7 @@ static ferry_status adopt_config(const ferry_loader_config *given, ferry_loader_
   return FERRY_OK;
 }
 
-static ferry_status open_loader(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api, int packed,
+static ferry_status open_loader(const ferry_loader_config *config, const struct ferry__nvjpeg_api *api, int packed,
                                 ferry_loader **out) {
   if (!config || !out) return ferry__fail(FERRY_EINVAL, "ferry_loader_open: config and out are required");
   *out = NULL;
@@ -545,7 +545,7 @@ ferry_status ferry__loader_open_unpacked(const ferry_loader_config *config, ferr
   return open_loader(config, NULL, 0, out);
 }
 
-ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry_nvjpeg_api *api,
+ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry__nvjpeg_api *api,
                                    ferry_loader **out) {
   if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
   return open_loader(config, api, 1, out);

@@ -83,7 +83,7 @@ static size_t per_rank_count(size_t n, size_t world, int drop_last) {
   return (n + world - 1) / world;
 }
 
-ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
+ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size,
                                 int shuffle, int drop_last, uint64_t seed) {
   memset(s, 0, sizeof *s);
   if (world_size < 1 || rank < 0 || rank >= world_size)
@@ -103,14 +103,14 @@ ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank
   return FERRY_OK;
 }
 
-void ferry__sampler_destroy(ferry_sampler *s) {
+void ferry__sampler_destroy(ferry__sampler *s) {
   ferry__free(s->order);
   ferry__free(s->shard_samples);
   s->order = NULL;
   s->shard_samples = NULL;
 }
 
-ferry_status ferry__sampler_use_shards(ferry_sampler *s, const size_t *shard_samples, size_t num_shards,
+ferry_status ferry__sampler_use_shards(ferry__sampler *s, const size_t *shard_samples, size_t num_shards,
                                       size_t buffer) {
   size_t total = 0;
   for (size_t i = 0; i < num_shards; i++) total += shard_samples[i];
@@ -127,7 +127,7 @@ ferry_status ferry__sampler_use_shards(ferry_sampler *s, const size_t *shard_sam
 
 /* The dataset order: rank r's positions r, r + world, ... of the permutation, drawn
  * into perm (dataset_size entries). */
-static void dataset_order(ferry_sampler *s, size_t *perm, int64_t epoch) {
+static void dataset_order(ferry__sampler *s, size_t *perm, int64_t epoch) {
   size_t n = s->dataset_size;
   if (s->shuffle) ferry__sampler_permutation(perm, n, s->seed, epoch);
   else for (size_t i = 0; i < n; i++) perm[i] = i;
@@ -140,7 +140,7 @@ static void dataset_order(ferry_sampler *s, size_t *perm, int64_t epoch) {
 /* The epoch's sample sequence in shard order into seq (dataset_size entries): the
  * shards permuted from seed + epoch (the dataset order's stream, over shards), each
  * shard's samples in member order. `first` and `perm` are scratch of num_shards. */
-static void shard_sequence(const ferry_sampler *s, size_t *seq, size_t *first, size_t *perm, int64_t epoch) {
+static void shard_sequence(const ferry__sampler *s, size_t *seq, size_t *first, size_t *perm, int64_t epoch) {
   for (size_t i = 0, at = 0; i < s->num_shards; at += s->shard_samples[i++]) first[i] = at;
   if (s->shuffle) ferry__sampler_permutation(perm, s->num_shards, s->seed, epoch);
   else for (size_t i = 0; i < s->num_shards; i++) perm[i] = i;
@@ -156,7 +156,7 @@ static void shard_sequence(const ferry_sampler *s, size_t *seq, size_t *first, s
  * leaves now (its deadline). So no sample moves more than buffer - 1 positions either
  * way and at most `buffer` are held: a rank reads from the few shards around its
  * place in the run. Drawn from (seed, epoch, rank): a stream of its own per rank. */
-static void buffer_shuffle(ferry_sampler *s, const size_t *run, size_t *slot, size_t *buf, int64_t epoch) {
+static void buffer_shuffle(ferry__sampler *s, const size_t *run, size_t *slot, size_t *buf, int64_t epoch) {
   size_t m = s->per_rank, held = 0, taken = 0;
   uint64_t mix = s->seed + (uint64_t)epoch;
   uint64_t state = splitmix64(&mix) + (uint64_t)s->rank * 0xD1B54A32D192ED03ull;
@@ -177,7 +177,7 @@ static void buffer_shuffle(ferry_sampler *s, const size_t *run, size_t *slot, si
 
 /* The shard order: rank r's run is positions r * per_rank ... of the shard sequence,
  * padded by wrapping (or cut, drop_last) as the dataset order is. */
-static ferry_status shard_order(ferry_sampler *s, int64_t epoch) {
+static ferry_status shard_order(ferry__sampler *s, int64_t epoch) {
   size_t n = s->dataset_size, m = s->per_rank, b = s->buffer < m ? s->buffer : m;
   size_t words = n + 2 * s->num_shards + 2 * m + b;
   size_t *seq = ferry__malloc(words * sizeof *seq);
@@ -191,7 +191,7 @@ static ferry_status shard_order(ferry_sampler *s, int64_t epoch) {
   return FERRY_OK;
 }
 
-ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch) {
+ferry_status ferry__sampler_set_epoch(ferry__sampler *s, int64_t epoch) {
   /* The coordinator begins an epoch again after a restart (set_epoch, state_set):
    * the same epoch needs no new draw. */
   if (s->epoch == epoch) return FERRY_OK;

@@ -29,7 +29,7 @@
 
 #include "ferry/error.h"
 
-typedef struct ferry_sampler {
+typedef struct ferry__sampler {
   size_t dataset_size;
   int rank, world_size;
   int shuffle, drop_last;
@@ -41,19 +41,19 @@ typedef struct ferry_sampler {
   size_t buffer;        /* the shard order's shuffle buffer, in samples (>= 1) */
   size_t *order;        /* this rank's dataset indices for the current epoch */
   int64_t epoch;        /* the epoch `order` was drawn for, or -1 */
-} ferry_sampler;
+} ferry__sampler;
 
-ferry_status ferry__sampler_init(ferry_sampler *s, size_t dataset_size, int rank, int world_size,
+ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size,
                                 int shuffle, int drop_last, uint64_t seed);
-void ferry__sampler_destroy(ferry_sampler *s);
+void ferry__sampler_destroy(ferry__sampler *s);
 /* Take the shard order: shard i holds the next shard_samples[i] dataset indices (their
  * sum is dataset_size), `buffer` >= 1 samples shuffle within a rank's run. Before
  * the first set_epoch. */
-ferry_status ferry__sampler_use_shards(ferry_sampler *s, const size_t *shard_samples, size_t num_shards,
+ferry_status ferry__sampler_use_shards(ferry__sampler *s, const size_t *shard_samples, size_t num_shards,
                                       size_t buffer);
 /* Draw this rank's order for `epoch` into s->order; nothing to do when it is already
  * drawn. FERRY_ENOMEM leaves the previous order in place. */
-ferry_status ferry__sampler_set_epoch(ferry_sampler *s, int64_t epoch);
+ferry_status ferry__sampler_set_epoch(ferry__sampler *s, int64_t epoch);
 
 /* Rank and world size from the launcher's environment: torchrun (RANK,
  * WORLD_SIZE), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm (SLURM_PROCID/NTASKS);

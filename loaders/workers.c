@@ -42,8 +42,8 @@ typedef struct worker_slot {
   ferry__cond wake;
   int woken;           /* set by wake_worker when it takes the worker off the idle stack */
   ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
-  gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
-  fill_scratch scratch;   /* its augmented fills' buffers */
+  ferry__gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
+  ferry__fill_scratch scratch;   /* its augmented fills' buffers */
 } worker_slot;
 
 /* Wake one idle worker if there are unclaimed slots no running worker will take
@@ -68,7 +68,7 @@ static void wake_worker(ferry_loader *l) {
   }
 }
 
-void ferry__loader_dispatch(ferry_loader *l, plan *p) {
+void ferry__loader_dispatch(ferry_loader *l, ferry__plan *p) {
   p->claimed = 0;
   p->pending = p->count;
   p->failures = 0;
@@ -80,8 +80,8 @@ void ferry__loader_dispatch(ferry_loader *l, plan *p) {
   wake_worker(l);
 }
 
-void ferry__loader_withdraw(ferry_loader *l, plan *p) {
-  plan **link = &l->work.head, *prev = NULL;
+void ferry__loader_withdraw(ferry_loader *l, ferry__plan *p) {
+  ferry__plan **link = &l->work.head, *prev = NULL;
   while (*link && *link != p) {
     prev = *link;
     link = &(*link)->next_work;
@@ -101,14 +101,14 @@ void ferry__loader_withdraw(ferry_loader *l, plan *p) {
  * a worker preempted halfway through a sample of the head batch holds back every
  * batch behind it for as long as the others keep the cores (and a worker that goes
  * on to its next slot without sleeping costs no wake-up at all). */
-static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
+static size_t claim(ferry_loader *l, worker_slot *self, ferry__plan **out) {
   while ((!l->work.head || l->work.busy >= l->work.max_busy) && !l->work.stop) {
     self->woken = 0;
     l->work.idle_stack[l->work.idle++] = self;
     while (!self->woken && !l->work.stop) ferry__loader_wait(l, &self->wake, NULL);
     if (self->woken) l->work.waking--;
   }
-  plan *p = l->work.head;
+  ferry__plan *p = l->work.head;
   if (!p || l->work.stop) return SIZE_MAX;
   if (++l->work.busy > l->stats.peak_busy_workers) l->stats.peak_busy_workers = l->work.busy;
   size_t slot = p->claimed++;
@@ -128,7 +128,7 @@ static size_t claim(ferry_loader *l, worker_slot *self, plan **out) {
  * a head plan with failures (skip or fail policy), cancelled plans (to free them),
  * and room to plan ahead when it waits for that (the consumer made the room and
  * leaves the wake-up to the workers: handoff.c room_freed). */
-static void finish(ferry_loader *l, plan *p, size_t slot, ferry_status st) {
+static void finish(ferry_loader *l, ferry__plan *p, size_t slot, ferry_status st) {
   /* No wake-up for the core this frees: the caller goes straight back to claim and
    * takes the next slot itself. */
   l->work.busy--;
@@ -158,9 +158,9 @@ static void *worker_main(void *arg) {
   worker_slot *self = arg;
   ferry_loader *l = self->loader;
   ferry_decoder *decoder = self->decoder; /* this thread's alone from here on */
-  gpu_worker *gpu = self->gpu;
+  ferry__gpu_worker *gpu = self->gpu;
   pthread_mutex_lock(&l->lock);
-  plan *p;
+  ferry__plan *p;
   for (size_t slot; (slot = claim(l, self, &p)) != SIZE_MAX;) {
     ferry__loader_unlock(l);
     /* Without the lock: the fill reads only what is fixed at open (l->fill) and this

@@ -41,7 +41,7 @@ typedef struct diff {
 typedef struct context {
   ferry_device *dev;
   ferry_stream *stream;
-  ferry_nvjpeg_decoder nv;
+  ferry__nvjpeg_decoder nv;
   ferry_decoder *cpu;
   int routes[FERRY_NVJPEG_ROUTES];
   diff all;
@@ -84,7 +84,7 @@ static int compare_one(context *cx, const options *o, const char *path) {
   size_t len = 0;
   uint8_t *data = bench_read_file(path, &len);
   if (!data) return fprintf(stderr, "nvjpeg_parity: cannot read %s\n", path), -1;
-  ferry_nvjpeg_route r = ferry__nvjpeg_route(&cx->nv.parser, data, len, 0);
+  ferry__nvjpeg_route_kind r = ferry__nvjpeg_route(&cx->nv.parser, data, len, 0);
   cx->routes[r]++;
   int rc = 0;
   if (r == FERRY_NVJPEG_ROUTE_GPU) {
@@ -210,7 +210,7 @@ static int parse(int argc, char **argv, options *o) {
 
 static int open_context(context *cx, const options *o) {
   memset(cx, 0, sizeof *cx);
-  const ferry_nvjpeg_api *api;
+  const ferry__nvjpeg_api *api;
   if (ferry_device_open(o->device, &cx->dev) != FERRY_OK || ferry_stream_open(cx->dev, &cx->stream) != FERRY_OK ||
       ferry__nvjpeg_load(&api) != FERRY_OK || ferry__nvjpeg_decoder_open(api, &cx->nv) != FERRY_OK) {
     fprintf(stderr, "nvjpeg_parity: not measured: %s\n", ferry_last_error());
@@ -241,14 +241,14 @@ int main(int argc, char **argv) {
     printf("{\"compared\": %d, \"max_abs\": [%d, %d, %d], \"mean_abs\": [%.4f, %.4f, %.4f], \"cpu_routes\": {",
            cx.compared, a->max[0], a->max[1], a->max[2], a->sum[0] / n, a->sum[1] / n, a->sum[2] / n);
     for (int r = 1; r < FERRY_NVJPEG_ROUTES; r++)
-      printf("%s\"%s\": %d", r > 1 ? ", " : "", ferry__nvjpeg_route_name((ferry_nvjpeg_route)r), cx.routes[r]);
+      printf("%s\"%s\": %d", r > 1 ? ", " : "", ferry__nvjpeg_route_name((ferry__nvjpeg_route_kind)r), cx.routes[r]);
     printf("}, \"hardware\": %d}\n", cx.nv.parser.hardware);
   } else {
     printf("%d images compared on the %s backend: max |d| R %d G %d B %d, mean |d| %.4f %.4f %.4f; CPU path:",
            cx.compared, cx.nv.parser.hardware ? "hardware" : "default", a->max[0], a->max[1], a->max[2],
            a->sum[0] / n, a->sum[1] / n, a->sum[2] / n);
     for (int r = 1; r < FERRY_NVJPEG_ROUTES; r++)
-      printf(" %s %d", ferry__nvjpeg_route_name((ferry_nvjpeg_route)r), cx.routes[r]);
+      printf(" %s %d", ferry__nvjpeg_route_name((ferry__nvjpeg_route_kind)r), cx.routes[r]);
     printf("\n");
   }
   if (rc == 0 && o.rate > 0 && count > 0) rc = measure_rate(&cx, &o, paths, count) ? 1 : 0;

@@ -58,14 +58,6 @@ void ferry__remote_display(const char *url, char *out, size_t size) {
 
 /* ---- the client ------------------------------------------------------------------ */
 
-long ferry__remote_env_long(const char *name, long fallback, long lo, long hi) {
-  const char *v = getenv(name);
-  if (!v || !*v) return fallback;
-  char *end;
-  long n = strtol(v, &end, 10);
-  return *end || n < lo || n > hi ? fallback : n;
-}
-
 static char *env_copy(const char *name, int *oom) {
   const char *v = getenv(name);
   if (!v || !*v) return NULL;

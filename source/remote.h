@@ -34,15 +34,6 @@
 
 typedef struct ferry__remote ferry__remote;
 
-/* Defaults of the client's settings (source/settings.c). */
-#define FERRY__REMOTE_RETRIES 5
-#define FERRY__REMOTE_BACKOFF_MS 100
-#define FERRY__REMOTE_STALL_S 30
-#define FERRY__REMOTE_CONNECT_TIMEOUT_MS 10000
-
-/* An integer setting from the environment (FERRY_REMOTE_*: source/settings.c), or
- * `fallback` when unset or not a number in [lo, hi]. */
-long ferry__remote_env_long(const char *name, long fallback, long lo, long hi);
 
 /* 1 when `path` is a URL this file reads: http://, https:// or s3://. */
 int ferry__remote_is_url(const char *path);

@@ -9,9 +9,9 @@
  */
 #include <limits.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "lib/status.h"
-#include "source/remote.h"
 #include "source/settings.h"
 
 typedef struct field {
@@ -36,6 +36,16 @@ static const field fields[] = {
     {"room_wait_ms", "FERRY_REMOTE_ROOM_WAIT_MS", OPT(room_wait_ms), SET(room_wait_ms), 0, FERRY__ROOM_WAIT_MS_DEFAULT, 0, 3600000},
 };
 
+/* A FERRY_REMOTE_* variable as a number in [lo, hi], or `fallback` when it is unset or
+ * not one (a typo in the environment keeps the option, as it always did). */
+static long env_long(const char *name, long fallback, long lo, long hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return fallback;
+  char *end;
+  long n = strtol(v, &end, 10);
+  return *end || n < lo || n > hi ? fallback : n;
+}
+
 static int64_t option_of(const ferry_source_options *o, const field *f) {
   const char *at = (const char *)o + f->option;
   return f->wide ? *(const int64_t *)at : *(const int *)at;
@@ -59,7 +69,7 @@ ferry_status ferry__source_settings_resolve(const ferry_source_options *options,
     long v = 0;
     ferry_status st = from_option(options, &fields[i], &v);
     if (st < 0) return st;
-    *(long *)((char *)out + fields[i].setting) = ferry__remote_env_long(fields[i].env, v, fields[i].lo, fields[i].hi);
+    *(long *)((char *)out + fields[i].setting) = env_long(fields[i].env, v, fields[i].lo, fields[i].hi);
   }
   return FERRY_OK;
 }

@@ -11,6 +11,11 @@
 #include "ferry/error.h"
 #include "ferry/source.h"
 
+/* The client's defaults (remote.h says what each does). */
+#define FERRY__REMOTE_RETRIES 5
+#define FERRY__REMOTE_BACKOFF_MS 100
+#define FERRY__REMOTE_STALL_S 30
+#define FERRY__REMOTE_CONNECT_TIMEOUT_MS 10000
 /* The blocks' defaults (shard_source.c says why). */
 #define FERRY__BLOCK_BYTES_DEFAULT (4L << 20)
 #define FERRY__ROOM_WAIT_MS_DEFAULT 2000L

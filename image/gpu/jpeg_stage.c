@@ -37,16 +37,16 @@
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
-                                    ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
+                                    ferry__jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
 }
 
-void ferry__jpeg_stage_close(ferry_jpeg_stage *stage) { (void)stage; }
+void ferry__jpeg_stage_close(ferry__jpeg_stage *stage) { (void)stage; }
 
-const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *stage) { return NULL; }
+const ferry__producer *ferry__jpeg_stage_producer(const ferry__jpeg_stage *stage) { return NULL; }
 
 #else
 #include "image/gpu/nvjpeg_table.h"
@@ -59,23 +59,23 @@ enum { MAX_SIDE = 65536 };
 /* One input side's filter tables, in device memory. */
 typedef struct axis_entry {
   void *mem;
-  ferry_resize_filter filter;
+  ferry__resize_filter filter;
 } axis_entry;
 
 typedef struct stream_decoder {
   ferry_stream *stream;
   pthread_mutex_t lock; /* one decode at a time on this state */
-  ferry_nvjpeg_decoder decoder;
+  ferry__nvjpeg_decoder decoder;
   struct stream_decoder *next;
 } stream_decoder;
 
-struct ferry_jpeg_stage {
-  const ferry_nvjpeg_api *api;
+struct ferry__jpeg_stage {
+  const ferry__nvjpeg_api *api;
   ferry__producer producer;   /* what batches carry; self is the stage */
   int resolution;
   ferry_image_options image;  /* its max_pixels: what a sample may ask of the device */
-  ferry_jpeg_stage_fields fields; /* the loader's names of the fields it reads and makes */
-  ferry_jpeg_stage_hooks hooks;   /* where it reports samples nvJPEG cannot decode */
+  ferry__jpeg_stage_fields fields; /* the loader's names of the fields it reads and makes */
+  ferry__jpeg_stage_hooks hooks;   /* where it reports samples nvJPEG cannot decode */
   pthread_mutex_t lock;       /* guards everything below */
   ferry_device *device;       /* the device of the first transfer: the tables live there */
   axis_entry *axes;           /* [MAX_SIDE], by input side */
@@ -85,13 +85,13 @@ struct ferry_jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
-                                    ferry_jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
+                                    ferry__jpeg_stage **out) {
   *out = NULL;
   if (!fields || !fields->images || !fields->jpeg || !fields->cpu_images)
     return ferry__fail(FERRY_EINVAL, "transfer: the GPU decoder's stage needs the names of its three fields");
-  ferry_jpeg_stage *s = ferry__calloc(1, sizeof *s);
+  ferry__jpeg_stage *s = ferry__calloc(1, sizeof *s);
   axis_entry *axes = ferry__calloc(MAX_SIDE, sizeof *axes);
   if (!s || !axes) {
     ferry__free(s);
@@ -115,9 +115,9 @@ ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int reso
   return FERRY_OK;
 }
 
-const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *s) { return &s->producer; }
+const ferry__producer *ferry__jpeg_stage_producer(const ferry__jpeg_stage *s) { return &s->producer; }
 
-void ferry__jpeg_stage_close(ferry_jpeg_stage *s) {
+void ferry__jpeg_stage_close(ferry__jpeg_stage *s) {
   if (!s) return;
   if (s->device) ferry_device_synchronize(s->device);
   for (int i = 0; i < MAX_SIDE; i++)
@@ -146,19 +146,19 @@ static void *relocate(const void *p, const void *from, void *to) {
 }
 
 /* The filter tables of an input side, built and copied to the device the first time. */
-static ferry_status device_axis(ferry_jpeg_stage *s, ferry_stream *stream, int side, ferry_resize_filter *out) {
+static ferry_status device_axis(ferry__jpeg_stage *s, ferry_stream *stream, int side, ferry__resize_filter *out) {
   axis_entry *e = &s->axes[side];
   if (!e->mem) {
     size_t bytes = ferry__resize_axis_bytes(side, s->resolution);
     void *host = ferry__malloc(bytes), *dev = NULL;
     if (!host) return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for resize tables");
-    ferry_resize_axis axis;
+    ferry__resize_axis axis;
     ferry__resize_axis_build(&axis, side, s->resolution, host);
-    ferry_resize_filter hf = {axis.first, axis.count, axis.offset, axis.weights};
+    ferry__resize_filter hf = {axis.first, axis.count, axis.offset, axis.weights};
     ferry_status st = ferry_device_malloc(s->device, NULL, bytes, &dev);
     if (st == FERRY_OK) st = ferry_memcpy(stream, dev, host, bytes, upload_kind(s->device));
     if (st == FERRY_OK)
-      e->filter = (ferry_resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
+      e->filter = (ferry__resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
                                         relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
     ferry__free(host);
     if (st != FERRY_OK) {
@@ -171,14 +171,14 @@ static ferry_status device_axis(ferry_jpeg_stage *s, ferry_stream *stream, int s
   return FERRY_OK;
 }
 
-static ferry_status bind_device(ferry_jpeg_stage *s, ferry_device *device) {
+static ferry_status bind_device(ferry__jpeg_stage *s, ferry_device *device) {
   if (!s->device) s->device = device;
   if (s->device == device) return FERRY_OK;
   return ferry__fail(FERRY_EUNSUPPORTED, "transfer: the GPU decoder's batches go to %s, not %s",
                      ferry_device_name(s->device), ferry_device_name(device));
 }
 
-static ferry_status decoder_for(ferry_jpeg_stage *s, ferry_stream *stream, stream_decoder **out) {
+static ferry_status decoder_for(ferry__jpeg_stage *s, ferry_stream *stream, stream_decoder **out) {
   for (stream_decoder *d = s->decoders; d; d = d->next)
     if (d->stream == stream) return *out = d, FERRY_OK;
   stream_decoder *d = ferry__calloc(1, sizeof *d);
@@ -208,7 +208,7 @@ typedef struct gpu_sample {
 } gpu_sample;
 
 typedef struct stage_run {
-  ferry_jpeg_stage *s;
+  ferry__jpeg_stage *s;
   ferry_device_batch *db;
   ferry_device *device; /* db's device and stream */
   ferry_stream *stream;
@@ -281,10 +281,10 @@ static ferry_status alloc_scratch(stage_run *r) {
   return FERRY_OK;
 }
 
-static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry_resize_job *job) {
-  ferry_jpeg_stage *s = r->s;
+static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry__resize_job *job) {
+  ferry__jpeg_stage *s = r->s;
   int R = s->resolution;
-  *job = (ferry_resize_job){.src = g->decoded, .width = g->width, .height = g->height, .size = R,
+  *job = (ferry__resize_job){.src = g->decoded, .width = g->width, .height = g->height, .size = R,
                             .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
                             .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + r->row[g->index] * r->item};
   pthread_mutex_lock(&s->lock);
@@ -297,7 +297,7 @@ static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry_resize_j
 /* The host backend's resizes: one host function on the stream, after the decode. */
 typedef struct host_resizes {
   size_t n;
-  ferry_resize_job jobs[];
+  ferry__resize_job jobs[];
 } host_resizes;
 
 static void run_host_resizes(void *arg) {
@@ -315,7 +315,7 @@ static ferry_status queue_resizes(stage_run *r) {
   ferry_status st = FERRY_OK;
   for (size_t k = 0; k < r->ngpu && st == FERRY_OK; k++) {
     if (r->left_out[r->gpu[k].index]) continue;
-    ferry_resize_job *job = &h->jobs[h->n++];
+    ferry__resize_job *job = &h->jobs[h->n++];
     st = resize_job(r, &r->gpu[k], job);
     int err = st == FERRY_OK && !on_host ? ferry__cuda_resize_launch(ferry__stream_native(stream), job) : 0;
     if (err) st = ferry__fail(FERRY_EDEVICE, "transfer: the resize kernel of sample %zu failed to launch "
@@ -379,7 +379,7 @@ static ferry_status decode_on_cpu(stage_run *r, gpu_sample *g) {
  * loader's policy decides: left out of this device batch (skip), or the transfer's
  * failure, naming the file (fail). */
 static ferry_status rescue(stage_run *r, gpu_sample *g) {
-  const ferry_jpeg_stage_hooks *hooks = &r->s->hooks;
+  const ferry__jpeg_stage_hooks *hooks = &r->s->hooks;
   long long index = ferry__dataset_index(r->batch, g->index);
   if (index >= 0 && hooks->gpu_failed) hooks->gpu_failed(hooks->ctx, index);
   ferry_status st = decode_on_cpu(r, g);
@@ -447,10 +447,10 @@ static ferry_status copy_fallbacks(stage_run *r) {
 static ferry_status normalise_all(stage_run *r, const ferry_transfer_options *o) {
   size_t kept = ferry_device_batch_size(r->db);
   if (!r->staging || !kept) return FERRY_OK;
-  ferry_norm_params params;
+  ferry__norm_params params;
   ferry__norm_params_init(&params, o->mean, o->std, o->normalize == FERRY_NORMALIZE_BF16);
   size_t side = (size_t)r->s->resolution;
-  ferry_norm_shape shape = {side, side, side, side};
+  ferry__norm_shape shape = {side, side, side, side};
   size_t out_item = r->images->nbytes / kept;
   int pixels_on_host = is_host(r->device);
   ferry_status st = FERRY_OK;
@@ -476,7 +476,7 @@ static void free_scratch(stage_run *r, ferry_status st) {
 
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o) {
-  ferry_jpeg_stage *s = self;
+  ferry__jpeg_stage *s = self;
   stage_run r = {.s = s,
                  .db = db,
                  .device = ferry_device_batch_device(db),

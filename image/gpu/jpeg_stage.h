@@ -21,24 +21,24 @@
 #include "lib/status.h"
 #include "lib/transfer/producer.h"
 
-struct ferry_nvjpeg_api;
-typedef struct ferry_jpeg_stage ferry_jpeg_stage;
+struct ferry__nvjpeg_api;
+typedef struct ferry__jpeg_stage ferry__jpeg_stage;
 
 /* The fields the stage reads and stands for, by the names whoever lays the batches out
  * gave them (the loader's FERRY_FIELD_*: image/ knows no field by name). Static
  * strings: not copied. */
-typedef struct ferry_jpeg_stage_fields {
+typedef struct ferry__jpeg_stage_fields {
   const char *images;     /* what it makes: its producer's output (the device batch's images) */
   const char *jpeg;       /* u8 rows: a sample's compressed bytes; none for a sample on the CPU */
   const char *cpu_images; /* u8 [N,R,R,3] rows: N = 1 for a sample decoded on the CPU, else 0 */
-} ferry_jpeg_stage_fields;
+} ferry__jpeg_stage_fields;
 
 /* What the stage tells the loader about a sample nvJPEG failed to decode (its dataset
  * index: the batch's FERRY_ROLE_SAMPLE_INDEX field), and asks of it. The stage only
  * reports; where the sample goes from now on, and whether a sample no decoder reads
  * is skipped, are the loader's decisions. Called on the transfer's thread, any number
  * at once; either may be NULL. */
-typedef struct ferry_jpeg_stage_hooks {
+typedef struct ferry__jpeg_stage_hooks {
   void *ctx;
   /* nvJPEG failed on it alone (this transfer decodes it on the CPU instead). */
   void (*gpu_failed)(void *ctx, int64_t dataset_index);
@@ -46,7 +46,7 @@ typedef struct ferry_jpeg_stage_hooks {
    * into name; 1: the loader's policy skips it (it is left out of the device batch,
    * and counted), 0: it fails the transfer. NULL hook: it fails the transfer. */
   int (*unreadable)(void *ctx, int64_t dataset_index, char *name, size_t size);
-} ferry_jpeg_stage_hooks;
+} ferry__jpeg_stage_hooks;
 
 /* A stage decoding with `api` to `resolution` x `resolution` the batches whose fields
  * `fields` names (required, every name given), holding every image to `opts`' pixel
@@ -55,18 +55,18 @@ typedef struct ferry_jpeg_stage_hooks {
  * decode: each is decoded on the CPU in the transfer instead, or, where no decoder
  * can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at build
  * time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry_nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry_jpeg_stage_fields *fields, const ferry_jpeg_stage_hooks *hooks,
-                                    ferry_jpeg_stage **out);
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
+                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
+                                    ferry__jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */
-void ferry__jpeg_stage_close(ferry_jpeg_stage *stage);
+void ferry__jpeg_stage_close(ferry__jpeg_stage *stage);
 
 /* The producer to attach to every batch the GPU decoder lays out
  * (ferry__batch_set_producer): it makes the device batch's images tensor from the
  * batch's jpeg and cpu_images fields, on the transfer's stream: [B,3,R,R] f32/bf16
  * normalised with the options' mean and std, or u8 [B,R,R,3] without normalisation.
  * Owned by the stage. */
-const ferry__producer *ferry__jpeg_stage_producer(const ferry_jpeg_stage *stage);
+const ferry__producer *ferry__jpeg_stage_producer(const ferry__jpeg_stage *stage);
 
 #endif

@@ -14,14 +14,14 @@
 #include "lib/alloc.h"
 #include "lib/device_native.h"
 #include "image/gpu/nvjpeg_table.h"
-#include "image/image_internal.h"
+#include "image/pixel_limit.h"
 #include "lib/status.h"
 
 static const char *const route_names[FERRY_NVJPEG_ROUTES] = {
     "gpu", "not-jpeg", "corrupt", "components", "precision", "encoding", "subsampling",
     "unsupported", "oriented"};
 
-const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route) {
+const char *ferry__nvjpeg_route_name(ferry__nvjpeg_route_kind route) {
   return route >= 0 && route < FERRY_NVJPEG_ROUTES ? route_names[route] : "?";
 }
 
@@ -38,7 +38,7 @@ static const int route_reasons[FERRY_NVJPEG_ROUTES] = {[FERRY_NVJPEG_ROUTE_GPU] 
 _Static_assert(FERRY_FALLBACK_REASONS == FERRY_NVJPEG_ROUTES - 1,
                "every CPU route has its reason in ferry_decode_fallback, and every reason a route");
 
-int ferry__nvjpeg_route_reason(ferry_nvjpeg_route route) {
+int ferry__nvjpeg_route_reason(ferry__nvjpeg_route_kind route) {
   return route > FERRY_NVJPEG_ROUTE_GPU && route < FERRY_NVJPEG_ROUTES ? route_reasons[route] : -1;
 }
 
@@ -47,7 +47,7 @@ ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
   if (!device || ferry_device_get_kind(device) != FERRY_DEVICE_CUDA)
     return ferry__fail(FERRY_EUNSUPPORTED, "%s; the device is %s", need,
                       device ? ferry_device_name(device) : "host");
-  const struct ferry_nvjpeg_api *api;
+  const struct ferry__nvjpeg_api *api;
   if (ferry__nvjpeg_load(&api) != FERRY_OK)
     return ferry__error_prefix(FERRY_EUNSUPPORTED, "%s: ", need);
   return FERRY_OK;
@@ -55,7 +55,7 @@ ferry_status ferry__nvjpeg_device_check(ferry_device *device) {
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out) {
+ferry_status ferry__nvjpeg_load(const struct ferry__nvjpeg_api **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "no nvJPEG: ferry was built without the CUDA backend or without "
                                   "nvjpeg.h (pip install nvidia-nvjpeg, then meson -Dnvjpeg=enabled)");
@@ -64,7 +64,7 @@ ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out) {
 #else
 #include <dlfcn.h>
 
-static ferry_nvjpeg_api loaded;
+static ferry__nvjpeg_api loaded;
 static ferry_status load_status;
 static char load_message[FERRY_ERROR_MAX];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -72,12 +72,12 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 /* Each entry is checked against the header's prototype, then looked up by name. */
 #define ENTRY(name)                                                                           \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&nvjpeg##name),                      \
-                                              __typeof__(((ferry_nvjpeg_api *)0)->name)),     \
-                 "ferry_nvjpeg_api." #name " differs from nvjpeg.h");                         \
+                                              __typeof__(((ferry__nvjpeg_api *)0)->name)),     \
+                 "ferry__nvjpeg_api." #name " differs from nvjpeg.h");                         \
   if (!(*(void **)&api->name = dlsym(lib, "nvjpeg" #name))) return "nvjpeg" #name;
 
 /* NULL when every entry point was found, else the first missing one. */
-static const char *fill_table(void *lib, ferry_nvjpeg_api *api) {
+static const char *fill_table(void *lib, ferry__nvjpeg_api *api) {
   ENTRY(CreateEx)
   ENTRY(Destroy)
   ENTRY(JpegStateCreate)
@@ -110,7 +110,7 @@ const char *ferry__nvjpeg_status_name(nvjpegStatus_t status) {
   return (size_t)status < n ? status_names[status] : "unknown status";
 }
 
-ferry_status ferry__nvjpeg_check_version(const ferry_nvjpeg_api *api, const char *soname) {
+ferry_status ferry__nvjpeg_check_version(const ferry__nvjpeg_api *api, const char *soname) {
   int major = -1, minor = -1;
   nvjpegStatus_t st = api->GetProperty(MAJOR_VERSION, &major);
   if (st == NVJPEG_STATUS_SUCCESS) st = api->GetProperty(MINOR_VERSION, &minor);
@@ -146,7 +146,7 @@ static void load_once_fn(void) {
   load_status = FERRY_ENODEV;
 }
 
-ferry_status ferry__nvjpeg_load(const ferry_nvjpeg_api **out) {
+ferry_status ferry__nvjpeg_load(const ferry__nvjpeg_api **out) {
   pthread_once(&load_once, load_once_fn);
   *out = load_status == FERRY_OK ? &loaded : NULL;
   if (load_status != FERRY_OK) return ferry__fail(load_status, "%s", load_message);
@@ -160,7 +160,7 @@ static ferry_status nvjpeg_error(const char *what, nvjpegStatus_t st) {
                      ferry__nvjpeg_status_name(st));
 }
 
-ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_parser *out) {
+ferry_status ferry__nvjpeg_parser_open(const ferry__nvjpeg_api *api, ferry__nvjpeg_parser *out) {
   memset(out, 0, sizeof *out);
   out->api = api;
   /* The hardware engine where there is one; nvjpegCreateEx refuses it elsewhere. */
@@ -177,7 +177,7 @@ ferry_status ferry__nvjpeg_parser_open(const ferry_nvjpeg_api *api, ferry_nvjpeg
   return FERRY_OK;
 }
 
-void ferry__nvjpeg_parser_close(ferry_nvjpeg_parser *p) {
+void ferry__nvjpeg_parser_close(ferry__nvjpeg_parser *p) {
   if (p->stream) p->api->JpegStreamDestroy(p->stream);
   if (p->handle) p->api->Destroy(p->handle);
   p->stream = NULL;
@@ -186,7 +186,7 @@ void ferry__nvjpeg_parser_close(ferry_nvjpeg_parser *p) {
 
 /* ---- batched decode ---- */
 
-ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpeg_decoder *out) {
+ferry_status ferry__nvjpeg_decoder_open(const ferry__nvjpeg_api *api, ferry__nvjpeg_decoder *out) {
   memset(out, 0, sizeof *out);
   ferry_status st = ferry__nvjpeg_parser_open(api, &out->parser);
   if (st != FERRY_OK) return st;
@@ -198,13 +198,13 @@ ferry_status ferry__nvjpeg_decoder_open(const ferry_nvjpeg_api *api, ferry_nvjpe
   return FERRY_OK;
 }
 
-void ferry__nvjpeg_decoder_close(ferry_nvjpeg_decoder *d) {
+void ferry__nvjpeg_decoder_close(ferry__nvjpeg_decoder *d) {
   if (d->state) d->parser.api->JpegStateDestroy(d->state);
   d->state = NULL;
   ferry__nvjpeg_parser_close(&d->parser);
 }
 
-ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
+ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
                                       const char *name, const ferry_image_options *opts, int *width,
                                       int *height) {
   int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
@@ -222,10 +222,10 @@ ferry_status ferry__nvjpeg_image_size(ferry_nvjpeg_parser *p, const uint8_t *dat
   return FERRY_OK;
 }
 
-ferry_status ferry__nvjpeg_decode_rgbi(ferry_nvjpeg_decoder *d, const uint8_t *const *data,
+ferry_status ferry__nvjpeg_decode_rgbi(ferry__nvjpeg_decoder *d, const uint8_t *const *data,
                                        const size_t *len, const int *width, uint8_t *const *dst, int n,
                                        ferry_stream *stream) {
-  const ferry_nvjpeg_api *api = d->parser.api;
+  const ferry__nvjpeg_api *api = d->parser.api;
   if (n <= 0) return FERRY_OK;
   nvjpegImage_t *out = ferry__calloc((size_t)n, sizeof *out);
   if (!out) return ferry__fail(FERRY_ENOMEM, "nvJPEG: out of memory for %d destinations", n);
@@ -275,8 +275,8 @@ static int subsampling_ok(nvjpegChromaSubsampling_t s, int hardware) {
 
 /* What the parsed stream says, in the order of the rules (cheapest, most common
  * reason first). */
-static ferry_nvjpeg_route route_parsed(ferry_nvjpeg_parser *p, int apply_exif) {
-  const ferry_nvjpeg_api *api = p->api;
+static ferry__nvjpeg_route_kind route_parsed(ferry__nvjpeg_parser *p, int apply_exif) {
+  const ferry__nvjpeg_api *api = p->api;
   unsigned components = 0, precision = 0;
   nvjpegJpegEncoding_t encoding = NVJPEG_ENCODING_UNKNOWN;
   nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
@@ -308,7 +308,7 @@ static ferry_nvjpeg_route route_parsed(ferry_nvjpeg_parser *p, int apply_exif) {
   return FERRY_NVJPEG_ROUTE_GPU;
 }
 
-ferry_nvjpeg_route ferry__nvjpeg_route(ferry_nvjpeg_parser *p, const uint8_t *data, size_t len,
+ferry__nvjpeg_route_kind ferry__nvjpeg_route(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
                                        int apply_exif) {
   if (!is_jpeg(data, len)) return FERRY_NVJPEG_ROUTE_NOT_JPEG;
   if (p->api->JpegStreamParse(p->handle, data, len, 0, 0, p->stream) != NVJPEG_STATUS_SUCCESS)

@@ -5,7 +5,7 @@
  * why no other), with dlopen, fills a table of the entry points ferry uses and checks
  * the version the library reports, so the library loads and runs where nvJPEG is
  * absent and never runs on an nvJPEG of another major. Everything that decides or decodes
- * goes through a table (ferry_nvjpeg_api), which tests fill with fakes.
+ * goes through a table (ferry__nvjpeg_api), which tests fill with fakes.
  *
  * This header has no nvJPEG types, so the loader can ask whether GPU decoding can
  * open without seeing CUDA's headers; the table, the parser and the routing rules
@@ -27,7 +27,7 @@
 /* Why an image goes where it goes. Every value but GPU sends the sample to the CPU
  * path; CORRUPT ones then fail or are skipped there by the loader's error policy,
  * with the CPU decoder's message naming the file. */
-typedef enum ferry_nvjpeg_route {
+typedef enum ferry__nvjpeg_route_kind {
   FERRY_NVJPEG_ROUTE_GPU = 0,
   FERRY_NVJPEG_ROUTE_NOT_JPEG,    /* PNG, or anything without the JPEG signature */
   FERRY_NVJPEG_ROUTE_CORRUPT,     /* nvJPEG's parser refuses the stream */
@@ -38,21 +38,21 @@ typedef enum ferry_nvjpeg_route {
   FERRY_NVJPEG_ROUTE_UNSUPPORTED, /* the hardware engine's own check says no */
   FERRY_NVJPEG_ROUTE_ORIENTED,    /* EXIF says rotate, and the config applies EXIF */
   FERRY_NVJPEG_ROUTES
-} ferry_nvjpeg_route;
+} ferry__nvjpeg_route_kind;
 
 /* A short name for a route ("gpu", "not-jpeg", ...); "?" out of range. */
-const char *ferry__nvjpeg_route_name(ferry_nvjpeg_route route);
+const char *ferry__nvjpeg_route_name(ferry__nvjpeg_route_kind route);
 /* The reason (ferry/image.h's ferry_decode_fallback) a CPU route gives; -1 for
  * FERRY_NVJPEG_ROUTE_GPU and out of range. */
-int ferry__nvjpeg_route_reason(ferry_nvjpeg_route route);
+int ferry__nvjpeg_route_reason(ferry__nvjpeg_route_kind route);
 
-struct ferry_nvjpeg_api;
+struct ferry__nvjpeg_api;
 
 /* Open nvJPEG once per process (later calls return the same table) and give its
  * table. FERRY_ENODEV when ferry was built without nvjpeg.h, or libnvjpeg.so.N (N:
  * the major ferry was built for) does not load, lacks an entry point, or reports
  * another major through nvjpegGetProperty; the message says which. Thread-safe. */
-ferry_status ferry__nvjpeg_load(const struct ferry_nvjpeg_api **out);
+ferry_status ferry__nvjpeg_load(const struct ferry__nvjpeg_api **out);
 
 /* Whether `device` can decode with nvJPEG: FERRY_OK, or FERRY_EUNSUPPORTED with a
  * message saying that GPU decoding needs a CUDA device and nvJPEG, and which of the

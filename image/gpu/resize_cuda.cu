@@ -22,7 +22,7 @@ __host__ __device__ inline uint8_t clip8(int32_t acc) {
 }
 
 /* Output o of an axis, reading inputs `step` bytes apart from p. */
-__host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferry_resize_filter &f,
+__host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferry__resize_filter &f,
                                        int o) {
   const int32_t *k = f.weights + f.offset[o];
   p += (size_t)f.first[o] * step;
@@ -32,19 +32,19 @@ __host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferr
 }
 
 /* Horizontal: row y of `rows` rows `in_w` wide, output column x, channel c. */
-__host__ __device__ inline uint8_t h_value(const uint8_t *src, int in_w, const ferry_resize_filter &h,
+__host__ __device__ inline uint8_t h_value(const uint8_t *src, int in_w, const ferry__resize_filter &h,
                                            int y, int x, int c) {
   return tap(src + (size_t)y * in_w * 3 + c, 3, h, x);
 }
 
 /* Vertical: column x of an image `cols` wide, output row y, channel c. */
-__host__ __device__ inline uint8_t v_value(const uint8_t *src, int cols, const ferry_resize_filter &v,
+__host__ __device__ inline uint8_t v_value(const uint8_t *src, int cols, const ferry__resize_filter &v,
                                            int y, int x, int c) {
   return tap(src + (size_t)x * 3 + c, (size_t)cols * 3, v, y);
 }
 
 /* Where a pass' value goes: u8 HWC rows `cols` wide, or f32 CHW planes. */
-__host__ __device__ inline void emit(const ferry_resize_job &j, uint8_t *u8, int cols, int last,
+__host__ __device__ inline void emit(const ferry__resize_job &j, uint8_t *u8, int cols, int last,
                                      int y, int x, int c, uint8_t value) {
   if (!last || !j.f32_chw) {
     u8[((size_t)y * cols + x) * 3 + c] = value;
@@ -64,7 +64,7 @@ struct pass {
   int last;
 };
 
-__host__ __device__ inline void pass_element(const ferry_resize_job &j, const pass &p, size_t i) {
+__host__ __device__ inline void pass_element(const ferry__resize_job &j, const pass &p, size_t i) {
   int c = (int)(i % 3);
   size_t px = i / 3;
   int x = (int)(px % (size_t)p.cols), y = (int)(px / (size_t)p.cols);
@@ -74,7 +74,7 @@ __host__ __device__ inline void pass_element(const ferry_resize_job &j, const pa
 }
 
 /* Horizontal first: all rows to the output width, then vertical; else the other way. */
-void plan_passes(const ferry_resize_job &j, pass out[2]) {
+void plan_passes(const ferry__resize_job &j, pass out[2]) {
   uint8_t *u8_dst = j.f32_chw ? nullptr : (uint8_t *)j.dst;
   if (j.vertical_first) {
     out[0] = {0, j.src, j.width, j.size, j.width, j.tmp, 0};
@@ -85,7 +85,7 @@ void plan_passes(const ferry_resize_job &j, pass out[2]) {
   }
 }
 
-__global__ void run_pass(ferry_resize_job j, pass p) {
+__global__ void run_pass(ferry__resize_job j, pass p) {
   size_t n = (size_t)p.rows * p.cols * 3;
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -98,7 +98,7 @@ extern "C" size_t ferry__resize_tmp_bytes(int width, int height, int size, int v
   return (size_t)3 * size * (vertical_first ? width : height);
 }
 
-extern "C" int ferry__cuda_resize_launch(void *cuda_stream, const ferry_resize_job *job) {
+extern "C" int ferry__cuda_resize_launch(void *cuda_stream, const ferry__resize_job *job) {
   pass passes[2];
   plan_passes(*job, passes);
   const int threads = 256;
@@ -113,7 +113,7 @@ extern "C" int ferry__cuda_resize_launch(void *cuda_stream, const ferry_resize_j
   return 0;
 }
 
-extern "C" void ferry__resize_reference(const ferry_resize_job *job) {
+extern "C" void ferry__resize_reference(const ferry__resize_job *job) {
   pass passes[2];
   plan_passes(*job, passes);
   for (int k = 0; k < 2; k++) {

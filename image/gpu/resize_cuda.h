@@ -24,31 +24,31 @@ extern "C" {
 #endif
 
 /* One axis: output i sums count[i] inputs from first[i] with weights[offset[i] ...]. */
-typedef struct ferry_resize_filter {
+typedef struct ferry__resize_filter {
   const int *first, *count, *offset;
   const int32_t *weights;
-} ferry_resize_filter;
+} ferry__resize_filter;
 
-typedef struct ferry_resize_job {
+typedef struct ferry__resize_job {
   const uint8_t *src;        /* RGB8, row stride 3 * width */
   int width, height, size;   /* size x size out */
-  ferry_resize_filter h, v;  /* width -> size, height -> size */
+  ferry__resize_filter h, v;  /* width -> size, height -> size */
   int vertical_first;        /* the pass order resize.c picks for this shape */
   uint8_t *tmp;              /* the intermediate: height x size x 3, or size x width x 3 */
   int f32_chw;               /* 1: normalised f32 [3,size,size]; 0: u8 [size,size,3] */
   float mean[3], std[3];     /* for f32_chw */
   void *dst;
-} ferry_resize_job;
+} ferry__resize_job;
 
 /* Bytes of job->tmp for this shape and pass order. */
 size_t ferry__resize_tmp_bytes(int width, int height, int size, int vertical_first);
 
 /* Queue both passes on a cudaStream_t; every pointer in the job is device memory.
  * Returns the cudaError_t of the launches (0: queued). */
-int ferry__cuda_resize_launch(void *cuda_stream, const ferry_resize_job *job);
+int ferry__cuda_resize_launch(void *cuda_stream, const ferry__resize_job *job);
 
 /* The same arithmetic on the host, every pointer host memory. */
-void ferry__resize_reference(const ferry_resize_job *job);
+void ferry__resize_reference(const ferry__resize_job *job);
 
 #ifdef __cplusplus
 }

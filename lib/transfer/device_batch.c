@@ -35,7 +35,7 @@ ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
   size_t nfields = ferry_batch_num_fields(batch) - (size_t)__builtin_popcount(not_records);
   size_t batch_size = ferry_batch_size(batch);
   ferry_device_batch *db = ferry__calloc(1, sizeof *db);
-  record_slot *slots = db && nfields ? ferry__calloc(batch_size * nfields, sizeof *slots) : NULL;
+  ferry__record_slot *slots = db && nfields ? ferry__calloc(batch_size * nfields, sizeof *slots) : NULL;
   if (!db || (nfields && !slots)) {
     ferry__free(db);
     return ferry__fail(FERRY_ENOMEM, "transfer: out of memory for %zu sample records", batch_size);
@@ -97,7 +97,7 @@ static int field_index(const ferry_device_batch *db, const char *name) {
   return -1;
 }
 
-static record_slot *find_slot(ferry_device_batch *db, size_t sample, const char *name) {
+static ferry__record_slot *find_slot(ferry_device_batch *db, size_t sample, const char *name) {
   int k = db ? field_index(db, name) : -1;
   if (k < 0 || sample >= db->batch_size) return NULL;
   return &db->slots[sample * db->nfields + (size_t)k];
@@ -118,11 +118,11 @@ ferry_tensor *ferry_device_batch_images(ferry_device_batch *db) {
 
 ferry_tensor *ferry_device_batch_sample_field(ferry_device_batch *db, size_t sample,
                                               const char *name) {
-  record_slot *slot = find_slot(db, sample, name);
+  ferry__record_slot *slot = find_slot(db, sample, name);
   return slot && slot->present ? &slot->tensor : NULL;
 }
 
-static ferry_status take_slot(record_slot *slot, ferry_tensor *out, const char *what) {
+static ferry_status take_slot(ferry__record_slot *slot, ferry_tensor *out, const char *what) {
   if (!out) return ferry__fail(FERRY_EINVAL, "ferry_device_batch_take: out is NULL");
   if (!slot || !slot->present) return ferry__fail(FERRY_ENOTFOUND, "device batch: no tensor %s", what);
   *out = slot->tensor;
@@ -144,7 +144,7 @@ ferry_status ferry_device_batch_take_images(ferry_device_batch *db, ferry_tensor
 
 ferry_status ferry_device_batch_replace(ferry_device_batch *db, size_t sample, const char *name,
                                         ferry_tensor *tensor) {
-  record_slot *slot = find_slot(db, sample, name);
+  ferry__record_slot *slot = find_slot(db, sample, name);
   if (!tensor) return ferry__fail(FERRY_EINVAL, "ferry_device_batch_replace: tensor is NULL");
   if (!slot)
     return ferry__fail(FERRY_ENOTFOUND, "device batch: no field '%s' for sample %zu",

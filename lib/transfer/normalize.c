@@ -29,7 +29,7 @@
 #include <cuda_runtime.h>
 #endif
 
-void ferry__norm_params_init(ferry_norm_params *p, const float mean[3], const float std[3],
+void ferry__norm_params_init(ferry__norm_params *p, const float mean[3], const float std[3],
                             int bf16) {
   static const float imagenet_mean[3] = FERRY_IMAGENET_MEAN, imagenet_std[3] = FERRY_IMAGENET_STD;
   int given = std && (std[0] != 0.0f || std[1] != 0.0f || std[2] != 0.0f);
@@ -48,7 +48,7 @@ typedef struct norm_table {
   uint16_t bf16[3][256];
 } norm_table;
 
-static void fill_table(norm_table *t, const ferry_norm_params *p) {
+static void fill_table(norm_table *t, const ferry__norm_params *p) {
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) {
       t->f32[c][v] = ferry__normalize_value((uint8_t)v, p->mean[c], p->std[c]);
@@ -65,7 +65,7 @@ static inline void put(char *row, size_t x, const norm_table *t, int c, uint8_t 
 /* One row of pixels into the three planes' rows (`planes` bytes apart): w values each,
  * then zeros up to out_w (bf16 zero is all zero bits). Inlined with bf16 a constant at
  * each call, so that the pixel loop has no branch. */
-static inline void normalize_row(const uint8_t *src, const ferry_norm_shape *s, const norm_table *t, int bf16,
+static inline void normalize_row(const uint8_t *src, const ferry__norm_shape *s, const norm_table *t, int bf16,
                                  char *dst, size_t planes) {
   size_t item = bf16 ? sizeof(uint16_t) : sizeof(float);
   for (size_t x = 0; x < s->w; x++, src += 3) {
@@ -78,7 +78,7 @@ static inline void normalize_row(const uint8_t *src, const ferry_norm_shape *s, 
 
 /* Row by row of the source, each pixel's three channels at once: the image is read
  * once, and no value is computed twice. */
-void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape *s, const ferry_norm_params *p) {
+void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry__norm_shape *s, const ferry__norm_params *p) {
   size_t item = p->bf16 ? sizeof(uint16_t) : sizeof(float), row = s->out_w * item, planes = s->out_h * row;
   norm_table t;
   fill_table(&t, p);
@@ -93,8 +93,8 @@ void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry_norm_shape 
 typedef struct cpu_job {
   const uint8_t *src;
   void *dst;
-  ferry_norm_shape shape;
-  ferry_norm_params params;
+  ferry__norm_shape shape;
+  ferry__norm_params params;
 } cpu_job;
 
 static void run_cpu_job(void *arg) {
@@ -103,8 +103,8 @@ static void run_cpu_job(void *arg) {
   ferry__free(job);
 }
 
-static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, const ferry_norm_shape *shape,
-                                const ferry_norm_params *p) {
+static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst, const ferry__norm_shape *shape,
+                                const ferry__norm_params *p) {
   /* The parameters are copied: the caller's live on its stack, the job runs later. */
   cpu_job *job = ferry__malloc(sizeof *job);
   if (!job) return ferry__fail(FERRY_ENOMEM, "normalise: out of memory queueing an image");
@@ -115,8 +115,8 @@ static ferry_status enqueue_cpu(ferry_stream *stream, const void *src, void *dst
 }
 
 #if FERRY_HAVE_CUDA
-static ferry_status launch(ferry_stream *stream, const void *src, void *dst, const ferry_norm_shape *shape,
-                           const ferry_norm_params *p) {
+static ferry_status launch(ferry_stream *stream, const void *src, void *dst, const ferry__norm_shape *shape,
+                           const ferry__norm_params *p) {
   /* Reports only launch errors; a fault while the kernel runs surfaces at a later
    * synchronisation, as for any asynchronous CUDA work. */
   int err = ferry__cuda_normalize_launch(stream->impl, src, dst, shape, p);
@@ -131,7 +131,7 @@ static ferry_status launch(ferry_stream *stream, const void *src, void *dst, con
  * u8 image, never a whole field. The copy into it is queued from an arena and waited
  * for from an unpacked batch's pageable buffer (ferry__memcpy_or_wait). */
 static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_on_host, void *dst,
-                                 const ferry_norm_shape *shape, const ferry_norm_params *p) {
+                                 const ferry__norm_shape *shape, const ferry__norm_params *p) {
   if (!src_on_host) return launch(stream, src, dst, shape, p);
   ferry_device *device = stream->device;
   void *stage = NULL;
@@ -147,7 +147,7 @@ static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_
 #endif
 
 ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host, void *dst,
-                                     const ferry_norm_shape *shape, const ferry_norm_params *p) {
+                                     const ferry__norm_shape *shape, const ferry__norm_params *p) {
   if (shape->out_h < shape->h || shape->out_w < shape->w)
     return ferry__fail(FERRY_EINVAL, "normalise: a %zux%zu image does not fit %zux%zu", shape->h, shape->w,
                       shape->out_h, shape->out_w);

@@ -84,7 +84,7 @@ typedef struct transfer_job {
 
 static ferry_status copy_sample_field(transfer_job *job, size_t sample, size_t k) {
   ferry_device_batch *db = job->db;
-  record_slot *slot = &db->slots[sample * db->nfields + k];
+  ferry__record_slot *slot = &db->slots[sample * db->nfields + k];
   ferry_tensor view;
   ferry_status st = ferry_batch_sample(job->batch, (size_t)db->source_field[k], ferry__device_batch_source(db, sample),
                                        &view);
@@ -119,7 +119,7 @@ static int images_differ(const ferry_batch *batch, int field) {
 
 /* The kernel reads its source on the target device: a batch in another GPU's memory
  * would need a copy between devices first. */
-static ferry_status normalisation_params(const transfer_job *job, ferry_norm_params *params) {
+static ferry_status normalisation_params(const transfer_job *job, ferry__norm_params *params) {
   const ferry_transfer_options *o = job->options;
   if (!job->src_on_host && job->batch->device != job->db->device)
     return ferry__fail(FERRY_EUNSUPPORTED, "transfer: %s cannot normalise images held on %s",
@@ -130,8 +130,8 @@ static ferry_status normalisation_params(const transfer_job *job, ferry_norm_par
 
 /* Row i of the batch tensor from sample i: a copy, or a normalisation (params set) of
  * an h x w image. */
-static ferry_status copy_image_rows(transfer_job *job, size_t field, const ferry_norm_shape *hw,
-                                    const ferry_norm_params *params) {
+static ferry_status copy_image_rows(transfer_job *job, size_t field, const ferry__norm_shape *hw,
+                                    const ferry__norm_params *params) {
   ferry_device_batch *db = job->db;
   size_t item = db->images.tensor.nbytes / db->batch_size;
   ferry_status st = FERRY_OK;
@@ -156,12 +156,12 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
   int64_t shape[FERRY_MAX_RANK];
   ferry_status st = image_layout(job->batch, field, o->normalize, &dtype, &ndim, shape);
   if (st != FERRY_OK) return st;
-  ferry_norm_params params, *norm = NULL;
-  ferry_norm_shape hw = {0, 0, 0, 0};
+  ferry__norm_params params, *norm = NULL;
+  ferry__norm_shape hw = {0, 0, 0, 0};
   if (o->normalize != FERRY_NORMALIZE_NONE) {
     if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
     norm = &params;
-    hw = (ferry_norm_shape){(size_t)shape[2], (size_t)shape[3], (size_t)shape[2], (size_t)shape[3]};
+    hw = (ferry__norm_shape){(size_t)shape[2], (size_t)shape[3], (size_t)shape[2], (size_t)shape[3]};
   }
   ferry_tensor *images;
   st = ferry__device_batch_alloc_images(db, dtype, ndim, shape, &images);
@@ -172,7 +172,7 @@ static ferry_status copy_images(transfer_job *job, size_t field) {
  * slice, or its normalisation into [3,h,w]. */
 static ferry_status copy_sample_image(transfer_job *job, size_t sample, size_t k) {
   ferry_device_batch *db = job->db;
-  record_slot *slot = &db->slots[sample * db->nfields + k];
+  ferry__record_slot *slot = &db->slots[sample * db->nfields + k];
   const ferry_transfer_options *o = job->options;
   ferry_tensor view;
   ferry_dtype dtype;
@@ -186,9 +186,9 @@ static ferry_status copy_sample_image(transfer_job *job, size_t sample, size_t k
   slot->present = 1;
   if (o->normalize == FERRY_NORMALIZE_NONE)
     return ferry__memcpy_or_wait(db->stream, slot->tensor.data, view.data, view.nbytes, job->kind);
-  ferry_norm_params params;
+  ferry__norm_params params;
   if ((st = normalisation_params(job, &params)) != FERRY_OK) return st;
-  ferry_norm_shape hw = {(size_t)shape[1], (size_t)shape[2], (size_t)shape[1], (size_t)shape[2]};
+  ferry__norm_shape hw = {(size_t)shape[1], (size_t)shape[2], (size_t)shape[1], (size_t)shape[2]};
   return ferry__normalize_enqueue(db->stream, view.data, job->src_on_host, slot->tensor.data, &hw, &params);
 }
 
@@ -214,7 +214,7 @@ static ferry_status schedule_hooks(ferry_device_batch *db, const ferry_transfer_
 
 /* The padded batch tensor of images that differ in size (image_tensor.c). */
 static ferry_status copy_padded(transfer_job *job, size_t field, const ferry__padded_layout *layout) {
-  ferry_norm_params params;
+  ferry__norm_params params;
   ferry_status st = job->options->normalize != FERRY_NORMALIZE_NONE ? normalisation_params(job, &params) : FERRY_OK;
   if (st != FERRY_OK) return st;
   return ferry__copy_padded_images(job->db, job->batch, field, layout,

@@ -11,10 +11,10 @@
 
 /* One sample's tensor for one field; `present` is 0 once taken out (an empty tensor,
  * [0,4] with data NULL, is present). */
-typedef struct record_slot {
+typedef struct ferry__record_slot {
   ferry_tensor tensor;
   int present;
-} record_slot;
+} ferry__record_slot;
 
 struct ferry_device_batch {
   ferry_device *device;
@@ -25,8 +25,8 @@ struct ferry_device_batch {
   size_t nfields;                                   /* per-sample fields */
   char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];
   int source_field[FERRY_MAX_FIELDS];               /* index in the source batch */
-  record_slot images;
-  record_slot *slots;                               /* [sample * nfields + k] */
+  ferry__record_slot images;
+  ferry__record_slot *slots;                               /* [sample * nfields + k] */
   ferry_event *ready;                               /* after copies and hooks */
   ferry_transfer_hook stream_hooks[FERRY_TRANSFER_MAX_HOOKS];
   size_t nstream_hooks;
@@ -73,7 +73,7 @@ typedef struct ferry__padded_layout {
   int64_t shape[FERRY_MAX_RANK];
   int hdim;
 } ferry__padded_layout;
-struct ferry_norm_params;
+struct ferry__norm_params;
 
 /* 1 and *out when the transfer pads the batch's images into one tensor: options ask
  * for it (pad_multiple) and the images differ in size or are not multiples of it;
@@ -83,7 +83,7 @@ int ferry__images_padded_layout(const ferry_batch *batch, int field, const ferry
 /* Allocate the padded tensor as db's images and queue every sample's image into it,
  * normalised (norm non-NULL) or copied. */
 ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batch, size_t field,
-                                       const ferry__padded_layout *layout, const struct ferry_norm_params *norm,
+                                       const ferry__padded_layout *layout, const struct ferry__norm_params *norm,
                                        int src_on_host, ferry_copy_kind kind);
 
 /* The stream to use: `stream` (checked to belong to `device`) or the default one. */

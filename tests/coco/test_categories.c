@@ -1,5 +1,5 @@
 /* tests/coco/test_categories.c - RF-DETR's category rule (coco/categories.c), labels
- * taken from another split, and targets in a reduced decode's frame (coco/target_at.h).
+ * taken from another split, and targets in a reduced decode's frame (coco/target.h).
  *
  * The cases restate RF-DETR 1.11's filter_parent_categories documentation and #609 (a
  * Roboflow export's unannotated root), plus the edges the rule states: a category that
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco/target_at.h"
+#include "coco/target.h"
 #include "ferry/coco.h"
 
 static ferry_coco *open_with(const char *json, const char *name, int policy, const ferry_coco *from) {
@@ -195,7 +195,7 @@ Test(categories, the_old_default_leaves_labels_from_unwritten) {
   cr_expect(o.labels_from == NULL && o.remap_categories == 0 && o.on_problem == NULL);
 }
 
-/* ---- targets in a reduced decode's frame (coco/target_at.h) ------------------------- */
+/* ---- targets in a reduced decode's frame (coco/target.h) ------------------------- */
 
 static const char *frame_json =
     "{\"images\": [{\"id\": 1, \"width\": 1001, \"height\": 600}],"

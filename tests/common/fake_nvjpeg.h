@@ -148,7 +148,7 @@ static nvjpegStatus_t fake_nv_property(libraryPropertyType type, int *value) {
   return NVJPEG_STATUS_SUCCESS;
 }
 
-static const ferry_nvjpeg_api fake_nvjpeg_api = {
+static const ferry__nvjpeg_api fake_nvjpeg_api = {
     .CreateEx = fake_nv_create,
     .Destroy = fake_nv_destroy,
     .JpegStateCreate = fake_nv_state_create,

@@ -22,7 +22,7 @@ static int turbojpeg_accepts(tjhandle tj, int rc) {
 }
 
 int FUZZ_ENTRY(const uint8_t *data, size_t size) {
-  static ferry_jpeg_entropy *path;
+  static ferry__jpeg_entropy *path;
   static unsigned char *mine, *theirs;
   if (!mine) {
     path = ferry__jpeg_entropy_open();

@@ -758,23 +758,23 @@ typedef struct index_bytes {
   size_t len;
 } index_bytes;
 
-static index_header *header_of(index_bytes *b) { return (index_header *)b->data; }
+static ferry__index_header *header_of(index_bytes *b) { return (ferry__index_header *)b->data; }
 static void *section_of(index_bytes *b, int id) { return b->data + header_of(b)->sections[id].offset; }
-static coco_ann *first_ann(index_bytes *b) { return section_of(b, SEC_ANNS); }
+static ferry__coco_ann *first_ann(index_bytes *b) { return section_of(b, SEC_ANNS); }
 
 /* Recompute every checksum, so that only the structural damage is left to find. */
 static void reseal(index_bytes *b) {
-  index_header *h = header_of(b);
+  ferry__index_header *h = header_of(b);
   for (int id = 0; id < SEC_COUNT; id++) {
-    index_section *s = &h->sections[id];
+    ferry__index_section *s = &h->sections[id];
     if (s->offset <= b->len && s->count <= (b->len - s->offset) / (s->elem_size ? s->elem_size : 1))
       s->checksum = ferry__hash64(b->data + s->offset, s->count * s->elem_size, 0);
   }
-  h->checksum = ferry__hash64(h, offsetof(index_header, checksum), 0);
+  h->checksum = ferry__hash64(h, offsetof(ferry__index_header, checksum), 0);
 }
 
 static void truncate_to_8(index_bytes *b) { b->len = 8; }
-static void truncate_header(index_bytes *b) { b->len = sizeof(index_header) / 2; }
+static void truncate_header(index_bytes *b) { b->len = sizeof(ferry__index_header) / 2; }
 static void truncate_data(index_bytes *b) { b->len -= 64; }
 static void extend(index_bytes *b) { b->len += 1; }  /* the buffer has room: read_whole adds one */
 static void wrong_magic(index_bytes *b) { b->data[7] = 'Y'; }
@@ -788,17 +788,17 @@ static void count_overflows(index_bytes *b) { header_of(b)->sections[SEC_ANNS].c
 static void misaligned(index_bytes *b) { header_of(b)->sections[SEC_PARTS].offset += 8, reseal(b); }
 static void record_size(index_bytes *b) { header_of(b)->sections[SEC_ANNS].elem_size = 160, reseal(b); }
 static void polygon_parts(index_bytes *b) { first_ann(b)->seg_first = UINT64_MAX - 1, reseal(b); }
-static void part_vertices(index_bytes *b) { ((coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b); }
+static void part_vertices(index_bytes *b) { ((ferry__coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b); }
 static void image_index(index_bytes *b) { first_ann(b)->pub.image_index = 2, reseal(b); }
 static void image_of_other(index_bytes *b) { first_ann(b)->pub.image_index = 1, reseal(b); }
 static void image_ids_swapped(index_bytes *b) {
-  id_entry *t = section_of(b, SEC_IMAGE_IDS);
+  ferry__coco_id_entry *t = section_of(b, SEC_IMAGE_IDS);
   t[1] = t[0];
   reseal(b);
 }
-static void image_id_differs(index_bytes *b) { ((id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b); }
-static void image_range(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b); }
-static void file_name(index_bytes *b) { ((coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b); }
+static void image_id_differs(index_bytes *b) { ((ferry__coco_id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b); }
+static void image_range(index_bytes *b) { ((ferry__coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b); }
+static void file_name(index_bytes *b) { ((ferry__coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b); }
 static void rle_counts(index_bytes *b) { first_ann(b)[1].seg_len = 1000, reseal(b); }
 static void rle_string(index_bytes *b) { first_ann(b)[2].rle_string = UINT64_MAX, reseal(b); }
 static void segm_kind(index_bytes *b) { first_ann(b)->pub.segm = (ferry_segm_kind)7, reseal(b); }
@@ -813,7 +813,7 @@ static void image_anns_order(index_bytes *b) {
 static void category(index_bytes *b) { first_ann(b)->pub.category_id = 99, reseal(b); }
 static void keypoints_k(index_bytes *b) { header_of(b)->num_keypoints = 1u << 30, reseal(b); }
 static void strings_unterminated(index_bytes *b) {
-  index_section *s = &header_of(b)->sections[SEC_STRINGS];
+  ferry__index_section *s = &header_of(b)->sections[SEC_STRINGS];
   b->data[s->offset + s->count - 1] = 'x';
   reseal(b);
 }

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "lib/alloc.h"
-#include "image/image_internal.h"
+#include "image/decoder.h"
+#include "image/exif.h"
+#include "image/jpeg.h"
 #include "test_image_util.h"
 
 /* ---- every real image ---- */
@@ -618,9 +620,9 @@ Test(image_decode, dct_scaling_picks_the_smallest_scale_still_covering_the_targe
   ferry_image_options o;
   ferry_image_options_default(&o);
   o.dct_scaling = 1;
-  ferry_decoded img;
+  ferry__decoded img;
   /* 640x427 to 100: 1/8 gives 80x54 (too small), 2/8 gives 160x107 */
-  ferry_decode_request req = {.opts = &o, .target_size = 100};
+  ferry__decode_request req = {.opts = &o, .target_size = 100};
   cr_assert_eq(ferry__jpeg_decode(d, data, len, path, &req, &img), FERRY_OK);
   cr_assert(img.width == 160 && img.height == 107, "%dx%d", img.width, img.height);
   cr_assert(img.full_width == 640 && img.full_height == 427);

@@ -138,7 +138,7 @@ Test(image_resize, boxes_scale_with_the_image) {
  * exercise every path: upscales and downscales of each axis, both pass orders,
  * widths that leave vector tails, outputs near the image's last bytes (src is
  * allocated exactly, so an over-read is an ASan error), and both layouts. */
-static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fast, int w, int h,
+static void compare_kernel_sets(ferry_decoder *d, const ferry__resize_kernels *fast, int w, int h,
                                 int size, unsigned seed) {
   size_t n = (size_t)w * h * 3, out_px = (size_t)size * size * 3;
   uint8_t *src = malloc(n);
@@ -161,7 +161,7 @@ static void compare_kernel_sets(ferry_decoder *d, const ferry_resize_kernels *fa
 }
 
 /* Every shape through `fast` and the portable kernels. */
-static void compare_on_shapes(const ferry_resize_kernels *fast) {
+static void compare_on_shapes(const ferry__resize_kernels *fast) {
   ferry_decoder *d = open_decoder();
   static const int shapes[][3] = {{640, 480, 312}, {480, 640, 312}, {427, 640, 312},
                                   {500, 375, 312}, {1, 1, 1},       {1, 1, 7},
@@ -218,7 +218,7 @@ Test(image_resize, avx2_normalisation_equals_the_table) {
 #if FERRY_HAVE_AVX2_KERNELS
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     cr_skip_test("this CPU has no AVX2 and FMA");
-  ferry_resize_norm norm = *ferry__resize_imagenet_norm();
+  ferry__resize_norm norm = *ferry__resize_imagenet_norm();
   cr_assert(norm.fma_exact, "the fma division should reproduce ImageNet's table");
   enum { N = 263 }; /* 3*N covers every byte value; N % 8 != 0 leaves a tail */
   uint8_t rgb[3 * N + FERRY_RESIZE_ROW_SLACK];
@@ -239,8 +239,8 @@ Test(image_resize, avx2_normalisation_equals_the_table) {
  * byte for byte in u8 and f32, with the portable kernels and the fastest set this
  * CPU has, over random shapes in both pass orders, views of any rectangle (a single
  * pixel, a full axis), mirrored or not, and widths the full resize never resamples. */
-static void expect_view(ferry_decoder *d, const ferry_resize_kernels *k, const uint8_t *src, int w, int h,
-                        const ferry_resize_view *v, ferry_image_layout l) {
+static void expect_view(ferry_decoder *d, const ferry__resize_kernels *k, const uint8_t *src, int w, int h,
+                        const ferry__resize_view *v, ferry_image_layout l) {
   size_t px = l == FERRY_LAYOUT_F32_CHW ? sizeof(float) : 1;
   size_t full_n = (size_t)v->full_w * v->full_h * 3, n = (size_t)v->w * v->h * 3;
   uint8_t *full = malloc(full_n * px), *got = malloc(n * px), *want = malloc(n * px);
@@ -266,13 +266,13 @@ static void expect_view(ferry_decoder *d, const ferry_resize_kernels *k, const u
 
 Test(image_resize, a_view_is_the_full_resize_cropped_and_mirrored) {
   ferry_decoder *d = open_decoder();
-  const ferry_resize_kernels *sets[2] = {&ferry__resize_portable, ferry__resize_best_kernels()};
+  const ferry__resize_kernels *sets[2] = {&ferry__resize_portable, ferry__resize_best_kernels()};
   unsigned r = 7;
 #define NEXT(m) (1 + (int)((r = r * 1664525u + 1013904223u) >> 20) % (m))
   for (int i = 0; i < 400; i++) {
     int w = NEXT(200), h = NEXT(200), fw = i % 7 == 0 ? w : NEXT(220), fh = i % 5 == 0 ? h : NEXT(220);
     int vw = NEXT(fw), vh = NEXT(fh);
-    ferry_resize_view v = {fw, fh, NEXT(fw - vw + 1) - 1, NEXT(fh - vh + 1) - 1, vw, vh, i % 2};
+    ferry__resize_view v = {fw, fh, NEXT(fw - vw + 1) - 1, NEXT(fh - vh + 1) - 1, vw, vh, i % 2};
     uint8_t *src = malloc((size_t)w * h * 3);
     for (size_t b = 0; b < (size_t)w * h * 3; b++) src[b] = (uint8_t)((r = r * 1103515245u + 12345u) >> 16);
     for (int s = 0; s < 2; s++) {
@@ -287,13 +287,13 @@ Test(image_resize, a_view_is_the_full_resize_cropped_and_mirrored) {
                                     {40, 50, 40, 60, 0, 0, 40, 50}, {30, 30, 20, 20, 0, 0, 20, 20}};
   for (size_t i = 0; i < sizeof coincide / sizeof *coincide; i++) {
     const int *c = coincide[i];
-    ferry_resize_view v = {c[2], c[3], c[4], c[5], c[6], c[7], 0};
+    ferry__resize_view v = {c[2], c[3], c[4], c[5], c[6], c[7], 0};
     uint8_t *src = malloc((size_t)c[0] * c[1] * 3);
     for (size_t b = 0; b < (size_t)c[0] * c[1] * 3; b++) src[b] = (uint8_t)((r = r * 1103515245u + 12345u) >> 16);
     for (int s = 0; s < 2; s++) expect_view(d, sets[s], src, c[0], c[1], &v, FERRY_LAYOUT_U8_HWC);
     free(src);
   }
-  ferry_resize_view outside = {10, 10, 5, 0, 6, 10, 0};
+  ferry__resize_view outside = {10, 10, 5, 0, 6, 10, 0};
   uint8_t px[12] = {0}, out[600];
   cr_assert_eq(ferry__image_resize_view(&ferry__resize_portable, d, px, 6, 2, 2, &outside, FERRY_LAYOUT_U8_HWC,
                                         out), FERRY_EINVAL);

@@ -51,7 +51,7 @@ static reference turbojpeg_decode(const unsigned char *data, size_t len, int sca
 
 /* The path on data at 1/scale; when it says OK, TurboJPEG must agree byte for byte.
  * Returns the path's status (FERRY_OK or FERRY_EAGAIN). */
-static ferry_status check_scaled(ferry_jpeg_entropy *e, const unsigned char *data, size_t len, const char *what,
+static ferry_status check_scaled(ferry__jpeg_entropy *e, const unsigned char *data, size_t len, const char *what,
                                  int scale) {
   reference r = turbojpeg_decode(data, len, scale);
   if (!r.rgb) return FERRY_EAGAIN; /* no header TurboJPEG can read: jpeg.c never gets here */
@@ -71,13 +71,13 @@ static ferry_status check_scaled(ferry_jpeg_entropy *e, const unsigned char *dat
   return st;
 }
 
-static ferry_status check_against_turbojpeg(ferry_jpeg_entropy *e, const unsigned char *data, size_t len,
+static ferry_status check_against_turbojpeg(ferry__jpeg_entropy *e, const unsigned char *data, size_t len,
                                             const char *what) {
   return check_scaled(e, data, len, what, 1);
 }
 
 /* At full scale and at every draft scale: taken at all of them, or at none. */
-static ferry_status check_every_scale(ferry_jpeg_entropy *e, const unsigned char *data, size_t len,
+static ferry_status check_every_scale(ferry__jpeg_entropy *e, const unsigned char *data, size_t len,
                                       const char *what) {
   ferry_status st = check_against_turbojpeg(e, data, len, what);
   for (int scale = 2; scale <= 8; scale *= 2)
@@ -86,9 +86,9 @@ static ferry_status check_every_scale(ferry_jpeg_entropy *e, const unsigned char
   return st;
 }
 
-static ferry_jpeg_entropy *open_path(void) {
+static ferry__jpeg_entropy *open_path(void) {
   if (!ferry__jpeg_entropy_available()) cr_skip_test("built without libjpeg-turbo's jpegint.h");
-  ferry_jpeg_entropy *e = ferry__jpeg_entropy_open();
+  ferry__jpeg_entropy *e = ferry__jpeg_entropy_open();
   cr_assert_not_null(e);
   return e;
 }
@@ -144,7 +144,7 @@ static unsigned char *encode(const encoding *enc, size_t *len) {
 }
 
 Test(jpeg_entropy, every_baseline_layout_is_taken_and_equals_turbojpeg, .timeout = 120) {
-  ferry_jpeg_entropy *e = open_path();
+  ferry__jpeg_entropy *e = open_path();
   static const int sizes[][2] = {{1, 1}, {7, 5}, {33, 17}, {640, 427}, {1001, 3}, {16, 16}, {250, 333}};
   static const int samplings[][3] = {{1, 1, 1}, {3, 1, 1}, {3, 2, 1}, {3, 2, 2}, {3, 1, 2}};
   static const int qualities[] = {50, 95, 100};
@@ -171,7 +171,7 @@ Test(jpeg_entropy, every_baseline_layout_is_taken_and_equals_turbojpeg, .timeout
 }
 
 Test(jpeg_entropy, what_it_does_not_reproduce_is_declined) {
-  ferry_jpeg_entropy *e = open_path();
+  ferry__jpeg_entropy *e = open_path();
   const encoding progressive = {96, 64, 3, 2, 2, 90, 0, 1, 0, 0};
   const encoding arithmetic = {96, 64, 3, 2, 2, 90, 0, 0, 1, 0};
   const encoding restarts = {96, 64, 3, 2, 2, 90, 0, 0, 0, 1};
@@ -220,7 +220,7 @@ static int collect(const char *path, const struct stat *sb, int type, struct FTW
 }
 
 Test(jpeg_entropy, every_real_jpeg_agrees_with_turbojpeg, .timeout = 120) {
-  ferry_jpeg_entropy *e = open_path();
+  ferry__jpeg_entropy *e = open_path();
   cr_assert_eq(nftw(realdata_path(""), collect, 16, FTW_PHYS), 0);
   cr_assert_geq(n_real, 150, "found only %d JPEGs under realdata", n_real);
   int taken = 0;
@@ -254,7 +254,7 @@ static size_t scan_start(const unsigned char *d, size_t len) {
 }
 
 Test(jpeg_entropy, corrupted_scans_agree_with_turbojpeg_or_are_declined, .timeout = 300) {
-  ferry_jpeg_entropy *e = open_path();
+  ferry__jpeg_entropy *e = open_path();
   const encoding sources[] = {{160, 120, 3, 2, 2, 95, 0, 0, 0, 0}, {97, 61, 1, 1, 1, 100, 1, 0, 0, 0},
                               {128, 96, 3, 2, 1, 75, 1, 0, 0, 0}};
   uint32_t seed = 0x5eed;
@@ -347,7 +347,7 @@ Test(jpeg_entropy, a_file_without_its_tables_does_not_borrow_the_previous_files)
   cr_assert(strstr(ferry_last_error(), "Quantization table"), "%s", ferry_last_error());
   ferry_decoder_close(d);
   if (ferry__jpeg_entropy_available()) {
-    ferry_jpeg_entropy *e = ferry__jpeg_entropy_open();
+    ferry__jpeg_entropy *e = ferry__jpeg_entropy_open();
     unsigned char *out = malloc((size_t)w * h * 3);
     cr_assert_eq(ferry__jpeg_entropy_decode(e, data, len, "whole.jpg", out, w, h, 1), FERRY_OK);
     cr_assert_eq(ferry__jpeg_entropy_decode(e, abbreviated, short_len, "abbreviated.jpg", out, w, h, 1),

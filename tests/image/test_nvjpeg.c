@@ -114,7 +114,7 @@ static nvjpegStatus_t f_property(libraryPropertyType type, int *value) {
   return NVJPEG_STATUS_SUCCESS;
 }
 
-static const ferry_nvjpeg_api fake_api = {
+static const ferry__nvjpeg_api fake_api = {
   .GetProperty = f_property,
   .JpegStateCreate = f_state_create,
   .JpegStateDestroy = f_state_destroy,
@@ -148,16 +148,16 @@ static void typical_image(void) {
   fake.orientation = NVJPEG_ORIENTATION_NORMAL;
 }
 
-static ferry_nvjpeg_parser open_parser(int hardware) {
+static ferry__nvjpeg_parser open_parser(int hardware) {
   typical_image();
   fake.refuse_hardware = !hardware;
-  ferry_nvjpeg_parser p;
+  ferry__nvjpeg_parser p;
   cr_assert_eq(ferry__nvjpeg_parser_open(&fake_api, &p), FERRY_OK, "%s", ferry_last_error());
   cr_assert_eq(p.hardware, hardware, "the hardware backend is taken exactly when CreateEx accepts it");
   return p;
 }
 
-static ferry_nvjpeg_route route(ferry_nvjpeg_parser *p, int apply_exif) {
+static ferry__nvjpeg_route_kind route(ferry__nvjpeg_parser *p, int apply_exif) {
   return ferry__nvjpeg_route(p, jpeg_bytes, sizeof jpeg_bytes, apply_exif);
 }
 
@@ -166,15 +166,15 @@ static ferry_nvjpeg_route route(ferry_nvjpeg_parser *p, int apply_exif) {
                ferry__nvjpeg_route_name(want))
 
 /* The same image on the hardware engine and on the default backend. */
-static void expect_on_both(ferry_nvjpeg_parser *hw, ferry_nvjpeg_parser *gpu, ferry_nvjpeg_route want_hw,
-                           ferry_nvjpeg_route want_gpu) {
+static void expect_on_both(ferry__nvjpeg_parser *hw, ferry__nvjpeg_parser *gpu, ferry__nvjpeg_route_kind want_hw,
+                           ferry__nvjpeg_route_kind want_gpu) {
   expect_route(hw, 0, want_hw);
   expect_route(gpu, 0, want_gpu);
 }
 
 Test(nvjpeg_route, a_typical_jpeg_goes_to_the_gpu_on_both_backends) {
   for (int hw = 0; hw <= 1; hw++) {
-    ferry_nvjpeg_parser p = open_parser(hw);
+    ferry__nvjpeg_parser p = open_parser(hw);
     typical_image();
     expect_route(&p, 0, FERRY_NVJPEG_ROUTE_GPU);
     cr_expect_eq(fake.supported_calls, hw, "only the hardware engine is asked for its own check");
@@ -186,7 +186,7 @@ Test(nvjpeg_route, a_typical_jpeg_goes_to_the_gpu_on_both_backends) {
 }
 
 Test(nvjpeg_route, png_and_other_formats_stay_on_the_cpu_without_parsing) {
-  ferry_nvjpeg_parser p = open_parser(1);
+  ferry__nvjpeg_parser p = open_parser(1);
   cr_expect_eq(ferry__nvjpeg_route(&p, png_bytes, sizeof png_bytes, 0), FERRY_NVJPEG_ROUTE_NOT_JPEG);
   cr_expect_eq(ferry__nvjpeg_route(&p, jpeg_bytes, 2, 0), FERRY_NVJPEG_ROUTE_NOT_JPEG);
   cr_expect_eq(ferry__nvjpeg_route(&p, NULL, 0, 0), FERRY_NVJPEG_ROUTE_NOT_JPEG);
@@ -195,7 +195,7 @@ Test(nvjpeg_route, png_and_other_formats_stay_on_the_cpu_without_parsing) {
 }
 
 Test(nvjpeg_route, a_stream_the_parser_refuses_is_corrupt_and_goes_to_the_cpu) {
-  ferry_nvjpeg_parser p = open_parser(1);
+  ferry__nvjpeg_parser p = open_parser(1);
   fake.parse = NVJPEG_STATUS_BAD_JPEG;
   expect_route(&p, 0, FERRY_NVJPEG_ROUTE_CORRUPT);
   fake.parse = NVJPEG_STATUS_INCOMPLETE_BITSTREAM;
@@ -204,7 +204,7 @@ Test(nvjpeg_route, a_stream_the_parser_refuses_is_corrupt_and_goes_to_the_cpu) {
 }
 
 Test(nvjpeg_route, cmyk_and_odd_component_counts_go_to_the_cpu) {
-  ferry_nvjpeg_parser p = open_parser(0);
+  ferry__nvjpeg_parser p = open_parser(0);
   unsigned counts[] = {4, 2, 0};
   for (size_t i = 0; i < 3; i++) {
     fake.components = counts[i];
@@ -214,14 +214,14 @@ Test(nvjpeg_route, cmyk_and_odd_component_counts_go_to_the_cpu) {
 }
 
 Test(nvjpeg_route, twelve_bit_samples_go_to_the_cpu) {
-  ferry_nvjpeg_parser p = open_parser(0);
+  ferry__nvjpeg_parser p = open_parser(0);
   fake.precision = 12;
   expect_route(&p, 0, FERRY_NVJPEG_ROUTE_PRECISION);
   ferry__nvjpeg_parser_close(&p);
 }
 
 Test(nvjpeg_route, progressive_goes_to_the_cpu_only_on_the_hardware_engine) {
-  ferry_nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
+  ferry__nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
   fake.encoding = NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN;
   expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_ENCODING, FERRY_NVJPEG_ROUTE_GPU);
   fake.encoding = NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN;
@@ -236,7 +236,7 @@ Test(nvjpeg_route, progressive_goes_to_the_cpu_only_on_the_hardware_engine) {
 }
 
 Test(nvjpeg_route, subsamplings_follow_the_backends_capabilities) {
-  ferry_nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
+  ferry__nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
   nvjpegChromaSubsampling_t everywhere[] = {NVJPEG_CSS_444, NVJPEG_CSS_422, NVJPEG_CSS_420,
                                             NVJPEG_CSS_440};
   for (size_t i = 0; i < 4; i++) {
@@ -255,7 +255,7 @@ Test(nvjpeg_route, subsamplings_follow_the_backends_capabilities) {
 }
 
 Test(nvjpeg_route, the_hardware_engines_own_check_has_the_last_word) {
-  ferry_nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
+  ferry__nvjpeg_parser hw = open_parser(1), gpu = open_parser(0);
   fake.hw_unsupported = 1; /* nonzero: NOT supported */
   expect_on_both(&hw, &gpu, FERRY_NVJPEG_ROUTE_UNSUPPORTED, FERRY_NVJPEG_ROUTE_GPU);
   ferry__nvjpeg_parser_close(&hw);
@@ -263,7 +263,7 @@ Test(nvjpeg_route, the_hardware_engines_own_check_has_the_last_word) {
 }
 
 Test(nvjpeg_route, an_exif_rotation_goes_to_the_cpu_only_when_the_config_applies_exif) {
-  ferry_nvjpeg_parser p = open_parser(1);
+  ferry__nvjpeg_parser p = open_parser(1);
   fake.orientation = NVJPEG_ORIENTATION_ROTATE_90;
   expect_route(&p, 1, FERRY_NVJPEG_ROUTE_ORIENTED);
   expect_route(&p, 0, FERRY_NVJPEG_ROUTE_GPU);
@@ -274,15 +274,15 @@ Test(nvjpeg_route, an_exif_rotation_goes_to_the_cpu_only_when_the_config_applies
 
 Test(nvjpeg_route, every_route_has_a_name) {
   for (int r = 0; r < FERRY_NVJPEG_ROUTES; r++)
-    cr_expect_neq(strcmp(ferry__nvjpeg_route_name((ferry_nvjpeg_route)r), "?"), 0, "route %d", r);
+    cr_expect_neq(strcmp(ferry__nvjpeg_route_name((ferry__nvjpeg_route_kind)r), "?"), 0, "route %d", r);
   cr_expect_str_eq(ferry__nvjpeg_route_name(FERRY_NVJPEG_ROUTES), "?");
 }
 
 /* ---- batched decode through the fake ---- */
 
-static ferry_nvjpeg_decoder open_decoder(void) {
+static ferry__nvjpeg_decoder open_decoder(void) {
   typical_image();
-  ferry_nvjpeg_decoder d;
+  ferry__nvjpeg_decoder d;
   cr_assert_eq(ferry__nvjpeg_decoder_open(&fake_api, &d), FERRY_OK, "%s", ferry_last_error());
   return d;
 }
@@ -303,7 +303,7 @@ static void close_host_stream(ferry_stream *s) {
 }
 
 Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
-  ferry_nvjpeg_decoder d = open_decoder();
+  ferry__nvjpeg_decoder d = open_decoder();
   ferry_stream *s = host_stream();
   enum { N = 3 };
   const int width[N] = {5, 17, 2};
@@ -333,7 +333,7 @@ Test(nvjpeg_decode, images_land_in_their_buffers_at_three_bytes_a_pixel) {
 }
 
 Test(nvjpeg_decode, a_failed_batch_is_named_and_resets_the_state) {
-  ferry_nvjpeg_decoder d = open_decoder();
+  ferry__nvjpeg_decoder d = open_decoder();
   ferry_stream *s = host_stream();
   uint8_t row[3 * 4];
   uint8_t *dst[1] = {row};
@@ -352,7 +352,7 @@ Test(nvjpeg_decode, a_failed_batch_is_named_and_resets_the_state) {
 }
 
 Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) {
-  ferry_nvjpeg_decoder d = open_decoder();
+  ferry__nvjpeg_decoder d = open_decoder();
   fake.info_width = 641, fake.info_height = 427;
   int w = 0, h = 0;
   cr_assert_eq(ferry__nvjpeg_image_size(&d.parser, jpeg_bytes, sizeof jpeg_bytes, "a.jpg", NULL, &w, &h), FERRY_OK);
@@ -379,7 +379,7 @@ Test(nvjpeg_decode, the_size_is_the_first_components_and_a_bad_header_is_named) 
  * the message names both sonames. FERRY_EXPECT_NVJPEG=1 (set by tests/lib/meson.build
  * when it knows where PyPI's nvidia-nvjpeg put the library) makes loading mandatory. */
 Test(nvjpeg_table, dlopen_fills_every_entry_or_says_what_is_missing) {
-  const ferry_nvjpeg_api *api = NULL;
+  const ferry__nvjpeg_api *api = NULL;
   ferry_status st = ferry__nvjpeg_load(&api);
   const char *expect = getenv("FERRY_EXPECT_NVJPEG");
   if (expect && strcmp(expect, "1") == 0) cr_assert_eq(st, FERRY_OK, "%s", ferry_last_error());
@@ -394,7 +394,7 @@ Test(nvjpeg_table, dlopen_fills_every_entry_or_says_what_is_missing) {
   cr_expect_eq(major, NVJPEG_VER_MAJOR, "the library loaded is the major ferry was built for");
   void *const *entries = (void *const *)api;
   for (size_t i = 0; i < sizeof *api / sizeof(void *); i++) cr_expect_not_null(entries[i], "entry %zu", i);
-  const ferry_nvjpeg_api *again = NULL;
+  const ferry__nvjpeg_api *again = NULL;
   cr_expect_eq(ferry__nvjpeg_load(&again), FERRY_OK);
   cr_expect_eq(again, api, "loaded once per process");
 }
@@ -436,12 +436,12 @@ static uint8_t *read_file(const char *path, size_t *len) {
   return data;
 }
 
-static ferry_nvjpeg_route route_photo(ferry_nvjpeg_parser *p, const char *rel, int apply_exif) {
+static ferry__nvjpeg_route_kind route_photo(ferry__nvjpeg_parser *p, const char *rel, int apply_exif) {
   char path[4096];
   snprintf(path, sizeof path, "%s/realdata/photos/%s", getenv("FERRY_SHARED"), rel);
   size_t len;
   uint8_t *data = read_file(path, &len);
-  ferry_nvjpeg_route r = ferry__nvjpeg_route(p, data, len, apply_exif);
+  ferry__nvjpeg_route_kind r = ferry__nvjpeg_route(p, data, len, apply_exif);
   cr_log_info("%s%s: %s (%s backend)", rel, apply_exif ? " (exif)" : "", ferry__nvjpeg_route_name(r),
               p->hardware ? "hardware" : "default");
   free(data);
@@ -450,9 +450,9 @@ static ferry_nvjpeg_route route_photo(ferry_nvjpeg_parser *p, const char *rel, i
 
 Test(nvjpeg_table, the_real_parser_routes_the_shared_photos) {
   if (!getenv("FERRY_SHARED")) cr_skip_test("FERRY_SHARED is not set");
-  const ferry_nvjpeg_api *api = NULL;
+  const ferry__nvjpeg_api *api = NULL;
   if (ferry__nvjpeg_load(&api) != FERRY_OK) cr_skip_test("%s", ferry_last_error());
-  ferry_nvjpeg_parser p;
+  ferry__nvjpeg_parser p;
   if (ferry__nvjpeg_parser_open(api, &p) != FERRY_OK) {
     const char *require = getenv("FERRY_REQUIRE_CUDA");
     if (require && strcmp(require, "1") == 0) cr_assert_fail("FERRY_REQUIRE_CUDA=1: %s", ferry_last_error());

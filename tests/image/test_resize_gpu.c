@@ -20,26 +20,26 @@ static const float MEAN[3] = FERRY_IMAGENET_MEAN, STD[3] = FERRY_IMAGENET_STD;
 
 /* The host side of a job: filter tables built by the CPU resize's own code. */
 typedef struct host_job {
-  ferry_resize_job job;
+  ferry__resize_job job;
   void *h_mem, *v_mem;
   size_t h_bytes, v_bytes;
 } host_job;
 
-static ferry_resize_filter filter_of(const ferry_resize_axis *a) {
-  return (ferry_resize_filter){a->first, a->count, a->offset, a->weights};
+static ferry__resize_filter filter_of(const ferry__resize_axis *a) {
+  return (ferry__resize_filter){a->first, a->count, a->offset, a->weights};
 }
 
 static void job_init(host_job *hj, const uint8_t *src, int w, int h, int size, int f32) {
   memset(hj, 0, sizeof *hj);
-  ferry_resize_job *j = &hj->job;
+  ferry__resize_job *j = &hj->job;
   hj->h_bytes = ferry__resize_axis_bytes(w, size);
   hj->v_bytes = ferry__resize_axis_bytes(h, size);
   hj->h_mem = malloc(hj->h_bytes);
   hj->v_mem = malloc(hj->v_bytes);
-  ferry_resize_axis ha, va;
+  ferry__resize_axis ha, va;
   ferry__resize_axis_build(&ha, w, size, hj->h_mem);
   ferry__resize_axis_build(&va, h, size, hj->v_mem);
-  *j = (ferry_resize_job){.src = src, .width = w, .height = h, .size = size, .h = filter_of(&ha),
+  *j = (ferry__resize_job){.src = src, .width = w, .height = h, .size = size, .h = filter_of(&ha),
                           .v = filter_of(&va), .vertical_first = ferry__resize_vertical_first(w, h, size),
                           .f32_chw = f32};
   for (int c = 0; c < 3; c++) j->mean[c] = MEAN[c], j->std[c] = STD[c];
@@ -54,7 +54,7 @@ static void job_free(host_job *hj) {
   free(hj->job.dst);
 }
 
-static size_t out_bytes(const ferry_resize_job *j) {
+static size_t out_bytes(const ferry__resize_job *j) {
   return (size_t)j->size * j->size * 3 * (j->f32_chw ? sizeof(float) : 1);
 }
 
@@ -141,9 +141,9 @@ static void *to_device(ferry_device *dev, ferry_stream *s, const void *src, size
   return p;
 }
 
-static ferry_resize_filter rebase(ferry_resize_filter f, const void *host, void *device) {
+static ferry__resize_filter rebase(ferry__resize_filter f, const void *host, void *device) {
 #define REBASE(ptr) (void *)((char *)device + ((const char *)(ptr) - (const char *)host))
-  return (ferry_resize_filter){REBASE(f.first), REBASE(f.count), REBASE(f.offset), REBASE(f.weights)};
+  return (ferry__resize_filter){REBASE(f.first), REBASE(f.count), REBASE(f.offset), REBASE(f.weights)};
 #undef REBASE
 }
 
@@ -159,7 +159,7 @@ Test(resize_gpu, the_launched_kernels_write_the_references_bytes, .timeout = 120
       host_job hj;
       job_init(&hj, src, sh[0], sh[1], sh[2], f32);
       ferry__resize_reference(&hj.job);
-      ferry_resize_job dj = hj.job;
+      ferry__resize_job dj = hj.job;
       void *h_dev = to_device(dev, s, hj.h_mem, hj.h_bytes), *v_dev = to_device(dev, s, hj.v_mem, hj.v_bytes);
       dj.h = rebase(hj.job.h, hj.h_mem, h_dev);
       dj.v = rebase(hj.job.v, hj.v_mem, v_dev);

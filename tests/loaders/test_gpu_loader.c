@@ -580,8 +580,8 @@ Test(jpeg_stage, a_header_past_max_pixels_is_refused_before_any_device_allocatio
   cr_assert_eq(ferry_batch_sample(b, 2, 0, &v), FERRY_OK);
   *(int64_t *)v.data = BOMB_INDEX;
   cr_assert_eq(ferry_batch_set_role(b, 2, FERRY_ROLE_SAMPLE_INDEX), FERRY_OK, "how the message names the sample");
-  struct ferry_jpeg_stage *stage;
-  const ferry_jpeg_stage_fields names = {FERRY_FIELD_IMAGES, FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES};
+  struct ferry__jpeg_stage *stage;
+  const ferry__jpeg_stage_fields names = {FERRY_FIELD_IMAGES, FERRY_FIELD_JPEG, FERRY_FIELD_CPU_IMAGES};
   cr_assert_eq(ferry__jpeg_stage_open(&fake_nvjpeg_api, R, NULL, &names, NULL, &stage), FERRY_OK, "%s",
                ferry_last_error());
   ferry__batch_set_producer(b, ferry__jpeg_stage_producer(stage));
@@ -608,15 +608,15 @@ static nvjpegStatus_t refusing_create(nvjpegBackend_t b, nvjpegDevAllocator_t *d
 }
 
 /* The fake whose nvjpegCreateEx refuses every backend, as on a GPU nvJPEG does not run on. */
-static ferry_nvjpeg_api refusing_api(void) {
-  ferry_nvjpeg_api api = fake_nvjpeg_api;
+static ferry__nvjpeg_api refusing_api(void) {
+  ferry__nvjpeg_api api = fake_nvjpeg_api;
   api.CreateEx = refusing_create;
   return api;
 }
 
 Test(gpu_loader, decode_auto_falls_back_to_the_cpu_when_nvjpeg_cannot_start_and_says_why, .timeout = 60) {
   fake_nvjpeg_reset(0);
-  ferry_nvjpeg_api api = refusing_api();
+  ferry__nvjpeg_api api = refusing_api();
   ferry_loader_config c;
   test_config(&c);
   c.image.decode = FERRY_DECODE_AUTO;
@@ -784,7 +784,7 @@ Test(gpu_loader, every_fallback_reason_has_its_own_stats_slot_the_one_loader_h_p
   }
   cr_expect_eq(ferry__loader_fallback_slot(-1), FERRY_LOADER_FALLBACK_SLOTS, "no reason: no slot");
   for (int route = FERRY_NVJPEG_ROUTE_GPU + 1; route < FERRY_NVJPEG_ROUTES; route++)
-    cr_expect_lt(ferry__loader_fallback_slot(ferry__nvjpeg_route_reason((ferry_nvjpeg_route)route)),
+    cr_expect_lt(ferry__loader_fallback_slot(ferry__nvjpeg_route_reason((ferry__nvjpeg_route_kind)route)),
                  FERRY_LOADER_FALLBACK_SLOTS, "CPU route %d is counted", route);
   cr_expect_eq(ferry__nvjpeg_route_reason(FERRY_NVJPEG_ROUTE_GPU), -1);
 }
@@ -799,7 +799,7 @@ Test(gpu_loader, a_route_goes_from_gpu_to_one_cpu_route_and_stays) {
   cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_GPU), 0, "GPU is no CPU route");
   cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_ORIENTED), 1);
   cr_expect_eq(ferry__gpu_route_to_cpu(routes, 3, FERRY_NVJPEG_ROUTE_COMPONENTS), 0, "the first report wins");
-  ferry_jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(routes);
+  ferry__jpeg_stage_hooks hooks = ferry__gpu_routes_stage_hooks(routes);
   hooks.gpu_failed(hooks.ctx, 3);
   cr_expect_eq(ferry__gpu_route(routes, 3), FERRY_NVJPEG_ROUTE_ORIENTED, "kept through the stage's report too");
   hooks.gpu_failed(hooks.ctx, 4);

@@ -137,7 +137,7 @@ Test(sampler, permutation_is_a_permutation_and_depends_on_seed_and_epoch) {
 static void shard_runs(size_t *out, const size_t *sizes, size_t nshards, size_t n, int world, int drop_last,
                        int shuffle, size_t buffer, int64_t epoch, size_t *per_rank) {
   for (int r = 0; r < world; r++) {
-    ferry_sampler s;
+    ferry__sampler s;
     cr_assert_eq(ferry__sampler_init(&s, n, r, world, shuffle, drop_last, 11), FERRY_OK);
     cr_assert_eq(ferry__sampler_use_shards(&s, sizes, nshards, buffer), FERRY_OK, "%s", ferry_last_error());
     cr_assert_eq(ferry__sampler_set_epoch(&s, epoch), FERRY_OK);
@@ -192,7 +192,7 @@ Test(sampler, shard_order_laws) {
       check_shard_layout(tiny, 3, world, 1, buffer);
     }
   }
-  ferry_sampler s;
+  ferry__sampler s;
   cr_assert_eq(ferry__sampler_init(&s, 10, 0, 1, 1, 0, 0), FERRY_OK);
   cr_assert_eq(ferry__sampler_use_shards(&s, uneven, 2, 8), FERRY_EINVAL, "14 samples in shards for 10");
   ferry__sampler_destroy(&s);

@@ -59,7 +59,7 @@ Test(loader_check, a_plan_out_of_order_or_miscounted_is_named, .timeout = 60) {
   /* Wait until two plans are in flight behind a batch the consumer has not taken. */
   for (int tries = 0; tries < 2000; tries++) {
     pthread_mutex_lock(&l->lock);
-    plan *p = l->hand.inflight_head;
+    ferry__plan *p = l->hand.inflight_head;
     if (p && p->next) {
       uint64_t end = p->end;
       p->end += 1;

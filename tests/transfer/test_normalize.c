@@ -11,7 +11,7 @@
 /* Every byte value in each channel, in an order that changes with x, y and c. */
 static uint8_t byte_at(size_t x, size_t y, int c) { return (uint8_t)(x * 37 + y * 101 + (size_t)c * 59 + 13); }
 
-static void check(size_t h, size_t w, const ferry_norm_params *p) {
+static void check(size_t h, size_t w, const ferry__norm_params *p) {
   size_t out_h = h + 1, out_w = w + 3, item = p->bf16 ? 2 : 4;
   uint8_t src[3 * 40 * 40];
   static uint8_t dst[3 * 41 * 43 * 4];
@@ -19,7 +19,7 @@ static void check(size_t h, size_t w, const ferry_norm_params *p) {
     for (size_t x = 0; x < w; x++)
       for (int c = 0; c < 3; c++) src[3 * (y * w + x) + (size_t)c] = byte_at(x, y, c);
   memset(dst, 0xAB, sizeof dst);
-  ferry__normalize_cpu(src, dst, &(ferry_norm_shape){h, w, out_h, out_w}, p);
+  ferry__normalize_cpu(src, dst, &(ferry__norm_shape){h, w, out_h, out_w}, p);
   for (int c = 0; c < 3; c++)
     for (size_t y = 0; y < out_h; y++)
       for (size_t x = 0; x < out_w; x++) {
@@ -36,7 +36,7 @@ Test(normalize, every_value_is_the_formula_s_for_every_width) {
   const float odd_mean[3] = {0.5f, 0.25f, 0.125f}, odd_std[3] = {0.3f, 0.7f, 0.11f};
   for (int bf16 = 0; bf16 < 2; bf16++)
     for (int stats = 0; stats < 2; stats++) {
-      ferry_norm_params p;
+      ferry__norm_params p;
       ferry__norm_params_init(&p, odd_mean, stats ? odd_std : (const float[3]){0, 0, 0}, bf16);
       for (size_t w = 1; w <= 40; w++) check(w % 3 + 1, w, &p);
     }

@@ -1,4 +1,5 @@
-/* coco/mask_map.h - decoding a mask straight through a nearest index map (internal).
+/* coco/rle_decode.h - what coco/rle_decode.c exports: decoding a mask straight through a
+ * nearest index map (internal).
  *
  * A mask made at an output size never exists at its source size: output pixel
  * (i, j) is source pixel (rows[i], cols[j]), where rows and cols are nearest index
@@ -7,14 +8,14 @@
  * and writes only the foreground output pixels, so the cost is O(runs + foreground
  * output pixels + the map's size).
  *
- * rle.c decodes with it (ferry_rle_decode_resized); target.c builds a map once per
+ * ferry_rle_decode_resized (rle_decode.c) decodes with it; target.c builds a map once per
  * image and decodes every mask of the image through it. Invariants the decoder
  * relies on, which ferry__mask_map_init establishes: rows is non-decreasing (no
  * vertical flip), cols is monotonic either way (a horizontal flip reverses it), and
  * every index is inside the source.
  */
-#ifndef FERRY_COCO_MASK_MAP_H
-#define FERRY_COCO_MASK_MAP_H
+#ifndef FERRY_COCO_RLE_DECODE_H
+#define FERRY_COCO_RLE_DECODE_H
 
 #include "ferry/mask.h"
 

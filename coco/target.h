@@ -1,4 +1,5 @@
-/* coco/target_at.h - targets for an image decoded at a reduced size (coco/target.c).
+/* coco/target.h - what coco/target.c exports beyond ferry/coco.h: targets for an image
+ * decoded at a reduced size.
  *
  * The loader's reduced-size JPEG decode (ferry/image.h, draft_size) makes an image of
  * source_w x source_h from one annotated at width x height; RF-DETR then moves the
@@ -11,8 +12,8 @@
  * struct_size, does not grow. Masks and keypoints are not made at a reduced size
  * (FERRY_EINVAL): RF-DETR never reduces a decode that has them.
  */
-#ifndef FERRY_COCO_TARGET_AT_H
-#define FERRY_COCO_TARGET_AT_H
+#ifndef FERRY_COCO_TARGET_H
+#define FERRY_COCO_TARGET_H
 
 #include "ferry/coco.h"
 

@@ -1,4 +1,5 @@
-/* coco/rle_internal.h - helpers shared by the RLE and polygon code (internal).
+/* coco/rle.h - what coco/rle.c exports: helpers shared by the RLE and polygon code
+ * (internal).
  *
  * rle.c defines them; polygon.c uses them to check a mask's size, allocate its runs
  * and hand them over, rle_decode.c to check what it decodes. Nothing outside those
@@ -10,8 +11,8 @@
  * passes it through ferry__rle_check_size first (merge and IoU take theirs from their
  * inputs).
  */
-#ifndef FERRY_COCO_RLE_INTERNAL_H
-#define FERRY_COCO_RLE_INTERNAL_H
+#ifndef FERRY_COCO_RLE_H
+#define FERRY_COCO_RLE_H
 
 #include "ferry/mask.h"
 
