@@ -152,5 +152,8 @@ ferry_status ferry__gpu_stage_open(ferry__fill_context *ctx, int skip_unreadable
 size_t ferry__loader_fallback_slot(int reason);
 /* Stat every image's file at open (in parallel), for the jpeg rows' sizes. */
 ferry_status ferry__gpu_stat_files(ferry__fill_context *ctx, size_t threads);
+/* The loader decodes on the CPU under AUTO: remember why (the message `st` left;
+ * gpu_fill.c, which also answers ferry_loader_decoder_note). */
+void ferry__gpu_decoder_note(struct ferry_loader *loader, ferry_status st);
 
 #endif
