@@ -35,6 +35,7 @@
 #include "lib/thread.h"
 #include "image/gpu/jpeg_stage.h"
 #include "loaders/coordinator.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
 #include "loaders/handoff.h"
 #include "loaders/workers.h"

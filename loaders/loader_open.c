@@ -38,6 +38,7 @@
 #include "lib/alloc.h"
 #include "image/gpu/nvjpeg_api.h"
 #include "loaders/baseline.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_open.h"
 #include "loaders/loader_internal.h"
 #include "loaders/coordinator.h"

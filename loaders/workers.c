@@ -33,6 +33,7 @@
 
 #include "lib/alloc.h"
 #include "lib/thread.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
 #include "loaders/handoff.h"
 #include "loaders/workers.h"

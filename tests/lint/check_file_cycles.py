@@ -32,7 +32,6 @@ SKIP_TOP = {"subprojects"}  # besides hidden folders and build folders
 # joins the files it serves into one, so that only circles through the rest are found.
 # Being edited in parallel, to be split after the merge; do not add to the list.
 JOINED = {
-    "loaders/fill.h",                 # fill.c and gpu_fill.c
     "lib/transfer/transfer_internal.h",  # transfer.c, device_batch.c, image_tensor.c, sample_name.c
     "lib/transfer/normalize.h",       # normalize.c and its kernels, normalize_cuda.cu
     "image/resize_kernels.h",         # resize.c, the kernel sets, normalize_table.c

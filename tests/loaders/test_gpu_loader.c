@@ -12,6 +12,7 @@
 #include "lib/device_internal.h"
 #include "lib/transfer/packed_copy.h"
 #include "loaders/gpu_route.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
 #include "loaders/loader_open.h"
 #include "tests/common/fake_nvjpeg.h"
