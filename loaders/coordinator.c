@@ -34,7 +34,11 @@
 #include "lib/alloc.h"
 #include "lib/thread.h"
 #include "image/gpu/jpeg_stage.h"
+#include "loaders/coordinator.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
+#include "loaders/handoff.h"
+#include "loaders/workers.h"
 #include "ferry/advanced.h"
 
 /* Per-epoch bookkeeping that only the coordinator touches. */

@@ -24,6 +24,7 @@
 #include "image/gpu/nvjpeg_table.h"
 #include "image/gpu/jpeg_stage.h"
 #include "image/resize_kernels.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/gpu_route.h"
 #include "loaders/loader_internal.h"
 

@@ -34,7 +34,9 @@
 #include <time.h>
 
 #include "lib/alloc.h"
+#include "loaders/handoff.h"
 #include "loaders/loader_internal.h"
+#include "loaders/loader_check.h"
 
 static uint64_t thread_cpu_ns(void) {
   struct timespec ts;

@@ -40,7 +40,11 @@
 #include "lib/struct_size.h"
 #include "image/gpu/jpeg_stage.h"
 #include "loaders/gpu_route.h"
+#include "loaders/loader.h"
 #include "loaders/loader_internal.h"
+#include "loaders/coordinator.h"
+#include "loaders/handoff.h"
+#include "loaders/workers.h"
 #include "ferry/advanced.h"
 
 /* ---- calls in progress, close and fork ---------------------------------------- */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "ferry_config.h"
+#include "loaders/loader_check.h"
 #include "loaders/loader_internal.h"
 
 typedef struct report {

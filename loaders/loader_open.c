@@ -38,8 +38,14 @@
 #include "lib/alloc.h"
 #include "image/gpu/nvjpeg_api.h"
 #include "loaders/baseline.h"
+#include "loaders/gpu_fill.h"
+#include "loaders/loader_open.h"
 #include "loaders/loader_internal.h"
+#include "loaders/coordinator.h"
+#include "loaders/handoff.h"
+#include "loaders/loader.h"
 #include "loaders/shard_open.h"
+#include "loaders/workers.h"
 #include "ferry/advanced.h"
 
 /* The defaults of every option this library knows. */

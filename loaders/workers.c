@@ -33,7 +33,10 @@
 
 #include "lib/alloc.h"
 #include "lib/thread.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
+#include "loaders/handoff.h"
+#include "loaders/workers.h"
 
 /* One worker thread: what it was started with, and its own wake-up. */
 typedef struct worker_slot {

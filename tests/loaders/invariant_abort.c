@@ -10,6 +10,7 @@
 
 #include "ferry/ferry.h"
 #include "ferry_config.h"
+#include "loaders/handoff.h"
 #include "loaders/loader_internal.h"
 
 int main(int argc, char **argv) {

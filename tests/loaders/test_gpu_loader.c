@@ -12,7 +12,9 @@
 #include "lib/device_internal.h"
 #include "lib/transfer/packed_copy.h"
 #include "loaders/gpu_route.h"
+#include "loaders/gpu_fill.h"
 #include "loaders/loader_internal.h"
+#include "loaders/loader_open.h"
 #include "tests/common/fake_nvjpeg.h"
 
 static uint8_t *read_whole(const char *path, size_t *len) {

@@ -7,6 +7,8 @@
 #include "ferry_config.h"
 #include "loader_fixture.h"
 #include "loaders/loader_internal.h"
+#include "loaders/handoff.h"
+#include "loaders/loader_check.h"
 
 static ferry_loader *loader_mid_epoch(ferry_batch **held) {
   ferry_loader_config c;
