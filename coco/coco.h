@@ -25,7 +25,7 @@ ferry_status ferry__coco_open_json(const char *path, const ferry_coco_options *o
  * them. */
 typedef ferry_status (*ferry__coco_annotation_fn)(void *user, json_t **annotation);
 ferry_status ferry__coco_open_stepwise(json_t *head, const json_t *annotated_ids, const char *name,
-                                       const ferry_coco_options *opts,
-                                       ferry__coco_annotation_fn next, void *user, ferry_coco **out);
+                                       const ferry_coco_options *opts, ferry__coco_annotation_fn next, void *user,
+                                       ferry_coco **out);
 
 #endif

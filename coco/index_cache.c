@@ -112,7 +112,7 @@ static ferry_status source_of_file(const char *path, ferry__index_source *out) {
 
 /* FERRY_OK when the index records the JSON as it is now; else EFORMAT saying why. */
 static ferry_status check_fresh(const ferry_coco *index, const char *index_path, const char *json_path) {
-  ferry__index_source was, now = {0};  /* now: set when source_of_file succeeds; zeroed for the compiler */
+  ferry__index_source was, now = {0}; /* now: set when source_of_file succeeds; zeroed for the compiler */
   ferry__coco_index_source_of(index, &was);
   struct stat sb;
   if (stat(json_path, &sb) != 0) return ferry__fail(FERRY_EIO, "%s: cannot open: %s", json_path, strerror(errno));

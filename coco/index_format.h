@@ -17,7 +17,7 @@
 
 #define FERRY_INDEX_MAGIC "FERRYIDX"
 #define FERRY_INDEX_MAGIC_LEN 8
-#define FERRY_INDEX_VERSION 2u  /* 2: ferry__coco_category.supercategory */
+#define FERRY_INDEX_VERSION 2u /* 2: ferry__coco_category.supercategory */
 #define FERRY_INDEX_ALIGN 64u
 /* K: a JSON's bound is its own length; an index's header could claim anything, and
  * targets allocate N x K x 3 floats, so the index format caps it (COCO-WholeBody: 133). */
@@ -35,17 +35,17 @@ typedef struct ferry__index_source {
 } ferry__index_source;
 
 typedef enum ferry__index_section_id {
-  SEC_IMAGES,        /* ferry__coco_image, "images" order */
-  SEC_CATEGORIES,    /* ferry__coco_category, "categories" order */
-  SEC_ANNS,          /* ferry__coco_ann, file order */
-  SEC_PARTS,         /* ferry__coco_part: polygon parts */
-  SEC_COORDS,        /* double: polygon vertices as parsed */
-  SEC_COUNTS,        /* uint32_t: uncompressed RLE runs */
-  SEC_KEYPOINTS,     /* float: x, y, v triplets */
-  SEC_STRINGS,       /* char: NUL-terminated strings, "" at offset 0 */
-  SEC_IMAGE_IDS,     /* ferry__coco_id_entry: image id -> position, sorted */
-  SEC_CATEGORY_IDS,  /* ferry__coco_id_entry: category id -> position, sorted */
-  SEC_IMAGE_ANNS,    /* size_t: annotation positions grouped by image */
+  SEC_IMAGES,       /* ferry__coco_image, "images" order */
+  SEC_CATEGORIES,   /* ferry__coco_category, "categories" order */
+  SEC_ANNS,         /* ferry__coco_ann, file order */
+  SEC_PARTS,        /* ferry__coco_part: polygon parts */
+  SEC_COORDS,       /* double: polygon vertices as parsed */
+  SEC_COUNTS,       /* uint32_t: uncompressed RLE runs */
+  SEC_KEYPOINTS,    /* float: x, y, v triplets */
+  SEC_STRINGS,      /* char: NUL-terminated strings, "" at offset 0 */
+  SEC_IMAGE_IDS,    /* ferry__coco_id_entry: image id -> position, sorted */
+  SEC_CATEGORY_IDS, /* ferry__coco_id_entry: category id -> position, sorted */
+  SEC_IMAGE_ANNS,   /* size_t: annotation positions grouped by image */
   SEC_COUNT
 } ferry__index_section_id;
 
@@ -76,8 +76,9 @@ typedef struct ferry__index_header {
 _Static_assert(sizeof(void *) == 8 && sizeof(size_t) == 8, "the index format needs a 64-bit machine");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the index format is little-endian");
 _Static_assert(sizeof(ferry__index_header) % 8 == 0, "index header size");
-_Static_assert(sizeof(ferry__coco_image) == 48 && sizeof(ferry__coco_category) == 32 && sizeof(ferry__coco_part) == 16 &&
-                   sizeof(ferry__coco_id_entry) == 16 && sizeof(ferry__coco_ann) == 168,
+_Static_assert(sizeof(ferry__coco_image) == 48 && sizeof(ferry__coco_category) == 32 &&
+                   sizeof(ferry__coco_part) == 16 && sizeof(ferry__coco_id_entry) == 16 &&
+                   sizeof(ferry__coco_ann) == 168,
                "a record changed size: bump FERRY_INDEX_VERSION and update docs/coco.md");
 
 /* Bytes per element of each section, as this reader and writer lay them out. */
@@ -91,7 +92,8 @@ static inline uint32_t ferry__index_elem_size(ferry__index_section_id id) {
     case SEC_COUNTS: return sizeof(uint32_t);
     case SEC_KEYPOINTS: return sizeof(float);
     case SEC_STRINGS: return 1;
-    case SEC_IMAGE_IDS: case SEC_CATEGORY_IDS: return sizeof(ferry__coco_id_entry);
+    case SEC_IMAGE_IDS:
+    case SEC_CATEGORY_IDS: return sizeof(ferry__coco_id_entry);
     case SEC_IMAGE_ANNS: return sizeof(size_t);
     case SEC_COUNT: break;
   }

@@ -159,7 +159,8 @@ static ferry_status check_categories(const ferry_coco *coco) {
 }
 
 /* An id table: sorted, each entry the id of the element it names, every element once. */
-static ferry_status check_id_table(const ferry_coco *coco, const ferry__coco_id_entry *t, const ferry__coco_vec *elems, const char *what) {
+static ferry_status check_id_table(const ferry_coco *coco, const ferry__coco_id_entry *t, const ferry__coco_vec *elems,
+                                   const char *what) {
   size_t n = elems->n;
   unsigned char *seen = ferry__calloc(n ? n : 1, 1);
   if (!seen) return ferry__fail(FERRY_ENOMEM, "%s: out of memory checking the index", coco->name);
@@ -255,7 +256,8 @@ static int checked_at_open(unsigned id) {
   return id != SEC_COORDS && id != SEC_COUNTS && id != SEC_KEYPOINTS && id != SEC_STRINGS;
 }
 
-static ferry_status verify_sections(const char *name, const unsigned char *base, const ferry__index_header *h, int all) {
+static ferry_status verify_sections(const char *name, const unsigned char *base, const ferry__index_header *h,
+                                    int all) {
   for (unsigned id = 0; id < SEC_COUNT; id++) {
     const ferry__index_section *s = &h->sections[id];
     if ((!all && !checked_at_open(id)) || !CHECKSUMS_ENFORCED) continue;
@@ -380,8 +382,8 @@ static ferry_status load_file(const char *path, unsigned flags, void **bytes, si
   if (fstat(fd, &sb) != 0) st = ferry__fail(FERRY_EIO, "%s: cannot stat: %s", path, strerror(errno));
   if (st == FERRY_OK && (flags & FERRY__INDEX_CACHED)) st = check_cache_owner(path, &sb);
   if (st == FERRY_OK && sb.st_size < (off_t)sizeof(ferry__index_header))
-    st = ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)", path,
-                    (long long)sb.st_size, sizeof(ferry__index_header));
+    st = ferry__fail(FERRY_EFORMAT, "%s: not a valid ferry index: truncated (%lld bytes, the header alone is %zu)",
+                     path, (long long)sb.st_size, sizeof(ferry__index_header));
   *mapped = st == FERRY_OK && file_sealed(&sb);
   if (st == FERRY_OK && *mapped) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);

@@ -21,8 +21,7 @@ ferry_status ferry__coco_index_file_sniff(const char *path, int *is_index);
  * or root and writable by no one else (else FERRY_EIO naming it). */
 #define FERRY__INDEX_CACHED 1u
 /* Take (map a sealed file, else copy) and check the index at path. */
-ferry_status ferry__coco_index_open(const char *path, unsigned flags, const ferry_coco_options *opts,
-                                    ferry_coco **out);
+ferry_status ferry__coco_index_open(const char *path, unsigned flags, const ferry_coco_options *opts, ferry_coco **out);
 /* The same from bytes (copied). */
 ferry_status ferry__coco_index_open_buffer(const void *data, size_t len, const char *name,
                                            const ferry_coco_options *opts, ferry_coco **out);

@@ -84,7 +84,7 @@ static void copy_anns(const ferry_coco *coco, char *dst) {
 
 /* The whole index of coco as bytes (ferry__malloc'd), recording `source`. */
 static ferry_status index_serialize(const ferry_coco *coco, const ferry__index_source *source, char **data,
-                                   size_t *len) {
+                                    size_t *len) {
   if (coco->num_keypoints > FERRY_INDEX_MAX_KEYPOINTS)
     return ferry__fail(FERRY_ELIMIT, "%s: %zu keypoints per instance, over the index format's %u", coco->name,
                       coco->num_keypoints, FERRY_INDEX_MAX_KEYPOINTS);
@@ -112,7 +112,8 @@ static ferry_status index_serialize(const ferry_coco *coco, const ferry__index_s
     if (id == SEC_ANNS) copy_anns(coco, out + h.sections[id].offset);
     else if (count) memcpy(out + h.sections[id].offset, src, count * h.sections[id].elem_size);
   }
-  h.sections[SEC_ANNS].checksum = ferry__hash64(out + h.sections[SEC_ANNS].offset, coco->anns.n * sizeof(ferry__coco_ann), 0);
+  h.sections[SEC_ANNS].checksum =
+      ferry__hash64(out + h.sections[SEC_ANNS].offset, coco->anns.n * sizeof(ferry__coco_ann), 0);
   h.checksum = ferry__hash64(&h, offsetof(ferry__index_header, checksum), 0);
   memcpy(out, &h, sizeof h);
   *data = out;
@@ -228,7 +229,7 @@ static ferry_status parse_for_index(const char *json_path, ferry__index_source *
 
 ferry_status ferry__coco_index_build_file(const char *json_path, const char *index_path, int *json_failed) {
   int own = 0;
-  ferry__index_source source = {0};  /* set when the parse succeeds; zeroed for the compiler */
+  ferry__index_source source = {0}; /* set when the parse succeeds; zeroed for the compiler */
   ferry_coco *coco = NULL;
   ferry_status st = parse_for_index(json_path, &source, &coco, &own);
   /* Out of memory is not the JSON's fault: the plain open may need less. */

@@ -413,9 +413,8 @@ static ferry_status image_element(const parser *p, const json_t *obj, const char
 
 /* Parse every element of top-level `array` into `vec` (a faulty element is reported
  * and skipped when the options allow it), then index the elements by id. */
-static ferry_status parse_id_array(const parser *p, const char *array, int required,
-                                   element_parser parse, ferry__coco_vec *vec, size_t id_offset,
-                                   ferry__coco_id_entry **ids) {
+static ferry_status parse_id_array(const parser *p, const char *array, int required, element_parser parse,
+                                   ferry__coco_vec *vec, size_t id_offset, ferry__coco_id_entry **ids) {
   ferry_status st;
   const json_t *arr = top_array(p, array, required, &st);
   if (st < 0 && (st = element_problem(p, st)) < 0) return st;
@@ -423,7 +422,10 @@ static ferry_status parse_id_array(const parser *p, const char *array, int requi
   for (size_t i = 0; arr && i < json_array_size(arr); i++) {
     char elem[PATH_MAX_LEN];
     snprintf(elem, sizeof elem, "%s[%zu]", array, i);
-    union { ferry__coco_category category; ferry__coco_image image; } value;
+    union {
+      ferry__coco_category category;
+      ferry__coco_image image;
+    } value;
     st = parse(p, json_array_get(arr, i), elem, &value);
     if (st == FERRY_OK) {
       if ((st = ferry__coco_vec_push(vec, &value)) == FERRY_OK) st = ferry__coco_vec_push(&json_pos, &i);

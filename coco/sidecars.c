@@ -23,18 +23,18 @@
 struct ferry__sidecars {
   const char *spec;
   json_t *images;
-  size_t num, cap;            /* samples added; the arrays' room */
-  size_t *ann_first;          /* each sample's first annotation over the split */
-  size_t *counts;             /* its annotations */
+  size_t num, cap;   /* samples added; the arrays' room */
+  size_t *ann_first; /* each sample's first annotation over the split */
+  size_t *counts;    /* its annotations */
   uint8_t *problem;
   size_t num_annotations;
-  int64_t *category_ids;      /* every annotation's category_id (a split without categories) */
+  int64_t *category_ids; /* every annotation's category_id (a split without categories) */
   size_t num_category_ids, category_cap;
   int64_t max_id;
   int any_id;
-  int pending;                /* read, not yet added: */
+  int pending; /* read, not yet added: */
   int64_t pending_id;
-  json_t *pending_name;       /* its file_name, or NULL */
+  json_t *pending_name; /* its file_name, or NULL */
   size_t pending_count;
 };
 
@@ -89,8 +89,10 @@ static ferry_status parse_sidecar(const char *shard, const char *member, const c
   json_t *list = json_object_get(doc, "annotations");
   ferry_status st = FERRY_OK;
   if (!json_is_integer(image_id) || (name && !json_is_string(name)) || !json_is_array(list))
-    st = ferry__fail(FERRY_EFORMAT, "%s: member '%s': a sidecar is an object with an integer \"image_id\", a "
-                     "string \"file_name\" and an array \"annotations\"", shard, member);
+    st = ferry__fail(FERRY_EFORMAT,
+                     "%s: member '%s': a sidecar is an object with an integer \"image_id\", a "
+                     "string \"file_name\" and an array \"annotations\"",
+                     shard, member);
   if (st == FERRY_OK) *id = json_integer_value(image_id);
   if (st == FERRY_OK) st = own_image_ids(shard, member, list, *id);
   if (st == FERRY_OK) {
@@ -126,7 +128,7 @@ ferry_status ferry__sidecars_read(ferry__sidecars *b, const char *shard, const c
   json_t *anns = NULL;
   ferry_status st = parse_sidecar(shard, member, bytes, len, &b->pending_id, &b->pending_name, &anns);
   if (st == FERRY_OK) st = note_categories(b, anns);
-  b->pending = st == FERRY_OK || b->pending_name;  /* its file name names the entry even if a later step fails */
+  b->pending = st == FERRY_OK || b->pending_name; /* its file name names the entry even if a later step fails */
   b->pending_count = json_array_size(anns);
   json_decref(anns);
   return st;
@@ -141,7 +143,8 @@ static ferry_status grow(ferry__sidecars *b) {
   if (counts) b->counts = counts;
   uint8_t *problem = ferry__realloc(b->problem, cap);
   if (problem) b->problem = problem;
-  if (!first || !counts || !problem) return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu samples", b->spec, cap);
+  if (!first || !counts || !problem)
+    return ferry__fail(FERRY_ENOMEM, "%s: out of memory for %zu samples", b->spec, cap);
   b->cap = cap;
   return FERRY_OK;
 }
@@ -171,8 +174,8 @@ ferry_status ferry__sidecars_add(ferry__sidecars *b, const char *member, int pro
    * fail: nothing is left to free here. */
   json_t *img = file_name ? json_pack("{s:o, s:I, s:i, s:i}", "file_name", file_name, "id", (json_int_t)id, "width",
                                       width, "height", height)
-                          : json_pack("{s:s, s:I, s:i, s:i}", "file_name", member, "id", (json_int_t)id, "width",
-                                      width, "height", height);
+                          : json_pack("{s:s, s:I, s:i, s:i}", "file_name", member, "id", (json_int_t)id, "width", width,
+                                      "height", height);
   return json_array_append_new(b->images, img) != 0 ? ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec)
                                                     : FERRY_OK;
 }
@@ -214,9 +217,9 @@ typedef struct annotation_stream {
   ferry__sidecars *b;
   ferry__sidecar_reread_fn reread;
   void *user;
-  size_t sample;            /* the next sample to read */
-  json_t *anns;             /* the current sample's annotations */
-  size_t k;                 /* the next of them */
+  size_t sample; /* the next sample to read */
+  json_t *anns;  /* the current sample's annotations */
+  size_t k;      /* the next of them */
 } annotation_stream;
 
 /* The sidecar of `sample`, read again: its annotations, as the first reading saw them. */
@@ -253,8 +256,7 @@ static ferry_status next_annotation(void *user, json_t **out) {
 
 /* A message parse.c gave about "images[i]" or "annotations[i]" of the built object,
  * with the sample it came from. */
-static ferry_status name_element(const ferry__sidecars *b, ferry__sidecar_name_fn name, void *user,
-                                 ferry_status st) {
+static ferry_status name_element(const ferry__sidecars *b, ferry__sidecar_name_fn name, void *user, ferry_status st) {
   const char *msg = ferry_last_error();
   const char *at = strstr(msg, ": images["), *ann = strstr(msg, ": annotations[");
   size_t i = 0, sample = SIZE_MAX;
@@ -300,7 +302,8 @@ ferry_status ferry__sidecars_finish(ferry__sidecars *b, const ferry__sidecar_lab
                          json_object_set(head, "images", b->images)))
     st = ferry__fail(FERRY_ENOMEM, "%s: out of memory", b->spec);
   annotation_stream stream = {.b = b, .reread = reread, .user = user};
-  if (st == FERRY_OK && (st = ferry__coco_open_stepwise(head, annotated, b->spec, &o, next_annotation, &stream, coco)) < 0)
+  if (st == FERRY_OK &&
+      (st = ferry__coco_open_stepwise(head, annotated, b->spec, &o, next_annotation, &stream, coco)) < 0)
     st = name_element(b, name, user, st);
   json_decref(stream.anns);
   json_decref(categories);

@@ -114,8 +114,8 @@ void ferry_coco_close(ferry_coco *coco) {
     if (coco->backing_mapped) munmap(coco->backing, coco->backing_len);
     else ferry__free(coco->backing);
   } else {
-    ferry__coco_vec *vecs[] = {&coco->images, &coco->categories, &coco->anns, &coco->parts,
-                        &coco->coords, &coco->counts, &coco->keypoints, &coco->strings};
+    ferry__coco_vec *vecs[] = {&coco->images, &coco->categories, &coco->anns,      &coco->parts,
+                               &coco->coords, &coco->counts,     &coco->keypoints, &coco->strings};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) ferry__coco_vec_free(vecs[i]);
     ferry__free(coco->image_ids);
     ferry__free(coco->category_ids);

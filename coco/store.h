@@ -25,9 +25,9 @@
  * stores them as they are, and an index-backed ferry_coco points into the mapping. */
 typedef struct ferry__coco_image {
   int64_t id;
-  uint64_t file_name;     /* offset in ferry_coco.strings (0: "") */
+  uint64_t file_name; /* offset in ferry_coco.strings (0: "") */
   int64_t width, height;
-  size_t first_ann, num_anns;  /* slice of ferry_coco.image_anns */
+  size_t first_ann, num_anns; /* slice of ferry_coco.image_anns */
 } ferry__coco_image;
 
 typedef struct ferry__coco_category {
@@ -40,16 +40,16 @@ typedef struct ferry__coco_category {
 
 typedef struct ferry__coco_ann {
   ferry_coco_annotation pub;
-  uint32_t seg_h, seg_w;      /* the RLE dict's own "size" */
-  size_t seg_first;           /* polygons: first part in ferry_coco.parts; counts: offset in .counts */
-  size_t seg_len;             /* counts: number of runs; string: bytes */
-  uint64_t rle_string;        /* compressed counts: offset in ferry_coco.strings */
-  size_t kp_first;            /* offset of its keypoints in ferry_coco.keypoints (3 floats each) */
+  uint32_t seg_h, seg_w; /* the RLE dict's own "size" */
+  size_t seg_first;      /* polygons: first part in ferry_coco.parts; counts: offset in .counts */
+  size_t seg_len;        /* counts: number of runs; string: bytes */
+  uint64_t rle_string;   /* compressed counts: offset in ferry_coco.strings */
+  size_t kp_first;       /* offset of its keypoints in ferry_coco.keypoints (3 floats each) */
 } ferry__coco_ann;
 
 typedef struct ferry__coco_part {
-  size_t first;   /* offset in ferry_coco.coords */
-  size_t k;       /* vertices (an odd trailing number already dropped) */
+  size_t first; /* offset in ferry_coco.coords */
+  size_t k;     /* vertices (an odd trailing number already dropped) */
 } ferry__coco_part;
 
 /* An id -> position table, sorted by id for binary search. */
@@ -66,24 +66,24 @@ typedef struct ferry__coco_vec {
 
 struct ferry_coco {
   char *name;
-  json_t *root;                /* the JSON tree while parsing; released after */
-  void *backing;               /* an index's bytes: a mapping (backing_mapped) or a copy */
+  json_t *root;  /* the JSON tree while parsing; released after */
+  void *backing; /* an index's bytes: a mapping (backing_mapped) or a copy */
   size_t backing_len;
   int backing_mapped;
   ferry_coco_options opts;
   int result_list;
-  int any_category_id;         /* some annotation gives a category_id */
-  ferry__coco_vec images;             /* ferry__coco_image */
-  ferry__coco_vec categories;         /* ferry__coco_category */
-  ferry__coco_vec anns;               /* ferry__coco_ann, file order */
-  ferry__coco_vec parts;              /* ferry__coco_part */
-  ferry__coco_vec coords;             /* double */
-  ferry__coco_vec counts;             /* uint32_t */
-  ferry__coco_vec keypoints;          /* float */
-  ferry__coco_vec strings;            /* char: NUL-terminated strings, "" at offset 0 */
-  ferry__coco_id_entry *image_ids, *category_ids;  /* sorted */
-  size_t *image_anns;          /* annotation indices grouped by image, file order within */
-  size_t num_keypoints;        /* K */
+  int any_category_id;                            /* some annotation gives a category_id */
+  ferry__coco_vec images;                         /* ferry__coco_image */
+  ferry__coco_vec categories;                     /* ferry__coco_category */
+  ferry__coco_vec anns;                           /* ferry__coco_ann, file order */
+  ferry__coco_vec parts;                          /* ferry__coco_part */
+  ferry__coco_vec coords;                         /* double */
+  ferry__coco_vec counts;                         /* uint32_t */
+  ferry__coco_vec keypoints;                      /* float */
+  ferry__coco_vec strings;                        /* char: NUL-terminated strings, "" at offset 0 */
+  ferry__coco_id_entry *image_ids, *category_ids; /* sorted */
+  size_t *image_anns;                             /* annotation indices grouped by image, file order within */
+  size_t num_keypoints;                           /* K */
   /* FERRY_CATEGORIES_RFDETR: the label of each category (categories order), -1 for
    * one the rule drops; set last by every open (coco/categories.c). NULL otherwise. */
   int64_t *category_labels;

@@ -133,8 +133,8 @@ ferry_status ferry_coco_target_count(const ferry_coco *coco, size_t index, const
 
 /* The annotation's mask through the image's map into dst; all zero without a
  * segmentation. */
-static ferry_status write_mask(const ferry_coco *coco, const ferry__coco_image *img, const ferry__coco_ann *ann, uint8_t *dst,
-                               const ferry__mask_map *map) {
+static ferry_status write_mask(const ferry_coco *coco, const ferry__coco_image *img, const ferry__coco_ann *ann,
+                               uint8_t *dst, const ferry__mask_map *map) {
   size_t n = (size_t)map->dst_h * map->dst_w;
   if (ann->pub.segm == FERRY_SEGM_NONE) {
     memset(dst, 0, n);

@@ -329,8 +329,13 @@ ferry_status ferry__augment_pixels(ferry_decoder *d, const int32_t *rec, const u
   if (!rec[FERRY_AUGMENT_BRANCH])
     return ferry__image_resize_view(k, d, src, (size_t)src_w * 3, src_w, src_h, &last, layout, dst);
   int ch = rec[FERRY_AUGMENT_CROP_H], cw = rec[FERRY_AUGMENT_CROP_W];
-  ferry__resize_view crop = {rec[FERRY_AUGMENT_RESIZE_W], rec[FERRY_AUGMENT_RESIZE_H], rec[FERRY_AUGMENT_CROP_LEFT],
-                            rec[FERRY_AUGMENT_CROP_TOP], cw, ch, 0};
+  ferry__resize_view crop = {rec[FERRY_AUGMENT_RESIZE_W],
+                             rec[FERRY_AUGMENT_RESIZE_H],
+                             rec[FERRY_AUGMENT_CROP_LEFT],
+                             rec[FERRY_AUGMENT_CROP_TOP],
+                             cw,
+                             ch,
+                             0};
   ferry_status st = ferry__scratch_reserve(&d->augment, (size_t)ch * cw * 3, "augment");
   if (st == FERRY_OK)
     st = ferry__image_resize_view(k, d, src, (size_t)src_w * 3, src_w, src_h, &crop, FERRY_LAYOUT_U8_HWC,

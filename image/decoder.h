@@ -22,17 +22,17 @@
 
 struct ferry__jpeg_entropy;
 struct ferry_decoder {
-  void *tj;               /* TurboJPEG decompressor handle */
+  void *tj;                            /* TurboJPEG decompressor handle */
   struct ferry__jpeg_entropy *entropy; /* jpeg_entropy.c's state (NULL: not built) */
-  ferry__scratch file;     /* the bytes of the file being decoded */
-  ferry__scratch pixels;   /* the decoded RGB8 image */
-  ferry__scratch aux;      /* CMYK samples; the EXIF-rotated image */
-  ferry__scratch rows;     /* resize: horizontally resampled rows */
-  ferry__scratch taps;     /* resize: filter bounds and weights */
-  int taps_shape[9];      /* width, height and the view (resize_kernels.h) the filters in taps are for (0: none) */
-  ferry__scratch plan;     /* resize: the horizontal kernel's plan (resize_kernels.h) */
-  ferry__scratch augment;  /* augment.c: branch B's resized image, before its crop */
-  int plan_shape[5];      /* width, full_w, x, w, mirror: the columns the plan is for */
+  ferry__scratch file;                 /* the bytes of the file being decoded */
+  ferry__scratch pixels;               /* the decoded RGB8 image */
+  ferry__scratch aux;                  /* CMYK samples; the EXIF-rotated image */
+  ferry__scratch rows;                 /* resize: horizontally resampled rows */
+  ferry__scratch taps;                 /* resize: filter bounds and weights */
+  int taps_shape[9];        /* width, height and the view (resize_kernels.h) the filters in taps are for (0: none) */
+  ferry__scratch plan;      /* resize: the horizontal kernel's plan (resize_kernels.h) */
+  ferry__scratch augment;   /* augment.c: branch B's resized image, before its crop */
+  int plan_shape[5];        /* width, full_w, x, w, mirror: the columns the plan is for */
   const void *plan_kernels; /* the kernel set that laid it out (NULL: none) */
 };
 

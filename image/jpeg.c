@@ -112,8 +112,7 @@ static void note_exif(const uint8_t *seg, size_t seg_len, ferry__jpeg_info *info
   info->exif_len = seg_len - 6;
 }
 
-ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
-                               ferry__jpeg_info *info) {
+ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name, ferry__jpeg_info *info) {
   memset(info, 0, sizeof *info);
   /* past SOI (the caller checked the signature) */
   size_t pos = 2;
@@ -248,7 +247,7 @@ static ferry_status decode_rgb(ferry_decoder *d, const uint8_t *data, size_t len
 }
 
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                               const ferry__decode_request *req, ferry__decoded *out) {
+                                const ferry__decode_request *req, ferry__decoded *out) {
   ferry__jpeg_info hdr;
   ferry_status st = ferry__jpeg_header(data, len, name, &hdr);
   if (st == FERRY_EAGAIN)

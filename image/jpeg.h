@@ -20,10 +20,9 @@ typedef struct ferry__jpeg_info {
   const uint8_t *exif; /* APP1 "Exif" payload (TIFF structure), NULL if none */
   size_t exif_len;
 } ferry__jpeg_info;
-ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name,
-                               ferry__jpeg_info *info);
+ferry_status ferry__jpeg_header(const uint8_t *data, size_t len, const char *name, ferry__jpeg_info *info);
 ferry_status ferry__jpeg_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                               const ferry__decode_request *req, ferry__decoded *out);
+                                const ferry__decode_request *req, ferry__decoded *out);
 void *ferry__jpeg_handle_open(void);
 void ferry__jpeg_handle_close(void *tj);
 

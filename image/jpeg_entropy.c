@@ -82,7 +82,7 @@ struct ferry__jpeg_entropy {
   struct jpeg_decompress_struct cinfo; /* made anew for every file */
   int created;                         /* cinfo holds a decompressor to destroy */
   error_trap err;
-  ferry__scratch scan;      /* the scan's bytes, unstuffed, then PAD zeros */
+  ferry__scratch scan;     /* the scan's bytes, unstuffed, then PAD zeros */
   size_t scan_len;         /* bytes of data in scan */
   const uint8_t *resume;   /* where libjpeg reads on after the scan (its marker) */
   bit_reader br;
@@ -360,9 +360,9 @@ static void read_rows(ferry__jpeg_entropy *e, uint8_t *rgb, int width) {
 
 /* The decode, with libjpeg's errors landing in ferry__jpeg_entropy_decode's setjmp.
  * Not inlined there, so none of its locals lives in the frame that longjmp returns to. */
-static __attribute__((noinline)) ferry_status decode_trapped(ferry__jpeg_entropy *e, const uint8_t *data,
-                                                             size_t len, const char *name, uint8_t *rgb,
-                                                             int width, int height, int scale_denom) {
+static __attribute__((noinline)) ferry_status decode_trapped(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
+                                                             const char *name, uint8_t *rgb, int width, int height,
+                                                             int scale_denom) {
   j_decompress_ptr c = &e->cinfo;
   ferry_status st = FERRY_EAGAIN;
   jpeg_mem_src(c, data, (unsigned long)len);
@@ -386,8 +386,8 @@ decline:
 /* A new decompressor for every file: libjpeg keeps the tables a file defines for the
  * next one (abbreviated streams), and a file without its own must fail as it does in
  * Pillow, not borrow the previous file's (jpeg.c renews TurboJPEG's handle alike). */
-ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len, const char *name,
+                                        uint8_t *rgb, int width, int height, int scale_denom) {
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) return FERRY_EAGAIN;
   e->err.warnings = 0;
   if (setjmp(e->err.jump)) { /* a libjpeg error: TurboJPEG will say what it is */
@@ -433,8 +433,8 @@ void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e) {
 int ferry__jpeg_entropy_available(void) { return 0; }
 ferry__jpeg_entropy *ferry__jpeg_entropy_open(void) { return NULL; }
 void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e) { (void)e; }
-ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom) {
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len, const char *name,
+                                        uint8_t *rgb, int width, int height, int scale_denom) {
   (void)e, (void)data, (void)len, (void)name, (void)rgb, (void)width, (void)height, (void)scale_denom;
   return FERRY_EAGAIN;
 }

@@ -40,7 +40,7 @@ void ferry__jpeg_entropy_close(ferry__jpeg_entropy *e);
  * height must be that size: ceil(side / scale_denom)) into rgb (3 * width * height bytes).
  * FERRY_OK: done, TurboJPEG's pixels. FERRY_EAGAIN: declined, rgb's contents are
  * undefined; decode with TurboJPEG. FERRY_ENOMEM (with a message naming `name`). */
-ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len,
-                                        const char *name, uint8_t *rgb, int width, int height, int scale_denom);
+ferry_status ferry__jpeg_entropy_decode(ferry__jpeg_entropy *e, const uint8_t *data, size_t len, const char *name,
+                                        uint8_t *rgb, int width, int height, int scale_denom);
 
 #endif

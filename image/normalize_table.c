@@ -67,8 +67,8 @@ const ferry__resize_norm *ferry__resize_imagenet_norm(void) {
 
 /* HWC bytes in, three CHW planes out: plane c starts plane_stride floats after
  * plane c-1 (R*R for an image, the planes of one output row at a time). */
-void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
-                                     float *dst, size_t plane_stride) {
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm, float *dst,
+                                      size_t plane_stride) {
   for (int c = 0; c < 3; c++)
     for (size_t x = 0; x < n; x++) dst[c * plane_stride + x] = norm->lut[c][rgb[3 * x + c]];
 }

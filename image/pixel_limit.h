@@ -8,7 +8,6 @@
 #include "ferry/image.h"
 
 /* FERRY_ELIMIT when width*height exceeds opts->max_pixels (0: no limit). */
-ferry_status ferry__image_check_limit(const char *name, int width, int height,
-                                     const ferry_image_options *opts);
+ferry_status ferry__image_check_limit(const char *name, int width, int height, const ferry_image_options *opts);
 
 #endif

@@ -134,9 +134,8 @@ static int exif_orientation_of(png_structp png, png_infop info) {
 }
 
 /* Everything between png_read_info and the last row; runs under setjmp. */
-static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop info,
-                                const char *name, const ferry__decode_request *req,
-                                ferry__decoded *out) {
+static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop info, const char *name,
+                                const ferry__decode_request *req, ferry__decoded *out) {
   png_read_info(png, info);
   int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
   ferry_status st = ferry__image_check_limit(name, w, h, req->opts);
@@ -167,8 +166,7 @@ static ferry_status decode_rows(ferry_decoder *d, png_structp png, png_infop inf
   return FERRY_OK;
 }
 
-static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info,
-                               png_source *src, const char *name,
+static ferry_status run_decode(ferry_decoder *d, png_structp png, png_infop info, png_source *src, const char *name,
                                const ferry__decode_request *req, ferry__decoded *out) {
   /* Locals changed after setjmp are volatile so a longjmp cannot lose them. */
   volatile ferry_status st = FERRY_OK;
@@ -204,7 +202,7 @@ static ferry_status check_chunk_lengths(const uint8_t *data, size_t len, const c
 }
 
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                              const ferry__decode_request *req, ferry__decoded *out) {
+                               const ferry__decode_request *req, ferry__decoded *out) {
   ferry_status checked = check_chunk_lengths(data, len, name);
   if (checked < 0) return checked;
   /* src outlives every callback: it is on this frame, which the jump back into

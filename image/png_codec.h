@@ -14,9 +14,8 @@
 #include "image/decoder.h"
 
 int ferry__png_signature(const uint8_t *data, size_t len);
-ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width,
-                              int *height);
+ferry_status ferry__png_header(const uint8_t *data, size_t len, const char *name, int *width, int *height);
 ferry_status ferry__png_decode(ferry_decoder *d, const uint8_t *data, size_t len, const char *name,
-                              const ferry__decode_request *req, ferry__decoded *out);
+                               const ferry__decode_request *req, ferry__decoded *out);
 
 #endif

@@ -184,10 +184,9 @@ static void horizontal_portable(const uint8_t *in, size_t in_stride, int rows, i
 
 /* A short last block repeats its last row rather than reading past the image; only
  * its `n` real rows are written back. */
-void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in,
-                                    size_t in_stride, int rows, int in_w,
-                                    const axis_taps *h, int out_w, uint8_t *out,
-                                    size_t out_stride, void *scratch) {
+void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in, size_t in_stride, int rows,
+                                     int in_w, const axis_taps *h, int out_w, uint8_t *out, size_t out_stride,
+                                     void *scratch) {
   size_t in_bytes = (size_t)in_w * 3;
   uint8_t *words = scratch, *out_words = words + in_bytes * (size_t)ops->rows;
   for (int y = 0; y < rows; y += ops->rows) {
@@ -209,8 +208,8 @@ static void vertical_portable(const uint8_t *rows, size_t stride, const int32_t 
   }
 }
 
-const ferry__resize_kernels ferry__resize_portable = {horizontal_portable, vertical_portable,
-                                                    ferry__resize_normalize_portable, 1, NULL, NULL};
+const ferry__resize_kernels ferry__resize_portable = {
+    horizontal_portable, vertical_portable, ferry__resize_normalize_portable, 1, NULL, NULL};
 
 /* Most capable first; each set needs every feature its file is compiled for (the
  * build leaves out a set its compiler cannot make). Asked on every resize: the
@@ -420,8 +419,8 @@ static scratch_plan plan_scratch(int width, int height, const ferry__resize_view
 /* The kernel set's plan for the horizontal filter h (resize_kernels.h), kept in
  * the decoder and laid out again only when the shape, the view's columns or the set
  * changes. */
-static ferry_status horizontal_plan(const ferry__resize_kernels *k, ferry_decoder *d, const axis_taps *h,
-                                    int width, const ferry__resize_view *v, const void **plan) {
+static ferry_status horizontal_plan(const ferry__resize_kernels *k, ferry_decoder *d, const axis_taps *h, int width,
+                                    const ferry__resize_view *v, const void **plan) {
   *plan = NULL;
   if (!k->plan_horizontal) return FERRY_OK;
   int size = v->w;
@@ -454,8 +453,8 @@ static void view_taps(ferry_decoder *d, uint8_t *mem, const scratch_plan *parts,
 }
 
 ferry_status ferry__image_resize_view(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, const ferry__resize_view *view,
-                                     ferry_image_layout layout, void *dst) {
+                                      size_t src_stride, int width, int height, const ferry__resize_view *view,
+                                      ferry_image_layout layout, void *dst) {
   ferry_status st = check_resize_args(src, width, height, view, layout, dst);
   if (st < 0) return st;
   int out_w = view->w, out_h = view->h;
@@ -503,15 +502,14 @@ ferry_status ferry__image_resize_view(const ferry__resize_kernels *k, ferry_deco
 }
 
 ferry_status ferry__image_resize_rect(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, int out_w, int out_h,
-                                     ferry_image_layout layout, void *dst) {
+                                      size_t src_stride, int width, int height, int out_w, int out_h,
+                                      ferry_image_layout layout, void *dst) {
   ferry__resize_view whole = {out_w, out_h, 0, 0, out_w, out_h, 0};
   return ferry__image_resize_view(k, d, src, src_stride, width, height, &whole, layout, dst);
 }
 
-ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d,
-                                     const uint8_t *src, int width, int height, int size,
-                                     ferry_image_layout layout, void *dst) {
+ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src, int width,
+                                      int height, int size, ferry_image_layout layout, void *dst) {
   return ferry__image_resize_rect(k, d, src, (size_t)width * 3, width, height, size, size, layout, dst);
 }
 

@@ -150,9 +150,8 @@ static void convolve_block(const void *words, const ferry__resize_axis *h, int o
 static const ferry__resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
 
 /* `plan` is unused: this set has no plan_horizontal. */
-static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                            const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                            void *scratch, const void *plan) {
+static void horizontal_avx2(const uint8_t *in, size_t in_stride, int rows, int in_w, const ferry__resize_axis *h,
+                            int out_w, uint8_t *out, size_t out_stride, void *scratch, const void *plan) {
   ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
@@ -225,8 +224,8 @@ static __m256 divide_by_fma(__m256 a, __m256 b, __m256 recip) {
  * planes are 32-byte aligned the stores are non-temporal (about 2.5x faster into
  * cold memory, the same into warm). They are ordered by ferry__resize_drain_avx2,
  * once per image; a fence per row would wait on every row's writes. */
-void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
-                                 float *dst, size_t plane_stride) {
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm, float *dst,
+                                  size_t plane_stride) {
   size_t vec = n & ~(size_t)7;
   int stream = (((uintptr_t)dst | plane_stride * sizeof(float)) & 31) == 0;
   const __m256 r255 = _mm256_set1_ps(norm->recip255);
@@ -257,6 +256,5 @@ void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__res
  * sfence puts them before every store that follows it. */
 void ferry__resize_drain_avx2(void) { _mm_sfence(); }
 
-const ferry__resize_kernels ferry__resize_avx2 = {horizontal_avx2, vertical_avx2,
-                                                ferry__resize_normalize_avx2, ROWS, NULL,
-                                                ferry__resize_drain_avx2};
+const ferry__resize_kernels ferry__resize_avx2 = {
+    horizontal_avx2, vertical_avx2, ferry__resize_normalize_avx2, ROWS, NULL, ferry__resize_drain_avx2};

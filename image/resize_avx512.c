@@ -117,9 +117,8 @@ static void convolve_block(const void *words, const ferry__resize_axis *h, int o
 
 static const ferry__resize_block_ops blocks = {ROWS, transpose_in, convolve_block, transpose_out};
 
-static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                              const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                              void *scratch, const void *plan) {
+static void horizontal_avx512(const uint8_t *in, size_t in_stride, int rows, int in_w, const ferry__resize_axis *h,
+                              int out_w, uint8_t *out, size_t out_stride, void *scratch, const void *plan) {
   ferry__resize_horizontal_blocks(&blocks, in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch);
 }
 
@@ -147,6 +146,6 @@ void ferry__resize_vertical_avx512(const uint8_t *rows, size_t stride, const int
   if (i < n) ferry__resize_avx2.vertical(rows + i, stride, k, count, n - i, out + i);
 }
 
-const ferry__resize_kernels ferry__resize_avx512 = {horizontal_avx512, ferry__resize_vertical_avx512,
-                                                  ferry__resize_normalize_avx2, ROWS, NULL,
-                                                  ferry__resize_drain_avx2};
+const ferry__resize_kernels ferry__resize_avx512 = {
+    horizontal_avx512,       ferry__resize_vertical_avx512, ferry__resize_normalize_avx2, ROWS, NULL,
+    ferry__resize_drain_avx2};

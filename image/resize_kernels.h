@@ -61,9 +61,8 @@ typedef struct ferry__resize_kernels {
    * rows of out_w pixels (stride out_stride). `scratch` is 32-byte aligned and
    * ferry_resize_block_bytes(in_w, out_w) long; `plan` is what plan_horizontal
    * laid out for this filter (NULL for a set without one). */
-  void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                     const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
-                     void *scratch, const void *plan);
+  void (*horizontal)(const uint8_t *in, size_t in_stride, int rows, int in_w, const ferry__resize_axis *h, int out_w,
+                     uint8_t *out, size_t out_stride, void *scratch, const void *plan);
   /* out[i] = clip8(bias + sum_t rows[t*stride + i] * k[t]) for i < n: one output
    * row of the vertical pass. */
   void (*vertical)(const uint8_t *rows, size_t stride, const int32_t *k, int count, size_t n,
@@ -110,10 +109,9 @@ typedef struct ferry__resize_block_ops {
 
 /* The horizontal kernel of a vector set, in blocks of ops->rows rows (the
  * `horizontal` signature otherwise). */
-void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in,
-                                    size_t in_stride, int rows, int in_w,
-                                    const ferry__resize_axis *h, int out_w, uint8_t *out,
-                                    size_t out_stride, void *scratch);
+void ferry__resize_horizontal_blocks(const ferry__resize_block_ops *ops, const uint8_t *in, size_t in_stride, int rows,
+                                     int in_w, const ferry__resize_axis *h, int out_w, uint8_t *out, size_t out_stride,
+                                     void *scratch);
 
 /* Their scratch: the transposed input block (one word per source byte column)
  * and the transposed output. */
@@ -125,12 +123,12 @@ static inline size_t ferry_resize_block_bytes(int in_w, int out_w) {
 enum { FERRY_RESIZE_ROW_SLACK = 4 };
 
 extern const ferry__resize_kernels ferry__resize_portable;
-void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
-                                     float *dst, size_t plane_stride);
+void ferry__resize_normalize_portable(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm, float *dst,
+                                      size_t plane_stride);
 #if FERRY_HAVE_AVX2_KERNELS
 extern const ferry__resize_kernels ferry__resize_avx2;
-void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm,
-                                 float *dst, size_t plane_stride);
+void ferry__resize_normalize_avx2(const uint8_t *rgb, size_t n, const ferry__resize_norm *norm, float *dst,
+                                  size_t plane_stride);
 void ferry__resize_drain_avx2(void);
 #endif
 #if FERRY_HAVE_AVX512_KERNELS
@@ -148,8 +146,8 @@ const ferry__resize_kernels *ferry__resize_best_kernels(void);
 /* A resize of the width x height RGB8 image at src (rows src_stride bytes apart: a
  * rectangle of a larger image, a crop) to out_w x out_h in `layout`, with kernel set k. */
 ferry_status ferry__image_resize_rect(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, int out_w, int out_h,
-                                     ferry_image_layout layout, void *dst);
+                                      size_t src_stride, int width, int height, int out_w, int out_h,
+                                      ferry_image_layout layout, void *dst);
 /* Part of a resize's output: the rectangle (x, y, w, h) of the full_w x full_h
  * resize, mirrored left to right when `mirror` (output column j is the rectangle's
  * w-1-j). Its bytes are the full resize's, cropped (and flipped), whatever part:
@@ -164,11 +162,10 @@ enum { FERRY_RESIZE_SHAPE_INTS = 9 }; /* width, height and the view: the decoder
 /* The view of a resize of the width x height RGB8 image at src (rows src_stride
  * apart) into dst, view->w x view->h in `layout`. */
 ferry_status ferry__image_resize_view(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src,
-                                     size_t src_stride, int width, int height, const ferry__resize_view *view,
-                                     ferry_image_layout layout, void *dst);
+                                      size_t src_stride, int width, int height, const ferry__resize_view *view,
+                                      ferry_image_layout layout, void *dst);
 /* ferry_image_resize with a given kernel set (tests compare the sets). */
-ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d,
-                                     const uint8_t *src, int width, int height, int size,
-                                     ferry_image_layout layout, void *dst);
+ferry_status ferry__image_resize_with(const ferry__resize_kernels *k, ferry_decoder *d, const uint8_t *src, int width,
+                                      int height, int size, ferry_image_layout layout, void *dst);
 
 #endif

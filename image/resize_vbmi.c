@@ -98,8 +98,7 @@ static int pick_group_pixels(const ferry__resize_axis *h, int out_w) {
  * taps 2*pair and 2*pair+1 go to the lane's bytes 0 and 2 (the low bytes of its
  * two words), with their weights split across v[1] and v[2]. Taps a pixel does
  * not have get index 0 and weight 0. */
-static void fill_pair(const ferry__resize_axis *h, int x0, int n, int base, int pair,
-                      plan_line v[3]) {
+static void fill_pair(const ferry__resize_axis *h, int x0, int n, int base, int pair, plan_line v[3]) {
   memset(v, 0, 3 * sizeof *v);
   for (int j = 0; j < 3 * n; j++) {
     int x = x0 + j / 3;
@@ -178,9 +177,8 @@ __attribute__((always_inline)) static inline void group_rows(const plan_line *g,
 
 /* Group by group, each down all the rows, so its indices and weights stay in
  * registers. */
-static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int in_w,
-                            const ferry__resize_axis *h, int out_w, uint8_t *out,
-                            size_t out_stride, void *scratch, const void *plan) {
+static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int in_w, const ferry__resize_axis *h,
+                            int out_w, uint8_t *out, size_t out_stride, void *scratch, const void *plan) {
   const plan_line *line = plan;
   if (line[0].header.group_pixels == 0) {
     ferry__resize_avx512.horizontal(in, in_stride, rows, in_w, h, out_w, out, out_stride, scratch,
@@ -200,6 +198,6 @@ static void horizontal_vbmi(const uint8_t *in, size_t in_stride, int rows, int i
   }
 }
 
-const ferry__resize_kernels ferry__resize_vbmi = {horizontal_vbmi, ferry__resize_vertical_avx512,
-                                                ferry__resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
-                                                plan_vbmi, ferry__resize_drain_avx2};
+const ferry__resize_kernels ferry__resize_vbmi = {
+    horizontal_vbmi, ferry__resize_vertical_avx512, ferry__resize_normalize_avx2, FERRY_RESIZE_MAX_BLOCK,
+    plan_vbmi,       ferry__resize_drain_avx2};

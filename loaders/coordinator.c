@@ -165,7 +165,6 @@ static ferry_status plan_create(ferry_loader *l, epoch_run *run, ferry__plan *p)
   return FERRY_OK;
 }
 
-
 /* The coordinator cannot go on (out of memory for its own bookkeeping): every later
  * ferry_loader_next returns this status and message instead of waiting forever. */
 /* Broadcast: every thread waiting in ferry_loader_next must see it. The main loop

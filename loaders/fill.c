@@ -36,8 +36,7 @@ static int escapes(const char *name) { return ferry__tar_name_refused(name) != N
 /* The file of image `img`: file_name under the images folder, or as it is when it is
  * absolute and allow_escaping_paths lets it be. A name that does not fit in `size`
  * is an error rather than a cut path that could name another file. */
-static ferry_status image_path(const ferry__fill_context *ctx, const ferry_coco_image *img, char *path,
-                               size_t size) {
+static ferry_status image_path(const ferry__fill_context *ctx, const ferry_coco_image *img, char *path, size_t size) {
   if (!img->file_name || !img->file_name[0])
     return ferry__fail(FERRY_EFORMAT, "image id %lld has no file_name", (long long)img->id);
   if (!ctx->allow_escaping_paths && escapes(img->file_name))
@@ -116,8 +115,8 @@ ferry_status ferry__loader_check_decoded(const ferry__fill_context *ctx, const c
                      (long long)img->width, (long long)img->height, pw, ph);
 }
 
-ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot,
-                                        size_t index, const ferry_coco_image *img) {
+ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot, size_t index,
+                                         const ferry_coco_image *img) {
   const ferry__field_slots *f = &ctx->slots;
   ferry_coco_target t = {
     .boxes = ferry__loader_slice(batch, f->boxes, slot),
@@ -155,8 +154,8 @@ ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_b
   return FERRY_OK;
 }
 
-ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img,
-                                     char *path, size_t size) {
+ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img, char *path,
+                                      size_t size) {
   ferry_status st = ferry_coco_image_at(ctx->coco, index, img);
   if (st == FERRY_OK && ctx->source) ctx->source->describe(ctx->source, index, path, size);
   else if (st == FERRY_OK) st = image_path(ctx, img, path, size);
@@ -190,8 +189,8 @@ ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferr
 
 /* The image's bytes from the fill's source into the worker's scratch; *data NULL when
  * the image is a file of the images folder, which the decoder reads itself. */
-static ferry_status source_bytes(const ferry__fill_context *ctx, ferry__fill_scratch *s, size_t index, const uint8_t **data,
-                                 size_t *len) {
+static ferry_status source_bytes(const ferry__fill_context *ctx, ferry__fill_scratch *s, size_t index,
+                                 const uint8_t **data, size_t *len) {
   *data = NULL;
   *len = 0;
   if (!ctx->source) return FERRY_OK;
@@ -306,8 +305,9 @@ static int64_t laid_out_rows(const ferry__fill_context *ctx, ferry_batch *batch,
  * iscrowd and masks written by the target writer for the survivors only, the masks
  * decoded straight through the chain's index maps. `rows` is the layout's instance
  * count, which the survivors must match (the coordinator counted them the same way). */
-static ferry_status write_augmented_targets(const ferry__fill_context *ctx, ferry__fill_scratch *sc, ferry_batch *batch, size_t slot,
-                                            size_t index, const ferry_coco_image *img, const int32_t *rec) {
+static ferry_status write_augmented_targets(const ferry__fill_context *ctx, ferry__fill_scratch *sc, ferry_batch *batch,
+                                            size_t slot, size_t index, const ferry_coco_image *img,
+                                            const int32_t *rec) {
   const ferry__field_slots *f = &ctx->slots;
   int out_h = rec[FERRY_AUGMENT_OUT_H], out_w = rec[FERRY_AUGMENT_OUT_W], src_w, src_h;
   ferry__loader_source_size(ctx, img, &src_w, &src_h);
@@ -380,8 +380,9 @@ static ferry_status fill_augmented(const ferry__fill_context *ctx, ferry_decoder
   return st;
 }
 
-ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
-                                      ferry_batch *batch, size_t slot, size_t index, const int32_t *record) {
+ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder,
+                                       ferry__fill_scratch *scratch, ferry_batch *batch, size_t slot, size_t index,
+                                       const int32_t *record) {
   ferry_coco_image img;
   char path[4096];
   ferry_status st = ferry__loader_image_file(ctx, index, &img, path, sizeof path);

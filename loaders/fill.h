@@ -48,7 +48,7 @@ typedef struct ferry__gpu_decode {
   const struct ferry__nvjpeg_api *api;
   int64_t *file_bytes;       /* [images]: -1 where the stat failed (the fill names the file) */
   struct ferry__gpu_routes *routes; /* the routes and the stage's skipped count: gpu_route.c's */
-  struct ferry__jpeg_stage *stage; /* attached to every batch; closed after the threads */
+  struct ferry__jpeg_stage *stage;  /* attached to every batch; closed after the threads */
 } ferry__gpu_decode;
 
 /* What filling one sample needs, fixed at open. Read-only while workers run. */
@@ -63,7 +63,7 @@ typedef struct ferry__fill_context {
   ferry_target_options target;
   int allow_escaping_paths;
   ferry__field_slots slots;
-  ferry__gpu_decode gpu;            /* api NULL: the CPU decoder */
+  ferry__gpu_decode gpu; /* api NULL: the CPU decoder */
   /* The recipe (image/augment.h); varies: samples have their own sizes and records
    * (any recipe but none), drawn at layout time from (seed, epoch, dataset index). */
   ferry__augment_recipe recipe;
@@ -87,8 +87,9 @@ void ferry__fill_scratch_free(ferry__fill_scratch *s);
 
 /* Fill sample `slot` of `batch` with dataset image `index` (fill.c): by the square
  * resize, or, with a recipe, by its record (the plan's, drawn at layout time). */
-ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry__fill_scratch *scratch,
-                                      ferry_batch *batch, size_t slot, size_t index, const int32_t *record);
+ferry_status ferry__loader_fill_sample(const ferry__fill_context *ctx, ferry_decoder *decoder,
+                                       ferry__fill_scratch *scratch, ferry_batch *batch, size_t slot, size_t index,
+                                       const int32_t *record);
 /* A sample's record is laid out with no pixel and no instance when its sizes pass
  * the image options' pixel limit; its fill then fails, naming the sizes. 1 when so. */
 int ferry__augment_over_limit(const ferry__fill_context *ctx, const int32_t *record);
@@ -100,11 +101,11 @@ int ferry__loader_over_instance_cap(const ferry__fill_context *ctx, int64_t coun
 ferry_status ferry__loader_check_instances(const ferry__fill_context *ctx, size_t index, int64_t count);
 /* The image's record and the path of its file, refusing names that leave the images
  * folder; the message names the dataset index (fill.c). */
-ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img,
-                                     char *path, size_t size);
+ferry_status ferry__loader_image_file(const ferry__fill_context *ctx, size_t index, ferry_coco_image *img, char *path,
+                                      size_t size);
 /* Write sample `slot`'s targets (everything but the pixels) for image `index` (fill.c). */
-ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot,
-                                        size_t index, const ferry_coco_image *img);
+ferry_status ferry__loader_write_targets(const ferry__fill_context *ctx, ferry_batch *batch, size_t slot, size_t index,
+                                         const ferry_coco_image *img);
 /* The check every decoder makes: the pixels are the size the annotations say. */
 ferry_status ferry__loader_check_size(const char *path, int w, int h, const ferry_coco_image *img);
 /* The size image `img` is decoded at, and so the frame of its targets and its

@@ -32,8 +32,7 @@ static ferry__nvjpeg_route_kind route_of(const ferry__fill_context *ctx, size_t 
   return ferry__gpu_route(ctx->gpu.routes, index);
 }
 
-void ferry__gpu_plan_rows(const ferry__fill_context *ctx, const size_t *dataset_index, size_t count,
-                         int64_t *rows) {
+void ferry__gpu_plan_rows(const ferry__fill_context *ctx, const size_t *dataset_index, size_t count, int64_t *rows) {
   int64_t *jpeg = rows + (size_t)ctx->slots.jpeg * count;
   int64_t *cpu = rows + (size_t)ctx->slots.cpu_images * count;
   for (size_t i = 0; i < count; i++) {
@@ -136,8 +135,8 @@ ferry_status ferry__gpu_stat_files(ferry__fill_context *ctx, size_t threads) {
 
 /* A CPU-planned sample: the CPU path's decode and resize, as u8 [R,R,3] (the transfer
  * stage normalises it on the device as it does nvJPEG's pixels). */
-static ferry_status fill_on_cpu(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch,
-                                size_t slot, const char *path, const ferry_coco_image *img) {
+static ferry_status fill_on_cpu(const ferry__fill_context *ctx, ferry_decoder *decoder, ferry_batch *batch, size_t slot,
+                                const char *path, const ferry_coco_image *img) {
   int w = 0, h = 0;
   ferry_status st = ferry_image_load_resized(decoder, path, &ctx->image, ctx->resolution,
                                              FERRY_LAYOUT_U8_HWC,
@@ -202,8 +201,7 @@ void ferry__gpu_worker_close(ferry__gpu_worker *w) {
  * One nvJPEG takes is checked against the annotations' size as the CPU path checks
  * its decode; one it does not is recorded for the next layout (FERRY_EAGAIN). */
 static ferry_status fill_for_gpu(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_batch *batch, size_t slot,
-                                 size_t index, const char *path, const ferry_coco_image *img,
-                                 int *fallback) {
+                                 size_t index, const char *path, const ferry_coco_image *img, int *fallback) {
   int64_t bytes = ctx->gpu.file_bytes[index];
   size_t len = bytes < 0 ? 0 : (size_t)bytes;
   uint8_t *data = ferry__loader_slice(batch, ctx->slots.jpeg, slot);
@@ -223,7 +221,7 @@ static ferry_status fill_for_gpu(const ferry__fill_context *ctx, ferry__gpu_work
 }
 
 ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
-                                   ferry_batch *batch, size_t slot, size_t index, int *fallback) {
+                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   ferry_coco_image img;
   char path[4096];
   *fallback = -1;
@@ -269,7 +267,7 @@ ferry_status ferry__gpu_worker_open(const ferry__fill_context *ctx, ferry__gpu_w
 void ferry__gpu_worker_close(ferry__gpu_worker *w) { (void)w; }
 
 ferry_status ferry__gpu_fill_sample(const ferry__fill_context *ctx, ferry__gpu_worker *w, ferry_decoder *decoder,
-                                   ferry_batch *batch, size_t slot, size_t index, int *fallback) {
+                                    ferry_batch *batch, size_t slot, size_t index, int *fallback) {
   *fallback = -1;
   return ferry__fail(FERRY_EUNSUPPORTED, "dataset index %zu: ferry was built without nvJPEG", index);
 }

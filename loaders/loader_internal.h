@@ -117,7 +117,7 @@ typedef struct ferry__work_queue {
   struct worker_slot *slots;       /* [nworkers]: each thread's index and wake-up */
   struct worker_slot **idle_stack; /* [nworkers]: idle workers, the last to go idle on top */
   size_t nworkers, started;
-  ferry__plan *head, *tail;               /* plans with unclaimed slots, oldest first */
+  ferry__plan *head, *tail;        /* plans with unclaimed slots, oldest first */
   size_t unclaimed;                /* their unclaimed slots, all plans together */
   size_t idle;                     /* workers on the idle stack */
   size_t busy;                     /* workers holding a slot (between claim and finish) */
@@ -132,11 +132,11 @@ typedef struct ferry__work_queue {
 typedef struct ferry__handoff {
   ferry__plan *inflight_head, *inflight_tail;
   size_t inflight;
-  ferry__plan *spare_plans;               /* recycled plans */
+  ferry__plan *spare_plans; /* recycled plans */
   ferry__ready_item *ready_head, *ready_tail;
   size_t ready;
-  ferry__ready_item *spare_items;         /* recycled items */
-  ferry__ready_item *reserve_item;        /* so an end or error marker can always be queued */
+  ferry__ready_item *spare_items;  /* recycled items */
+  ferry__ready_item *reserve_item; /* so an end or error marker can always be queued */
   size_t outstanding;              /* batches made (or being made) and not yet released */
   size_t laying_out;               /* of which the coordinator is making now, unlocked: 0 or 1 */
   ferry_batch **held;              /* [arenas]: batches the consumer holds, for close */
@@ -211,10 +211,10 @@ struct ferry_loader {
   unsigned forks;              /* the process's fork count at open (loader_open.c): another
                                   count means this is a child's copy of the loader */
   uint64_t generation;         /* bumped by set_epoch/state_set (coordinator.c) and close */
-  ferry__work_queue work;             /* workers.c */
-  ferry__handoff hand;                /* handoff.c */
-  ferry__coordinator_part coord;      /* coordinator.c */
-  ferry__consumer_view view;          /* loader.c */
+  ferry__work_queue work;      /* workers.c */
+  ferry__handoff hand;         /* handoff.c */
+  ferry__coordinator_part coord; /* coordinator.c */
+  ferry__consumer_view view;     /* loader.c */
   /* Counters, each written by one file: samples_decoded and peak_busy_workers by
    * workers.c, samples_skipped, replans, batches_dropped and coordinator_idle_cpu_ns by
    * coordinator.c, batches_delivered and consumer_idle_cpu_ns by loader.c; the rest

@@ -511,7 +511,8 @@ static ferry_status open_loader(const ferry_loader_config *config, const struct 
   ferry_loader_config adopted;
   ferry__source_desc src;
   ferry_status st = adopt_config(config, &adopted);
-  if (st == FERRY_OK) st = ferry__source_resolve(adopted.annotations, &adopted.source, &src); /* once: every later question asks src */
+  if (st == FERRY_OK)
+    st = ferry__source_resolve(adopted.annotations, &adopted.source, &src); /* once: every later question asks src */
   if (st == FERRY_OK) st = check_config(&adopted, &src);
   if (st != FERRY_OK) return st;
   ferry_loader *l = ferry__calloc(1, sizeof *l);
@@ -552,7 +553,7 @@ ferry_status ferry__loader_open_unpacked(const ferry_loader_config *config, ferr
 }
 
 ferry_status ferry__loader_open_gpu(const ferry_loader_config *config, const struct ferry__nvjpeg_api *api,
-                                   ferry_loader **out) {
+                                    ferry_loader **out) {
   if (!api) return ferry__fail(FERRY_EINVAL, "ferry__loader_open_gpu: an nvJPEG table is required");
   return open_loader(config, api, 1, out);
 }

@@ -83,8 +83,8 @@ static size_t per_rank_count(size_t n, size_t world, int drop_last) {
   return (n + world - 1) / world;
 }
 
-ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size,
-                                int shuffle, int drop_last, uint64_t seed) {
+ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size, int shuffle,
+                                 int drop_last, uint64_t seed) {
   memset(s, 0, sizeof *s);
   if (world_size < 1 || rank < 0 || rank >= world_size)
     return ferry__fail(FERRY_EINVAL, "sampler: rank %d is not in 0..world_size-1 (world_size %d)", rank, world_size);
@@ -111,7 +111,7 @@ void ferry__sampler_destroy(ferry__sampler *s) {
 }
 
 ferry_status ferry__sampler_use_shards(ferry__sampler *s, const size_t *shard_samples, size_t num_shards,
-                                      size_t buffer) {
+                                       size_t buffer) {
   size_t total = 0;
   for (size_t i = 0; i < num_shards; i++) total += shard_samples[i];
   if (total != s->dataset_size || buffer == 0)

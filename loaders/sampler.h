@@ -43,14 +43,14 @@ typedef struct ferry__sampler {
   int64_t epoch;        /* the epoch `order` was drawn for, or -1 */
 } ferry__sampler;
 
-ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size,
-                                int shuffle, int drop_last, uint64_t seed);
+ferry_status ferry__sampler_init(ferry__sampler *s, size_t dataset_size, int rank, int world_size, int shuffle,
+                                 int drop_last, uint64_t seed);
 void ferry__sampler_destroy(ferry__sampler *s);
 /* Take the shard order: shard i holds the next shard_samples[i] dataset indices (their
  * sum is dataset_size), `buffer` >= 1 samples shuffle within a rank's run. Before
  * the first set_epoch. */
 ferry_status ferry__sampler_use_shards(ferry__sampler *s, const size_t *shard_samples, size_t num_shards,
-                                      size_t buffer);
+                                       size_t buffer);
 /* Draw this rank's order for `epoch` into s->order; nothing to do when it is already
  * drawn. FERRY_ENOMEM leaves the previous order in place. */
 ferry_status ferry__sampler_set_epoch(ferry__sampler *s, int64_t epoch);

@@ -48,7 +48,8 @@ static ferry_status read_sample(shard_open *g, size_t i, int *w, int *h) {
   const char *bytes, *member;
   size_t len;
   ferry_status st = ferry__shard_walk_sidecar(g->walk, i, &bytes, &len, &member);
-  if (st == FERRY_OK) st = ferry__sidecars_read(g->sidecars, g->set->paths[g->set->samples[i].shard], member, bytes, len);
+  if (st == FERRY_OK)
+    st = ferry__sidecars_read(g->sidecars, g->set->paths[g->set->samples[i].shard], member, bytes, len);
   return st == FERRY_OK ? probe_size(g, i, w, h) : st;
 }
 
@@ -82,7 +83,7 @@ static ferry_status build(shard_open *g, const ferry__source_desc *desc, const f
                           ferry_coco **coco) {
   const char *spec = desc->annotations;
   ferry__shard_index ix;
-  ferry_status st = ferry__sidecars_new(spec, &g->sidecars);  /* first: it installs jansson's allocator */
+  ferry_status st = ferry__sidecars_new(spec, &g->sidecars); /* first: it installs jansson's allocator */
   if (st == FERRY_OK) st = ferry__shard_spec_open(spec, &desc->settings, &g->set, &ix);
   if (st < 0) return st;
   st = ferry__shard_walk_open(g->set, &ix, spec, &g->walk);
@@ -94,7 +95,7 @@ static ferry_status build(shard_open *g, const ferry__source_desc *desc, const f
 }
 
 ferry_status ferry__loader_open_annotations(const ferry__source_desc *desc, const ferry_coco_options *opts,
-                                           ferry_coco **coco, ferry__image_source **source) {
+                                            ferry_coco **coco, ferry__image_source **source) {
   *source = NULL;
   *coco = NULL;
   if (!ferry__source_is_shards(desc)) return ferry_coco_open(desc->annotations, opts, coco);
@@ -102,7 +103,8 @@ ferry_status ferry__loader_open_annotations(const ferry__source_desc *desc, cons
   ferry_status st = build(&g, desc, opts, coco);
   ferry__shard_walk_close(g.walk);
   ferry__sidecars_free(g.sidecars);
-  if (st == FERRY_OK) st = ferry__shard_source_open(g.set, &desc->settings, source);  /* takes the set, even when it fails */
+  if (st == FERRY_OK)
+    st = ferry__shard_source_open(g.set, &desc->settings, source); /* takes the set, even when it fails */
   else ferry__shard_set_free(g.set);
   if (st < 0) {
     ferry_coco_close(*coco);

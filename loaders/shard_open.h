@@ -16,6 +16,6 @@
 /* *coco the split's annotations; *source NULL for a JSON (the images folder), else a
  * source of the shards' images. Errors name the spec, the shard and the member. */
 ferry_status ferry__loader_open_annotations(const ferry__source_desc *desc, const ferry_coco_options *opts,
-                                           ferry_coco **coco, ferry__image_source **source);
+                                            ferry_coco **coco, ferry__image_source **source);
 
 #endif

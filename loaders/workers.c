@@ -45,8 +45,8 @@ typedef struct worker_slot {
   ferry__cond wake;
   int woken;           /* set by wake_worker when it takes the worker off the idle stack */
   ferry_decoder *decoder; /* opened by start_workers, then used and closed by this worker only */
-  ferry__gpu_worker *gpu;        /* the same, with the GPU decoder: this worker's nvJPEG parser */
-  ferry__fill_scratch scratch;   /* its augmented fills' buffers */
+  ferry__gpu_worker *gpu; /* the same, with the GPU decoder: this worker's nvJPEG parser */
+  ferry__fill_scratch scratch; /* its augmented fills' buffers */
 } worker_slot;
 
 /* Wake one idle worker if there are unclaimed slots no running worker will take

@@ -21,10 +21,10 @@
 
 struct ferry__reader {
   const char *name;
-  int fd;                         /* a path's; -1 for a URL */
-  ferry__remote *remote;          /* a URL's client; NULL for a path */
-  ferry__remote_stream *stream;   /* a URL read forward (FERRY__READER_STREAM) */
-  uint64_t size;                  /* UINT64_MAX for a URL */
+  int fd;                       /* a path's; -1 for a URL */
+  ferry__remote *remote;        /* a URL's client; NULL for a path */
+  ferry__remote_stream *stream; /* a URL read forward (FERRY__READER_STREAM) */
+  uint64_t size;                /* UINT64_MAX for a URL */
 };
 
 static ferry_status open_path(ferry__reader *r) {
@@ -37,11 +37,11 @@ static ferry_status open_path(ferry__reader *r) {
   return FERRY_OK;
 }
 
-ferry_status ferry__reader_open(ferry__remote *remote, const char *name, ferry__reader_mode mode,
-                                ferry__reader **out) {
+ferry_status ferry__reader_open(ferry__remote *remote, const char *name, ferry__reader_mode mode, ferry__reader **out) {
   *out = NULL;
   int url = ferry__remote_is_url(name);
-  if (url && !remote) return ferry__fail(FERRY_EINVAL, "ferry__reader_open: %s is a URL, and no client was given", name);
+  if (url && !remote)
+    return ferry__fail(FERRY_EINVAL, "ferry__reader_open: %s is a URL, and no client was given", name);
   ferry__reader *r = ferry__calloc(1, sizeof *r);
   if (!r) return ferry__fail(FERRY_ENOMEM, "%s: out of memory", name);
   *r = (ferry__reader){.name = name, .fd = -1, .size = UINT64_MAX};

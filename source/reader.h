@@ -31,8 +31,7 @@ typedef enum { FERRY__READER_RANGED = 0, FERRY__READER_STREAM = 1 } ferry__reade
  * then be given and outlive the reader, else a local path. A path that cannot be
  * opened is FERRY_ENOTFOUND (it does not exist) or FERRY_EIO, one that is not a regular
  * file FERRY_EIO, each naming the path. `name` is borrowed: it must outlive the reader. */
-ferry_status ferry__reader_open(ferry__remote *remote, const char *name, ferry__reader_mode mode,
-                                ferry__reader **out);
+ferry_status ferry__reader_open(ferry__remote *remote, const char *name, ferry__reader_mode mode, ferry__reader **out);
 
 /* A ranged reader over `fd`, an open regular file (the walk's spill, an unnamed file),
  * which it then owns (closed at close, or here on failure); `name` for messages. */

@@ -15,7 +15,7 @@
 #include "source/settings.h"
 
 typedef struct field {
-  const char *name;      /* the option's, and FERRY_REMOTE_ + its upper case */
+  const char *name; /* the option's, and FERRY_REMOTE_ + its upper case */
   const char *env;
   size_t option, setting;
   int wide;              /* the option is an int64_t (else an int) */
@@ -31,9 +31,12 @@ static const field fields[] = {
     {"stall_s", "FERRY_REMOTE_STALL_S", OPT(stall_s), SET(stall_s), 0, FERRY__REMOTE_STALL_S, 1, 3600},
     {"connect_timeout_ms", "FERRY_REMOTE_CONNECT_TIMEOUT_MS", OPT(connect_timeout_ms), SET(connect_timeout_ms), 0,
      FERRY__REMOTE_CONNECT_TIMEOUT_MS, 1, 600000},
-    {"block_bytes", "FERRY_REMOTE_BLOCK_BYTES", OPT(block_bytes), SET(block_bytes), 1, FERRY__BLOCK_BYTES_DEFAULT, 64L << 10, 256L << 20},
-    {"cache_bytes", "FERRY_REMOTE_CACHE_BYTES", OPT(cache_bytes), SET(cache_bytes), 1, FERRY__CACHE_DERIVED, 0, LONG_MAX},
-    {"room_wait_ms", "FERRY_REMOTE_ROOM_WAIT_MS", OPT(room_wait_ms), SET(room_wait_ms), 0, FERRY__ROOM_WAIT_MS_DEFAULT, 0, 3600000},
+    {"block_bytes", "FERRY_REMOTE_BLOCK_BYTES", OPT(block_bytes), SET(block_bytes), 1, FERRY__BLOCK_BYTES_DEFAULT,
+     64L << 10, 256L << 20},
+    {"cache_bytes", "FERRY_REMOTE_CACHE_BYTES", OPT(cache_bytes), SET(cache_bytes), 1, FERRY__CACHE_DERIVED, 0,
+     LONG_MAX},
+    {"room_wait_ms", "FERRY_REMOTE_ROOM_WAIT_MS", OPT(room_wait_ms), SET(room_wait_ms), 0, FERRY__ROOM_WAIT_MS_DEFAULT,
+     0, 3600000},
 };
 
 /* A FERRY_REMOTE_* variable as a number in [lo, hi], or `fallback` when it is unset or
@@ -58,9 +61,10 @@ static ferry_status from_option(const ferry_source_options *o, const field *f, l
   else if (v == -1 && f->lo == 0) *out = 0;
   else if (v >= f->lo && v <= f->hi) *out = (long)v;
   else
-    return ferry__fail(FERRY_EINVAL, "loader: config.source.%s is %lld: 0 (the default)%s, or %ld..%ld "
-                       "(ferry/source.h)", f->name, (long long)v, f->lo == 0 ? ", -1 (none)" : "", f->lo > 0 ? f->lo : 1,
-                       f->hi);
+    return ferry__fail(FERRY_EINVAL,
+                       "loader: config.source.%s is %lld: 0 (the default)%s, or %ld..%ld "
+                       "(ferry/source.h)",
+                       f->name, (long long)v, f->lo == 0 ? ", -1 (none)" : "", f->lo > 0 ? f->lo : 1, f->hi);
   return FERRY_OK;
 }
 

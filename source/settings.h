@@ -23,8 +23,8 @@
 #define FERRY__CACHE_DERIVED (-1L)
 
 typedef struct ferry__source_settings {
-  long retries, backoff_ms, stall_s, connect_timeout_ms;  /* the client's (remote.h) */
-  long block_bytes, cache_bytes, room_wait_ms;             /* the blocks' (shard_source.c) */
+  long retries, backoff_ms, stall_s, connect_timeout_ms; /* the client's (remote.h) */
+  long block_bytes, cache_bytes, room_wait_ms;           /* the blocks' (shard_source.c) */
 } ferry__source_settings;
 
 /* `options` (NULL: every default) with the environment over it. FERRY_EINVAL, naming

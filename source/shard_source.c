@@ -34,7 +34,7 @@ typedef struct shard_source {
   ferry__image_source base;  /* first: the source is handed around as its base */
   ferry__shard_set *set;
   ferry__source_settings settings; /* the blocks' sizes, cap and wait (settings.h) */
-  ferry__reader **readers;   /* [num_shards] */
+  ferry__reader **readers;         /* [num_shards] */
   size_t *shard_samples;     /* base.shard_samples */
   /* URLs read through blocks (plan_reads); cache NULL: one GET per member */
   ferry__block_cache *cache;
@@ -273,15 +273,14 @@ static ferry_status plan_reads(ferry__image_source *self, int neighbours, size_t
   if (cap < s->block_bytes) return FERRY_OK;  /* blocks turned off (0), or none fits: a GET per member */
   ferry__block_info *info = NULL;
   ferry_status st = lay_out_blocks(s, &info);
-  ferry__block_cache_config config = {
-      .num_blocks = s->first_block ? s->first_block[s->set->num_shards] : 0,
-      .blocks = info,
-      .cap_bytes = cap,
-      .room_wait_ms = s->settings.room_wait_ms,
-      .fetch = fetch_blocks,
-      .ctx = s,
-      .ahead_cap_bytes = ahead_cap(s, cap, workers),
-      .keep_if_all_fit = 1};
+  ferry__block_cache_config config = {.num_blocks = s->first_block ? s->first_block[s->set->num_shards] : 0,
+                                      .blocks = info,
+                                      .cap_bytes = cap,
+                                      .room_wait_ms = s->settings.room_wait_ms,
+                                      .fetch = fetch_blocks,
+                                      .ctx = s,
+                                      .ahead_cap_bytes = ahead_cap(s, cap, workers),
+                                      .keep_if_all_fit = 1};
   size_t blocks = config.num_blocks ? config.num_blocks : 1;
   if (st == FERRY_OK && (!(s->plan = ferry__malloc(blocks * sizeof *s->plan)) || !(s->block_seen = ferry__malloc(blocks))))
     st = ferry__fail(FERRY_ENOMEM, "shards: out of memory for %zu blocks", config.num_blocks);

@@ -74,15 +74,14 @@ static ferry_status expand_pattern(const char *spec, ferry__shard_set *set) {
   int padded = open[1] == '0' || dots[2] == '0';
   int width = padded ? (int)((dots - open - 1) > (close - dots - 2) ? dots - open - 1 : close - dots - 2) : 0;
   for (uint64_t i = a; i <= b; i++) {
-    ferry_status st = add_path(set, ferry__shard_format("%.*s%0*llu%s", (int)(open - spec), spec, width, (unsigned long long)i,
-                                                close + 1));
+    ferry_status st = add_path(
+        set, ferry__shard_format("%.*s%0*llu%s", (int)(open - spec), spec, width, (unsigned long long)i, close + 1));
     if (st < 0) return st;
   }
   return FERRY_OK;
 }
 
-static const json_t *index_array(const char *spec, const json_t *doc, const char *key, int required,
-                                 ferry_status *st) {
+static const json_t *index_array(const char *spec, const json_t *doc, const char *key, int required, ferry_status *st) {
   const json_t *v = json_object_get(doc, key);
   if (!v && !required) return NULL;
   if (!json_is_array(v)) *st = ferry__fail(FERRY_EFORMAT, "%s: \"%s\": expected an array", spec, key);
@@ -120,7 +119,8 @@ static ferry_status load_index(const char *spec, const ferry__shard_set *set, js
   ferry__free(text);
   if (!*doc && json_error_code(&err) == json_error_out_of_memory)
     return ferry__fail(FERRY_ENOMEM, "%s: out of memory parsing the JSON", spec);
-  if (!*doc) return ferry__fail(FERRY_EFORMAT, "%s: line %d, column %d: invalid JSON: %s", spec, err.line, err.column, err.text);
+  if (!*doc)
+    return ferry__fail(FERRY_EFORMAT, "%s: line %d, column %d: invalid JSON: %s", spec, err.line, err.column, err.text);
   return FERRY_OK;
 }
 
@@ -130,7 +130,8 @@ static ferry_status index_scalars(const char *spec, ferry__shard_index *ix) {
   const json_t *num = json_object_get(ix->doc, "num_samples");
   if (!json_is_integer(version) || json_integer_value(version) != 1)
     return ferry__fail(FERRY_EFORMAT, "%s: \"version\": expected 1 (RF-DETR's shard index version 1)", spec);
-  if (policy && !(json_is_string(policy) && (!strcmp(json_string_value(policy), "remap") || !strcmp(json_string_value(policy), "raw"))))
+  if (policy && !(json_is_string(policy) &&
+                  (!strcmp(json_string_value(policy), "remap") || !strcmp(json_string_value(policy), "raw"))))
     return ferry__fail(FERRY_EFORMAT, "%s: \"category_ids\": expected \"remap\" or \"raw\"", spec);
   if (!json_is_integer(num) || json_integer_value(num) < 0)
     return ferry__fail(FERRY_EFORMAT, "%s: \"num_samples\": expected a count", spec);
@@ -150,7 +151,7 @@ static ferry_status read_index(const char *spec, ferry__shard_index *ix, ferry__
   if (st == FERRY_OK) ix->annotated = index_array(spec, ix->doc, "annotated_category_ids", 0, &st);
   if (st == FERRY_OK) ix->per_shard = index_array(spec, ix->doc, "samples_per_shard", 0, &st);
   if (st < 0) return st;
-  if (ix->per_shard && json_array_size(ix->per_shard) == 0) ix->per_shard = NULL;  /* an older index */
+  if (ix->per_shard && json_array_size(ix->per_shard) == 0) ix->per_shard = NULL; /* an older index */
   if (ix->per_shard && json_array_size(ix->per_shard) != json_array_size(shards))
     return ferry__fail(FERRY_EFORMAT, "%s: \"samples_per_shard\" has %zu counts for %zu shards", spec,
                        json_array_size(ix->per_shard), json_array_size(shards));
@@ -160,7 +161,9 @@ static ferry_status read_index(const char *spec, ferry__shard_index *ix, ferry__
   for (size_t i = 0; st == FERRY_OK && i < json_array_size(shards); i++) {
     const json_t *name = json_array_get(shards, i);
     const char *why = json_is_string(name) ? ferry__tar_name_refused(json_string_value(name)) : "not a string";
-    if (why) return ferry__fail(FERRY_EFORMAT, "%s: shards[%zu]: %s (a shard must be inside the index's folder)", spec, i, why);
+    if (why)
+      return ferry__fail(FERRY_EFORMAT, "%s: shards[%zu]: %s (a shard must be inside the index's folder)", spec, i,
+                         why);
     st = add_path(set, ferry__shard_format("%.*s/%s", dir_len, dir, json_string_value(name)));
   }
   return st;
@@ -196,7 +199,7 @@ ferry_status ferry__source_resolve(const char *annotations, const ferry_source_o
   *out = (ferry__source_desc){.kind = FERRY__SOURCE_JSON, .annotations = annotations};
   if (!annotations) {
   } else if (ferry__remote_is_url(annotations)) {
-    out->kind = FERRY__SOURCE_SHARDS_URL;  /* ferry reads only shards from a URL */
+    out->kind = FERRY__SOURCE_SHARDS_URL; /* ferry reads only shards from a URL */
   } else if (is_pattern(annotations) || ends_with(annotations, ".tar") || is_index(annotations)) {
     out->kind = FERRY__SOURCE_SHARDS_LOCAL;
   }
@@ -229,7 +232,7 @@ static ferry_status open_remote(const char *spec, const ferry__source_settings *
   ferry__remote_display(spec, shown, sizeof shown);
   if (strpbrk(spec, "?#"))
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: a shard URL with a query or fragment is not supported", shown);
-  if (strcmp(shown, spec) != 0)  /* shard URLs appear in messages: they must hold no password */
+  if (strcmp(shown, spec) != 0) /* shard URLs appear in messages: they must hold no password */
     return ferry__fail(FERRY_EUNSUPPORTED, "%s: a user name or password in a shard URL is not supported", shown);
   return ferry__remote_open(settings, &set->remote);
 }

@@ -37,31 +37,31 @@ typedef struct sample_members {
   char key[FERRY__TAR_NAME_MAX];
   ferry__tar_member image, json;
   int has_image, has_json, members;
-  char duplicate[16];       /* an extension seen twice, if any */
+  char duplicate[16]; /* an extension seen twice, if any */
 } sample_members;
 
 /* Where a sample's sidecar is, read again when its annotations are parsed. */
 typedef struct sidecar_at {
   uint64_t offset, size;
-  uint64_t spilled;         /* its copy's offset in the spill, or NOT_SPILLED */
+  uint64_t spilled; /* its copy's offset in the spill, or NOT_SPILLED */
 } sidecar_at;
 
 struct ferry__shard_walk {
   ferry__shard_set *set;
   const ferry__shard_index *index;
   const char *spec;
-  sidecar_at *sidecars;     /* [cap], as set->samples */
+  sidecar_at *sidecars; /* [cap], as set->samples */
   size_t cap;
   uint8_t *buf;
   size_t buf_cap;
-  ferry__reader *shard;     /* the shard being walked, and the sample being gathered in it */
+  ferry__reader *shard; /* the shard being walked, and the sample being gathered in it */
   sample_members cur;
-  ferry__reader *again;     /* the second pass's shard (again_shard), read forward too */
+  ferry__reader *again; /* the second pass's shard (again_shard), read forward too */
   uint32_t again_shard;
   char label[FERRY__TAR_NAME_MAX + 32];
-  int spill_fd;             /* shards at URLs: the sidecars read, for the second pass; -1: none */
-  ferry__reader *spill;     /* reads it (and owns it) */
-  int spilling;             /* copying into it: 0 once a write has failed (the copies made stay) */
+  int spill_fd;         /* shards at URLs: the sidecars read, for the second pass; -1: none */
+  ferry__reader *spill; /* reads it (and owns it) */
+  int spilling;         /* copying into it: 0 once a write has failed (the copies made stay) */
   uint64_t spill_end;
 };
 
@@ -162,7 +162,7 @@ ferry_status ferry__shard_walk_image(ferry__shard_walk *w, size_t index, size_t 
 }
 
 ferry_status ferry__shard_walk_settle(ferry__shard_walk *w, size_t index, ferry_status st) {
-  if (st == FERRY_OK || st == FERRY_EIO) return st;  /* EIO: the shard could not be read, not the sample's fault */
+  if (st == FERRY_OK || st == FERRY_EIO) return st; /* EIO: the shard could not be read, not the sample's fault */
   ferry__shard_sample *rec = &w->set->samples[index];
   if (st != FERRY_ENOMEM && (rec->problem = ferry__strdup(ferry_last_error()))) return FERRY_OK;
   return ferry__fail(FERRY_ENOMEM, "%s: out of memory", w->spec);
@@ -248,7 +248,7 @@ static ferry_status finish_sample(ferry__shard_walk *w, uint32_t shard, ferry__s
   ferry_status st = grow_samples(w);
   if (st < 0) return st;
   const sample_members *s = &w->cur;
-  size_t index = w->set->num_samples++;  /* counted at once: ferry__shard_set_free frees what it holds */
+  size_t index = w->set->num_samples++; /* counted at once: ferry__shard_set_free frees what it holds */
   ferry__shard_sample *rec = &w->set->samples[index];
   memset(rec, 0, sizeof *rec);
   rec->shard = shard;

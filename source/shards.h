@@ -37,14 +37,14 @@
  * and kept: every later question (are images in a folder? may the shard order be
  * used? can the GPU decoder read them?) is answered from it. */
 typedef enum ferry__source_kind {
-  FERRY__SOURCE_JSON = 0,      /* a COCO JSON (or its binary index) and a folder of images */
-  FERRY__SOURCE_SHARDS_LOCAL,  /* a shard spec of local files */
-  FERRY__SOURCE_SHARDS_URL,    /* a shard spec at a URL */
+  FERRY__SOURCE_JSON = 0,     /* a COCO JSON (or its binary index) and a folder of images */
+  FERRY__SOURCE_SHARDS_LOCAL, /* a shard spec of local files */
+  FERRY__SOURCE_SHARDS_URL,   /* a shard spec at a URL */
 } ferry__source_kind;
 
 typedef struct ferry__source_desc {
   ferry__source_kind kind;
-  const char *annotations;     /* the JSON or the spec, borrowed */
+  const char *annotations;         /* the JSON or the spec, borrowed */
   ferry__source_settings settings; /* how a URL is read (source/settings.h) */
 } ferry__source_desc;
 
@@ -58,19 +58,19 @@ ferry_status ferry__source_resolve(const char *annotations, const ferry_source_o
 static inline int ferry__source_is_shards(const ferry__source_desc *d) { return d->kind != FERRY__SOURCE_JSON; }
 
 typedef struct ferry__shard_sample {
-  uint32_t shard;           /* in ferry__shard_set.paths */
-  uint64_t offset, size;    /* the image member's bytes in its shard */
-  char *member;             /* the image member's name, or the sample's key when it has none */
-  char *problem;            /* NULL, or why the sample cannot be read (names shard and member) */
+  uint32_t shard;        /* in ferry__shard_set.paths */
+  uint64_t offset, size; /* the image member's bytes in its shard */
+  char *member;          /* the image member's name, or the sample's key when it has none */
+  char *problem;         /* NULL, or why the sample cannot be read (names shard and member) */
 } ferry__shard_sample;
 
 typedef struct ferry__remote ferry__remote;
 
 typedef struct ferry__shard_set {
-  char **paths;             /* the shards, as opened: paths, or URLs */
-  ferry__remote *remote;    /* the client the URLs are read through (source/remote.h); NULL for paths */
+  char **paths;          /* the shards, as opened: paths, or URLs */
+  ferry__remote *remote; /* the client the URLs are read through (source/remote.h); NULL for paths */
   size_t num_shards;
-  ferry__shard_sample *samples;  /* one per image of the coco, in its order */
+  ferry__shard_sample *samples; /* one per image of the coco, in its order */
   size_t num_samples;
 } ferry__shard_set;
 

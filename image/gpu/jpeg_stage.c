@@ -37,9 +37,9 @@
 
 #if !FERRY_HAVE_NVJPEG
 
-ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
-                                    ferry__jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry__jpeg_stage_fields *fields,
+                                    const ferry__jpeg_stage_hooks *hooks, ferry__jpeg_stage **out) {
   *out = NULL;
   return ferry__fail(FERRY_ENODEV, "transfer: GPU decoding needs ferry built with CUDA and nvjpeg.h");
 }
@@ -85,9 +85,9 @@ struct ferry__jpeg_stage {
 static ferry_status produce_images(void *self, ferry_device_batch *db, const ferry_batch *batch,
                                    const ferry_transfer_options *o);
 
-ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
-                                    ferry__jpeg_stage **out) {
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry__jpeg_stage_fields *fields,
+                                    const ferry__jpeg_stage_hooks *hooks, ferry__jpeg_stage **out) {
   *out = NULL;
   if (!fields || !fields->images || !fields->jpeg || !fields->cpu_images)
     return ferry__fail(FERRY_EINVAL, "transfer: the GPU decoder's stage needs the names of its three fields");
@@ -159,7 +159,7 @@ static ferry_status device_axis(ferry__jpeg_stage *s, ferry_stream *stream, int 
     if (st == FERRY_OK) st = ferry_memcpy(stream, dev, host, bytes, upload_kind(s->device));
     if (st == FERRY_OK)
       e->filter = (ferry__resize_filter){relocate(hf.first, host, dev), relocate(hf.count, host, dev),
-                                        relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
+                                         relocate(hf.offset, host, dev), relocate(hf.weights, host, dev)};
     ferry__free(host);
     if (st != FERRY_OK) {
       if (dev) ferry_device_free(s->device, NULL, dev);
@@ -284,9 +284,14 @@ static ferry_status alloc_scratch(stage_run *r) {
 static ferry_status resize_job(stage_run *r, const gpu_sample *g, ferry__resize_job *job) {
   ferry__jpeg_stage *s = r->s;
   int R = s->resolution;
-  *job = (ferry__resize_job){.src = g->decoded, .width = g->width, .height = g->height, .size = R,
-                            .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
-                            .tmp = g->tmp, .f32_chw = 0, .dst = r->pixels + r->row[g->index] * r->item};
+  *job = (ferry__resize_job){.src = g->decoded,
+                             .width = g->width,
+                             .height = g->height,
+                             .size = R,
+                             .vertical_first = ferry__resize_vertical_first(g->width, g->height, R),
+                             .tmp = g->tmp,
+                             .f32_chw = 0,
+                             .dst = r->pixels + r->row[g->index] * r->item};
   pthread_mutex_lock(&s->lock);
   ferry_status st = device_axis(s, r->stream, g->width, &job->h);
   if (st == FERRY_OK) st = device_axis(s, r->stream, g->height, &job->v);

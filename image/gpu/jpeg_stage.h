@@ -55,9 +55,9 @@ typedef struct ferry__jpeg_stage_hooks {
  * decode: each is decoded on the CPU in the transfer instead, or, where no decoder
  * can, skipped or failed by the hooks' word. FERRY_ENODEV without nvJPEG at build
  * time. */
-ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution, const ferry_image_options *opts,
-                                    const ferry__jpeg_stage_fields *fields, const ferry__jpeg_stage_hooks *hooks,
-                                    ferry__jpeg_stage **out);
+ferry_status ferry__jpeg_stage_open(const struct ferry__nvjpeg_api *api, int resolution,
+                                    const ferry_image_options *opts, const ferry__jpeg_stage_fields *fields,
+                                    const ferry__jpeg_stage_hooks *hooks, ferry__jpeg_stage **out);
 /* Waits for the device's queued work (it may use the stage's states and tables), then
  * frees. The batches the stage was attached to must not be transferred afterwards. */
 void ferry__jpeg_stage_close(ferry__jpeg_stage *stage);

@@ -70,10 +70,9 @@ static char load_message[FERRY_ERROR_MAX];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
 /* Each entry is checked against the header's prototype, then looked up by name. */
-#define ENTRY(name)                                                                           \
-  _Static_assert(__builtin_types_compatible_p(__typeof__(&nvjpeg##name),                      \
-                                              __typeof__(((ferry__nvjpeg_api *)0)->name)),     \
-                 "ferry__nvjpeg_api." #name " differs from nvjpeg.h");                         \
+#define ENTRY(name)                                                                                                   \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&nvjpeg##name), __typeof__(((ferry__nvjpeg_api *)0)->name)), \
+                 "ferry__nvjpeg_api." #name " differs from nvjpeg.h");                                                \
   if (!(*(void **)&api->name = dlsym(lib, "nvjpeg" #name))) return "nvjpeg" #name;
 
 /* NULL when every entry point was found, else the first missing one. */
@@ -204,9 +203,8 @@ void ferry__nvjpeg_decoder_close(ferry__nvjpeg_decoder *d) {
   ferry__nvjpeg_parser_close(&d->parser);
 }
 
-ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, const ferry_image_options *opts, int *width,
-                                      int *height) {
+ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len, const char *name,
+                                      const ferry_image_options *opts, int *width, int *height) {
   int components = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0};
   nvjpegChromaSubsampling_t css;
   nvjpegStatus_t ns = p->api->GetImageInfo(p->handle, data, len, &components, &css,
@@ -222,9 +220,8 @@ ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *da
   return FERRY_OK;
 }
 
-ferry_status ferry__nvjpeg_decode_rgbi(ferry__nvjpeg_decoder *d, const uint8_t *const *data,
-                                       const size_t *len, const int *width, uint8_t *const *dst, int n,
-                                       ferry_stream *stream) {
+ferry_status ferry__nvjpeg_decode_rgbi(ferry__nvjpeg_decoder *d, const uint8_t *const *data, const size_t *len,
+                                       const int *width, uint8_t *const *dst, int n, ferry_stream *stream) {
   const ferry__nvjpeg_api *api = d->parser.api;
   if (n <= 0) return FERRY_OK;
   nvjpegImage_t *out = ferry__calloc((size_t)n, sizeof *out);
@@ -308,8 +305,7 @@ static ferry__nvjpeg_route_kind route_parsed(ferry__nvjpeg_parser *p, int apply_
   return FERRY_NVJPEG_ROUTE_GPU;
 }
 
-ferry__nvjpeg_route_kind ferry__nvjpeg_route(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                       int apply_exif) {
+ferry__nvjpeg_route_kind ferry__nvjpeg_route(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len, int apply_exif) {
   if (!is_jpeg(data, len)) return FERRY_NVJPEG_ROUTE_NOT_JPEG;
   if (p->api->JpegStreamParse(p->handle, data, len, 0, 0, p->stream) != NVJPEG_STATUS_SUCCESS)
     return FERRY_NVJPEG_ROUTE_CORRUPT;

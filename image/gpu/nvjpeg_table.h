@@ -75,8 +75,7 @@ void ferry__nvjpeg_parser_close(ferry__nvjpeg_parser *p);
 
 /* Where the image in data[0..len) goes. apply_exif: the config rotates by EXIF, which
  * the device path does not (so a rotated image goes to the CPU). */
-ferry__nvjpeg_route_kind ferry__nvjpeg_route(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                       int apply_exif);
+ferry__nvjpeg_route_kind ferry__nvjpeg_route(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len, int apply_exif);
 
 /* One decode state on one handle: what one stream decodes with (nvJPEG wants a state
  * per concurrent decode). `batch` is the batch size the state was last initialised
@@ -96,18 +95,16 @@ void ferry__nvjpeg_decoder_close(ferry__nvjpeg_decoder *d);
  * claiming a huge image is refused before anything is allocated for it, with the CPU
  * decoder's message. FERRY_EFORMAT naming `name` when nvJPEG cannot read the header,
  * FERRY_ELIMIT past the limit. */
-ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len,
-                                      const char *name, const ferry_image_options *opts, int *width,
-                                      int *height);
+ferry_status ferry__nvjpeg_image_size(ferry__nvjpeg_parser *p, const uint8_t *data, size_t len, const char *name,
+                                      const ferry_image_options *opts, int *width, int *height);
 
 /* Queue the decode of n JPEGs (host memory) to interleaved RGB8 on `stream` (a CUDA
  * stream of ferry's): image i into dst[i], device memory of 3 * width[i] bytes a row.
  * The state is initialised for n images when it was for another count. On failure,
  * FERRY_EDEVICE naming the call and its status, and the state is reset for the next
  * batch. The sources must stay alive until the stream has run the decode. */
-ferry_status ferry__nvjpeg_decode_rgbi(ferry__nvjpeg_decoder *d, const uint8_t *const *data,
-                                       const size_t *len, const int *width, uint8_t *const *dst, int n,
-                                       ferry_stream *stream);
+ferry_status ferry__nvjpeg_decode_rgbi(ferry__nvjpeg_decoder *d, const uint8_t *const *data, const size_t *len,
+                                       const int *width, uint8_t *const *dst, int n, ferry_stream *stream);
 
 #endif /* FERRY_HAVE_NVJPEG */
 #endif

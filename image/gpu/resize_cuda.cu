@@ -22,8 +22,7 @@ __host__ __device__ inline uint8_t clip8(int32_t acc) {
 }
 
 /* Output o of an axis, reading inputs `step` bytes apart from p. */
-__host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferry__resize_filter &f,
-                                       int o) {
+__host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferry__resize_filter &f, int o) {
   const int32_t *k = f.weights + f.offset[o];
   p += (size_t)f.first[o] * step;
   int32_t acc = 1 << (kWeightBits - 1);
@@ -32,20 +31,20 @@ __host__ __device__ inline uint8_t tap(const uint8_t *p, size_t step, const ferr
 }
 
 /* Horizontal: row y of `rows` rows `in_w` wide, output column x, channel c. */
-__host__ __device__ inline uint8_t h_value(const uint8_t *src, int in_w, const ferry__resize_filter &h,
-                                           int y, int x, int c) {
+__host__ __device__ inline uint8_t h_value(const uint8_t *src, int in_w, const ferry__resize_filter &h, int y, int x,
+                                           int c) {
   return tap(src + (size_t)y * in_w * 3 + c, 3, h, x);
 }
 
 /* Vertical: column x of an image `cols` wide, output row y, channel c. */
-__host__ __device__ inline uint8_t v_value(const uint8_t *src, int cols, const ferry__resize_filter &v,
-                                           int y, int x, int c) {
+__host__ __device__ inline uint8_t v_value(const uint8_t *src, int cols, const ferry__resize_filter &v, int y, int x,
+                                           int c) {
   return tap(src + (size_t)x * 3 + c, (size_t)cols * 3, v, y);
 }
 
 /* Where a pass' value goes: u8 HWC rows `cols` wide, or f32 CHW planes. */
-__host__ __device__ inline void emit(const ferry__resize_job &j, uint8_t *u8, int cols, int last,
-                                     int y, int x, int c, uint8_t value) {
+__host__ __device__ inline void emit(const ferry__resize_job &j, uint8_t *u8, int cols, int last, int y, int x, int c,
+                                     uint8_t value) {
   if (!last || !j.f32_chw) {
     u8[((size_t)y * cols + x) * 3 + c] = value;
     return;

@@ -32,7 +32,7 @@ typedef struct ferry__resize_filter {
 typedef struct ferry__resize_job {
   const uint8_t *src;        /* RGB8, row stride 3 * width */
   int width, height, size;   /* size x size out */
-  ferry__resize_filter h, v;  /* width -> size, height -> size */
+  ferry__resize_filter h, v; /* width -> size, height -> size */
   int vertical_first;        /* the pass order resize.c picks for this shape */
   uint8_t *tmp;              /* the intermediate: height x size x 3, or size x width x 3 */
   int f32_chw;               /* 1: normalised f32 [3,size,size]; 0: u8 [size,size,3] */

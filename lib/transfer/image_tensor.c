@@ -128,8 +128,8 @@ static ferry_status copy_one(ferry_stream *stream, const ferry__padded_layout *l
 }
 
 ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batch, size_t field,
-                                       const ferry__padded_layout *l, const ferry__norm_params *norm,
-                                       int src_on_host, ferry_copy_kind kind) {
+                                       const ferry__padded_layout *l, const ferry__norm_params *norm, int src_on_host,
+                                       ferry_copy_kind kind) {
   ferry_tensor *images;
   ferry_status st = ferry__device_batch_alloc_images(db, l->dtype, l->ndim, l->shape, &images);
   if (st != FERRY_OK) return ferry__error_prefix(st, "the padded images tensor: ");
@@ -140,7 +140,7 @@ ferry_status ferry__copy_padded_images(ferry_device_batch *db, ferry_batch *batc
     st = ferry_batch_sample(batch, field, i, &view);
     if (st == FERRY_OK && norm) {
       ferry__norm_shape shape = {(size_t)view.shape[0], (size_t)view.shape[1], (size_t)l->shape[2],
-                                (size_t)l->shape[3]};
+                                 (size_t)l->shape[3]};
       st = ferry__normalize_enqueue(db->stream, view.data, src_on_host, dst, &shape, norm);
     } else if (st == FERRY_OK) {
       st = copy_one(db->stream, l, &view, dst, kind);

@@ -29,8 +29,7 @@
 #include <cuda_runtime.h>
 #endif
 
-void ferry__norm_params_init(ferry__norm_params *p, const float mean[3], const float std[3],
-                            int bf16) {
+void ferry__norm_params_init(ferry__norm_params *p, const float mean[3], const float std[3], int bf16) {
   static const float imagenet_mean[3] = FERRY_IMAGENET_MEAN, imagenet_std[3] = FERRY_IMAGENET_STD;
   int given = std && (std[0] != 0.0f || std[1] != 0.0f || std[2] != 0.0f);
   const float *m = given ? mean : imagenet_mean, *s = given ? std : imagenet_std;
@@ -147,7 +146,7 @@ static ferry_status enqueue_cuda(ferry_stream *stream, const void *src, int src_
 #endif
 
 ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host, void *dst,
-                                     const ferry__norm_shape *shape, const ferry__norm_params *p) {
+                                      const ferry__norm_shape *shape, const ferry__norm_params *p) {
   if (shape->out_h < shape->h || shape->out_w < shape->w)
     return ferry__fail(FERRY_EINVAL, "normalise: a %zux%zu image does not fit %zux%zu", shape->h, shape->w,
                       shape->out_h, shape->out_w);

@@ -58,8 +58,7 @@ typedef struct ferry__norm_params {
 } ferry__norm_params;
 
 /* mean/std in [0, 1] units; a std of all zeros means ImageNet's mean and std. */
-void ferry__norm_params_init(ferry__norm_params *p, const float mean[3], const float std[3],
-                            int bf16);
+void ferry__norm_params_init(ferry__norm_params *p, const float mean[3], const float std[3], int bf16);
 
 /* One image's extent: h x w pixels of 3 bytes in; out, 3 planes of out_h x out_w
  * values (out_h >= h, out_w >= w), the image at the top left and zeros around it
@@ -74,11 +73,11 @@ void ferry__normalize_cpu(const uint8_t *src, void *dst, const ferry__norm_shape
 /* Queue the normalisation of one image on `stream`. src_on_host says whether src is
  * host memory; otherwise it is memory of the stream's device. */
 ferry_status ferry__normalize_enqueue(ferry_stream *stream, const void *src, int src_on_host, void *dst,
-                                     const ferry__norm_shape *shape, const ferry__norm_params *p);
+                                      const ferry__norm_shape *shape, const ferry__norm_params *p);
 
 /* The CUDA kernel's launcher (normalize_cuda.cu): returns a cudaError_t. */
 int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst, const ferry__norm_shape *shape,
-                                const ferry__norm_params *p);
+                                 const ferry__norm_params *p);
 
 #ifdef __cplusplus
 }

@@ -22,8 +22,8 @@ __device__ inline void store(float *dst, float v) { *dst = v; }
 __device__ inline void store(uint16_t *dst, float v) { *dst = ferry__float_to_bf16(v); }
 
 template <typename Out>
-__global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__restrict__ dst,
-                                     ferry__norm_shape s, norm_args a) {
+__global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__restrict__ dst, ferry__norm_shape s,
+                                     norm_args a) {
   size_t stride = (size_t)gridDim.x * blockDim.x, plane = s.out_h * s.out_w;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride) {
     size_t y = i / s.out_w, x = i % s.out_w;
@@ -38,7 +38,7 @@ __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, Out *__res
 }  // namespace
 
 extern "C" int ferry__cuda_normalize_launch(void *cuda_stream, const uint8_t *src, void *dst,
-                                           const ferry__norm_shape *shape, const ferry__norm_params *p) {
+                                            const ferry__norm_shape *shape, const ferry__norm_params *p) {
   size_t hw = shape->out_h * shape->out_w;
   norm_args a;
   for (int c = 0; c < 3; c++) {

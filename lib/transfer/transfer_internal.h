@@ -26,7 +26,7 @@ struct ferry_device_batch {
   char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];
   int source_field[FERRY_MAX_FIELDS];               /* index in the source batch */
   ferry__record_slot images;
-  ferry__record_slot *slots;                               /* [sample * nfields + k] */
+  ferry__record_slot *slots;                        /* [sample * nfields + k] */
   ferry_event *ready;                               /* after copies and hooks */
   ferry_transfer_hook stream_hooks[FERRY_TRANSFER_MAX_HOOKS];
   size_t nstream_hooks;

@@ -788,7 +788,9 @@ static void count_overflows(index_bytes *b) { header_of(b)->sections[SEC_ANNS].c
 static void misaligned(index_bytes *b) { header_of(b)->sections[SEC_PARTS].offset += 8, reseal(b); }
 static void record_size(index_bytes *b) { header_of(b)->sections[SEC_ANNS].elem_size = 160, reseal(b); }
 static void polygon_parts(index_bytes *b) { first_ann(b)->seg_first = UINT64_MAX - 1, reseal(b); }
-static void part_vertices(index_bytes *b) { ((ferry__coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b); }
+static void part_vertices(index_bytes *b) {
+  ((ferry__coco_part *)section_of(b, SEC_PARTS))[0].k = SIZE_MAX / 2 + 1, reseal(b);
+}
 static void image_index(index_bytes *b) { first_ann(b)->pub.image_index = 2, reseal(b); }
 static void image_of_other(index_bytes *b) { first_ann(b)->pub.image_index = 1, reseal(b); }
 static void image_ids_swapped(index_bytes *b) {
@@ -796,9 +798,15 @@ static void image_ids_swapped(index_bytes *b) {
   t[1] = t[0];
   reseal(b);
 }
-static void image_id_differs(index_bytes *b) { ((ferry__coco_id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b); }
-static void image_range(index_bytes *b) { ((ferry__coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b); }
-static void file_name(index_bytes *b) { ((ferry__coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b); }
+static void image_id_differs(index_bytes *b) {
+  ((ferry__coco_id_entry *)section_of(b, SEC_IMAGE_IDS))[1].id = 3, reseal(b);
+}
+static void image_range(index_bytes *b) {
+  ((ferry__coco_image *)section_of(b, SEC_IMAGES))[1].first_ann = UINT64_MAX, reseal(b);
+}
+static void file_name(index_bytes *b) {
+  ((ferry__coco_image *)section_of(b, SEC_IMAGES))[0].file_name = 1u << 30, reseal(b);
+}
 static void rle_counts(index_bytes *b) { first_ann(b)[1].seg_len = 1000, reseal(b); }
 static void rle_string(index_bytes *b) { first_ann(b)[2].rle_string = UINT64_MAX, reseal(b); }
 static void segm_kind(index_bytes *b) { first_ann(b)->pub.segm = (ferry_segm_kind)7, reseal(b); }

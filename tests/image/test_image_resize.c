@@ -138,8 +138,8 @@ Test(image_resize, boxes_scale_with_the_image) {
  * exercise every path: upscales and downscales of each axis, both pass orders,
  * widths that leave vector tails, outputs near the image's last bytes (src is
  * allocated exactly, so an over-read is an ASan error), and both layouts. */
-static void compare_kernel_sets(ferry_decoder *d, const ferry__resize_kernels *fast, int w, int h,
-                                int size, unsigned seed) {
+static void compare_kernel_sets(ferry_decoder *d, const ferry__resize_kernels *fast, int w, int h, int size,
+                                unsigned seed) {
   size_t n = (size_t)w * h * 3, out_px = (size_t)size * size * 3;
   uint8_t *src = malloc(n);
   for (size_t i = 0; i < n; i++) src[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);

@@ -77,8 +77,7 @@ static ferry_status check_against_turbojpeg(ferry__jpeg_entropy *e, const unsign
 }
 
 /* At full scale and at every draft scale: taken at all of them, or at none. */
-static ferry_status check_every_scale(ferry__jpeg_entropy *e, const unsigned char *data, size_t len,
-                                      const char *what) {
+static ferry_status check_every_scale(ferry__jpeg_entropy *e, const unsigned char *data, size_t len, const char *what) {
   ferry_status st = check_against_turbojpeg(e, data, len, what);
   for (int scale = 2; scale <= 8; scale *= 2)
     cr_assert_eq(check_scaled(e, data, len, what, scale), st, "%s: taken at full scale, not at 1/%d, or back",

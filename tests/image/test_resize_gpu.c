@@ -39,9 +39,14 @@ static void job_init(host_job *hj, const uint8_t *src, int w, int h, int size, i
   ferry__resize_axis ha, va;
   ferry__resize_axis_build(&ha, w, size, hj->h_mem);
   ferry__resize_axis_build(&va, h, size, hj->v_mem);
-  *j = (ferry__resize_job){.src = src, .width = w, .height = h, .size = size, .h = filter_of(&ha),
-                          .v = filter_of(&va), .vertical_first = ferry__resize_vertical_first(w, h, size),
-                          .f32_chw = f32};
+  *j = (ferry__resize_job){.src = src,
+                           .width = w,
+                           .height = h,
+                           .size = size,
+                           .h = filter_of(&ha),
+                           .v = filter_of(&va),
+                           .vertical_first = ferry__resize_vertical_first(w, h, size),
+                           .f32_chw = f32};
   for (int c = 0; c < 3; c++) j->mean[c] = MEAN[c], j->std[c] = STD[c];
   j->tmp = malloc(ferry__resize_tmp_bytes(w, h, size, j->vertical_first));
   j->dst = malloc((size_t)size * size * 3 * (f32 ? sizeof(float) : 1));

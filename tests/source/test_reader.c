@@ -37,12 +37,12 @@ Test(reader, ranged_reads_and_a_short_read_at_the_end) {
   cr_expect_str_eq(ferry__reader_name(r), path);
   uint8_t buf[512];
   size_t got = 0;
-  const uint64_t offsets[] = {4096, 0, 777, FILE_BYTES - 512};  /* not in order: a ranged reader seeks */
+  const uint64_t offsets[] = {4096, 0, 777, FILE_BYTES - 512}; /* not in order: a ranged reader seeks */
   for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
     cr_assert_eq(ferry__reader_read(r, offsets[k], buf, sizeof buf, &got), FERRY_OK);
     cr_assert_eq(got, sizeof buf);
-    for (size_t i = 0; i < got; i++) cr_assert_eq(buf[i], byte_at(offsets[k] + i), "byte %zu at %llu", i,
-                                                 (unsigned long long)offsets[k]);
+    for (size_t i = 0; i < got; i++)
+      cr_assert_eq(buf[i], byte_at(offsets[k] + i), "byte %zu at %llu", i, (unsigned long long)offsets[k]);
   }
   cr_assert_eq(ferry__reader_read(r, FILE_BYTES - 100, buf, sizeof buf, &got), FERRY_OK);
   cr_expect_eq(got, 100, "a read across the end stops at it");

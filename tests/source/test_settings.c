@@ -11,8 +11,9 @@
 #include "source/settings.h"
 
 static void clear_env(void) {
-  const char *names[] = {"FERRY_REMOTE_RETRIES", "FERRY_REMOTE_BACKOFF_MS", "FERRY_REMOTE_STALL_S",
-                         "FERRY_REMOTE_CONNECT_TIMEOUT_MS", "FERRY_REMOTE_BLOCK_BYTES", "FERRY_REMOTE_CACHE_BYTES",
+  const char *names[] = {"FERRY_REMOTE_RETRIES",     "FERRY_REMOTE_BACKOFF_MS",
+                         "FERRY_REMOTE_STALL_S",     "FERRY_REMOTE_CONNECT_TIMEOUT_MS",
+                         "FERRY_REMOTE_BLOCK_BYTES", "FERRY_REMOTE_CACHE_BYTES",
                          "FERRY_REMOTE_ROOM_WAIT_MS"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unsetenv(names[i]);
 }
@@ -36,8 +37,13 @@ Test(settings, zeroed_options_are_the_defaults) {
 }
 
 Test(settings, options_reach_their_settings_and_minus_one_is_zero) {
-  ferry_source_options o = {.retries = 2, .backoff_ms = -1, .stall_s = 7, .connect_timeout_ms = 500,
-                            .block_bytes = 1 << 20, .cache_bytes = -1, .room_wait_ms = -1};
+  ferry_source_options o = {.retries = 2,
+                            .backoff_ms = -1,
+                            .stall_s = 7,
+                            .connect_timeout_ms = 500,
+                            .block_bytes = 1 << 20,
+                            .cache_bytes = -1,
+                            .room_wait_ms = -1};
   ferry__source_settings s;
   cr_assert_eq(ferry__source_settings_resolve(&o, &s), FERRY_OK, "%s", ferry_last_error());
   cr_expect_eq(s.retries, 2);
@@ -69,7 +75,7 @@ Test(settings, the_environment_wins_over_the_option) {
   ferry_source_options o = {.retries = 3, .block_bytes = 1 << 20, .cache_bytes = -1};
   setenv("FERRY_REMOTE_RETRIES", "1", 1);
   setenv("FERRY_REMOTE_CACHE_BYTES", "0", 1);
-  setenv("FERRY_REMOTE_BLOCK_BYTES", "12", 1);  /* out of range: ignored */
+  setenv("FERRY_REMOTE_BLOCK_BYTES", "12", 1); /* out of range: ignored */
   ferry__source_settings s;
   cr_assert_eq(ferry__source_settings_resolve(&o, &s), FERRY_OK);
   cr_expect_eq(s.retries, 1);
