@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "lib/alloc.h"
-#include "lib/transfer/transfer_internal.h"
+#include "lib/transfer/device_batch_internal.h"
 
 ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
                                     const ferry_batch *batch, uint32_t not_records,

@@ -23,7 +23,9 @@
 
 #include "lib/device_internal.h"
 #include "lib/transfer/normalize.h"
-#include "lib/transfer/transfer_internal.h"
+#include "lib/transfer/device_batch_internal.h"
+#include "lib/transfer/image_tensor.h"
+#include "lib/transfer/sample_name.h"
 
 /* The dimension of the image's height in its shape: that of a field's sample height
  * when it has one, else 0 for HWC (last dimension 3) or 1 for CHW (first 3). */

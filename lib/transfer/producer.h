@@ -34,6 +34,9 @@
 
 #include "ferry/batch.h"
 #include "ferry/transfer.h"
+/* what produce may do: device_batch.c's and sample_name.c's calls for producers */
+#include "lib/transfer/device_batch.h"
+#include "lib/transfer/sample_name.h"
 
 #define FERRY_PRODUCER_MAX_INPUTS 4
 
@@ -51,26 +54,5 @@ typedef struct ferry__producer {
  * transfer of the batch. The transfer uses it when its options name no image field,
  * or name the producer's output. */
 void ferry__batch_set_producer(ferry_batch *batch, const ferry__producer *producer);
-
-/* ---- what produce may do (device_batch.c, sample_name.c) ---- */
-
-/* Allocate db's images tensor (dtype, [ndim] shape, its first dimension the samples
- * kept) on db's stream; *out points at it, owned by db (freed with it, and by a failed
- * transfer). Once per transfer, after any ferry__device_batch_leave_out. */
-ferry_status ferry__device_batch_alloc_images(ferry_device_batch *db, ferry_dtype dtype, int ndim, const int64_t *shape,
-                                              ferry_tensor **out);
-/* Leave the source samples flagged in left_out[0..source batch size) out of db (a
- * producer that could not make their images, under the skip policy): db's batch size
- * becomes the count kept. Only before any record or images tensor exists. */
-ferry_status ferry__device_batch_leave_out(ferry_device_batch *db, const uint8_t *left_out);
-
-/* st, its message prefixed with sample i of `batch` (sample_name.c): "sample 3
- * (dataset index 41): ", the dataset index read from the batch's field holding
- * FERRY_ROLE_SAMPLE_INDEX where it has one in host memory (the loader's batches do).
- * Every failure of one sample's work says so, the producer's too. */
-ferry_status ferry__sample_error(ferry_status st, const ferry_batch *batch, size_t i);
-/* Sample i's dataset index (its FERRY_ROLE_SAMPLE_INDEX field), -1 where the host
- * cannot read one. */
-long long ferry__dataset_index(const ferry_batch *batch, size_t i);
 
 #endif

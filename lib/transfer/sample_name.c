@@ -8,7 +8,8 @@
  * the GPU decoder's stage, so that they all say it the same way.
  */
 #include "lib/status.h"
-#include "lib/transfer/transfer_internal.h"
+#include "lib/batch_internal.h"
+#include "lib/transfer/sample_name.h"
 
 long long ferry__dataset_index(const ferry_batch *batch, size_t i) {
   int f = ferry_batch_find_role(batch, FERRY_ROLE_SAMPLE_INDEX);

@@ -37,6 +37,9 @@
 #include "lib/device_internal.h"
 #include "lib/transfer/normalize.h"
 #include "lib/transfer/producer.h"
+#include "lib/transfer/device_batch_internal.h"
+#include "lib/transfer/image_tensor.h"
+#include "lib/transfer/sample_name.h"
 #include "lib/transfer/transfer_internal.h"
 #include "ferry/advanced.h"
 

@@ -31,11 +31,9 @@ SKIP_TOP = {"subprojects"}  # besides hidden folders and build folders
 # files it serves into one, so that only circles through the rest are found. The list is
 # for headers that are one interface by design (say why beside each); a header that
 # merely has not been split yet is marked so, and comes off when it is (issue 37 split
-# coco/, image/image_internal.h, loaders/loader_internal.h and loaders/fill.h).
+# coco/, image/image_internal.h, loaders/loader_internal.h, loaders/fill.h and
+# lib/transfer's transfer_internal.h and producer.h).
 JOINED = {
-    # Not yet split (issue 37): each file's calls to go into its own header.
-    "lib/transfer/transfer_internal.h",  # transfer.c, device_batch.c, image_tensor.c, sample_name.c
-    "lib/transfer/producer.h",        # device_batch.c and sample_name.c: all a producer may call
     # One interface by design: a host half and a CUDA half of one formula's kernels;
     # normalize.c dispatches to normalize_cuda.cu's launch, which only the .cu defines.
     "lib/transfer/normalize.h",       # normalize.c and its kernels, normalize_cuda.cu

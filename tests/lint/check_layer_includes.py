@@ -36,12 +36,13 @@ PUBLIC = {
     "loader.h": "loaders", "ferry.h": "loaders",  # ferry.h includes every layer's API
 }
 # lib/'s floor: the internal headers meant for every layer above it. Everything else of
-# lib/ (device_internal.h, batch_internal.h, transfer/transfer_internal.h, ...) is
+# lib/ (device_internal.h, batch_internal.h, transfer/transfer_internal.h, transfer/device_batch_internal.h, ...) is
 # lib/'s own.
 FLOOR = {
     "lib/alloc.h", "lib/status.h", "lib/thread.h", "lib/cond.h", "lib/rng.h", "lib/nearest.h",
     "lib/struct_size.h", "lib/batch_fields.h", "lib/device_native.h",
-    "lib/transfer/producer.h", "lib/transfer/normalize.h",
+    "lib/transfer/producer.h", "lib/transfer/device_batch.h", "lib/transfer/sample_name.h",
+    "lib/transfer/normalize.h",
 }
 SOURCES = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
