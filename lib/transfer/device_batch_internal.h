@@ -24,26 +24,25 @@ struct ferry_device_batch {
   ferry_device *device;
   ferry_stream *stream;
   size_t batch_size;
-  size_t *source;                                   /* sample j is the source batch's source[j];
+  size_t *source; /* sample j is the source batch's source[j];
                                                      * NULL: sample j (none left out) */
-  size_t nfields;                                   /* per-sample fields */
+  size_t nfields; /* per-sample fields */
   char names[FERRY_MAX_FIELDS][FERRY_FIELD_NAME_MAX];
-  int source_field[FERRY_MAX_FIELDS];               /* index in the source batch */
+  int source_field[FERRY_MAX_FIELDS]; /* index in the source batch */
   ferry__record_slot images;
-  ferry__record_slot *slots;                        /* [sample * nfields + k] */
-  ferry_event *ready;                               /* after copies and hooks */
+  ferry__record_slot *slots; /* [sample * nfields + k] */
+  ferry_event *ready;        /* after copies and hooks */
   ferry_transfer_hook stream_hooks[FERRY_TRANSFER_MAX_HOOKS];
   size_t nstream_hooks;
-  ferry_status hook_status;                         /* first hook failure */
+  ferry_status hook_status; /* first hook failure */
   char hook_message[FERRY_ERROR_MAX];
 };
 
 /* An empty device batch with a record slot for every field of `batch` but those whose
  * bit is set in `not_records` (bit f: field f; the image field, or a GPU-decoded
  * batch's compressed and fallback pixels). */
-ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream,
-                                    const ferry_batch *batch, uint32_t not_records,
-                                    ferry_device_batch **out);
+ferry_status ferry__device_batch_new(ferry_device *device, ferry_stream *stream, const ferry_batch *batch,
+                                     uint32_t not_records, ferry_device_batch **out);
 /* Device sample j is the source's sample ferry__device_batch_source(db, j): j, unless a
  * producer left samples out (producer.h, ferry__device_batch_leave_out). */
 size_t ferry__device_batch_source(const ferry_device_batch *db, size_t j);
